@@ -1,1 +1,50 @@
-//! latchkey-framework
+//! # latchkey-framework
+//!
+//! A blocking ZooKeeper client in the manner of Apache Curator's
+//! `CuratorFramework`: connection states with Curator's meanings, retry
+//! policies and the retry loop, namespaces, ACLs, digest auth,
+//! protected-mode create and guaranteed delete.
+//!
+//! It speaks ZooKeeper's protocol itself over plain sockets: one session
+//! survives reconnects with its watches re-armed and its auth re-sent, a
+//! silent server is noticed within 2/3 of the session timeout, and a session
+//! that is gone is reported as [`ConnectionState::Lost`] and replaced.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use latchkey_framework::{Client, CreateMode, RetryNTimes};
+//!
+//! let client = Client::builder()
+//!     .connect_string("127.0.0.1:2181")
+//!     .retry_policy(RetryNTimes::new(3, Duration::from_millis(100)))
+//!     .build()?;
+//! client.start()?;
+//! client.block_until_connected(Duration::from_secs(5))?;
+//! client.create().creating_parents_if_needed().mode(CreateMode::Ephemeral).for_path("/app/me", b"hi")?;
+//! let (data, _stat) = client.get_data("/app/me")?;
+//! assert_eq!(data, b"hi");
+//! client.close();
+//! # Ok::<(), latchkey_framework::Error>(())
+//! ```
+
+mod acl;
+mod background;
+mod client;
+mod error;
+mod ops;
+pub mod paths;
+pub mod retry;
+mod state;
+mod types;
+mod wire;
+
+pub use acl::{Acl, AclProvider, DefaultAclProvider, FixedAclProvider, Id, Perms};
+pub use client::{Client, ClientBuilder};
+pub use error::{Error, ErrorCode, Result};
+pub use ops::{CreateBuilder, DeleteBuilder};
+pub use retry::{
+    BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
+    RetryOneTime, RetryPolicy, RetryUntilElapsed, SessionFailedRetryPolicy,
+};
+pub use state::{ConnectionState, ListenerHandle};
+pub use types::{CreateMode, EventType, Stat, WatchedEvent};

@@ -1,1 +1,31 @@
-//! latchkey-recipes
+//! # latchkey-recipes
+//!
+//! Distributed locks and semaphores on ZooKeeper, built like Apache
+//! Curator's and named like them on the wire, so that Rust and Java
+//! processes can queue for the same lock.
+//!
+//! | recipe | Curator |
+//! |---|---|
+//! | [`InterProcessMutex`] | `InterProcessMutex` |
+//! | [`InterProcessReadWriteLock`] | `InterProcessReadWriteLock` |
+//! | [`InterProcessSemaphoreV2`] | `InterProcessSemaphoreV2` |
+//! | [`InterProcessSemaphoreMutex`] | `InterProcessSemaphoreMutex` |
+//! | [`InterProcessMultiLock`] | `InterProcessMultiLock` |
+//!
+//! Every waiter watches exactly one node (no herd effect) and re-checks on
+//! every connection-state change. A lock held when the session is lost
+//! reports it (`is_lost`), and its release still succeeds.
+
+mod lock_internals;
+mod multi_lock;
+mod mutex;
+mod revoke;
+mod rwlock;
+mod semaphore;
+
+pub use lock_internals::{Decision, LockDriver, LockInternals, LockNode, StandardDriver};
+pub use multi_lock::{InterProcessLock, InterProcessMultiLock};
+pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
+pub use revoke::{Revoker, REVOKE_MESSAGE};
+pub use rwlock::{InterProcessReadWriteLock, READ_LOCK_NAME, WRITE_LOCK_NAME};
+pub use semaphore::{InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, LEASE_NAME};

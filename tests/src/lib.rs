@@ -1,1 +1,31 @@
-//! latchkey-test harness
+//! latchkey-test: the real-ZooKeeper harness behind latchkey's integration
+//! tests and examples. Nothing here is a mock.
+//!
+//! - [`TestingServer`]: one standalone ZooKeeper 3.8 (Debian's `zookeeper`
+//!   package, run with Java 17) on a free 127.0.0.1 port in a temp dir;
+//!   stop, kill, restart on the same port and data, four-letter words, log
+//!   tail.
+//! - [`TestingCluster`]: an N-member ensemble on loopback; stop, kill and
+//!   restart members, find the leader, wait for a quorum.
+//! - [`FaultProxy`]: a TCP proxy in front of a server that can pause
+//!   (partition), cut, delay and refuse connections.
+//! - [`unique_path`]: a fresh znode path per test.
+//!
+//! Needs `java` and `/usr/share/java/zookeeper.jar`
+//! (`apt-get install -y zookeeper openjdk-17-jre-headless`); without them
+//! starts fail at once with that advice. `LATCHKEY_JAVA` and
+//! `LATCHKEY_ZK_CLASSPATH` override the Java binary and the classpath.
+//!
+//! Servers default to `tickTime=200`, `minSessionTimeout=400` and
+//! `maxSessionTimeout=60000` (see [`ServerConfig`]), so tests can use
+//! session timeouts from 400 ms up.
+
+pub mod cluster;
+mod jvm;
+pub mod peers;
+pub mod proxy;
+pub mod server;
+
+pub use cluster::TestingCluster;
+pub use proxy::FaultProxy;
+pub use server::{four_letter_word, unique_path, ServerConfig, TestingServer};

@@ -1,0 +1,681 @@
+//! Integration tests of the `lock` command against a real ZooKeeper.
+//!
+//! One server serves the whole binary; tests that break connections do it
+//! through their own `FaultProxy`, so the shared server stays healthy. Every
+//! wait has a deadline, and every `lock` process is killed if a test fails.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use latchkey_framework::{Client, ExponentialBackoffRetry};
+use latchkey_recipes::{InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2};
+use latchkey_test::{FaultProxy, TestingServer};
+
+const LOCK: &str = env!("CARGO_BIN_EXE_lock");
+
+/// The server this test binary shares.
+fn server() -> &'static TestingServer {
+    static SERVER: OnceLock<TestingServer> = OnceLock::new();
+    SERVER.get_or_init(|| TestingServer::start().expect("start the shared ZooKeeper"))
+}
+
+/// A started, connected client of the shared server.
+fn client() -> Client {
+    let c = Client::builder()
+        .connect_string(server().connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .connection_timeout(Duration::from_secs(5))
+        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10))
+        .build()
+        .expect("build client");
+    c.start().expect("start client");
+    assert!(
+        c.block_until_connected(Duration::from_secs(20)).unwrap(),
+        "cannot connect to {}",
+        server().connect_string()
+    );
+    c
+}
+
+/// A lock path no other test uses.
+fn unique() -> String {
+    latchkey_test::unique_path("cli")
+}
+
+/// A fresh scratch directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "latchkey-cli-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        Scratch(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `lock` process; killed on drop if still running.
+struct Proc {
+    child: Child,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    stderr_lines: Receiver<String>,
+    readers: Vec<thread::JoinHandle<()>>,
+}
+
+/// `lock ARGS...`, with `LATCHKEY_CONNECT` cleared.
+fn lock(args: &[&str]) -> Proc {
+    let mut child = Command::new(LOCK)
+        .args(args)
+        .env_remove("LATCHKEY_CONNECT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn lock");
+    let stdout = Arc::new(Mutex::new(String::new()));
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let (tx, stderr_lines) = mpsc::channel();
+    let mut out = child.stdout.take().expect("stdout");
+    let err = child.stderr.take().expect("stderr");
+    let (o, e) = (Arc::clone(&stdout), Arc::clone(&stderr));
+    let readers = vec![
+        thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            o.lock().unwrap().push_str(&s);
+        }),
+        thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                e.lock().unwrap().push_str(&format!("{line}\n"));
+                let _ = tx.send(line);
+            }
+        }),
+    ];
+    Proc {
+        child,
+        stdout,
+        stderr,
+        stderr_lines,
+        readers,
+    }
+}
+
+impl Proc {
+    /// Waits for the process to exit; panics (and kills it) past `within`.
+    fn wait(mut self, within: Duration) -> Finished {
+        let deadline = Instant::now() + within;
+        let status = loop {
+            match self.child.try_wait().expect("try_wait") {
+                Some(status) => break status,
+                None if Instant::now() >= deadline => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    panic!(
+                        "lock did not exit within {within:?}\nstdout:\n{}\nstderr:\n{}\nserver log:\n{}",
+                        self.stdout.lock().unwrap(),
+                        self.stderr.lock().unwrap(),
+                        server().log_tail(20)
+                    );
+                }
+                None => thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        let stdout = self.stdout.lock().unwrap().clone();
+        let stderr = self.stderr.lock().unwrap().clone();
+        Finished {
+            status,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).expect("pid")
+    }
+
+    /// Waits for a stderr line containing `needle`.
+    fn wait_stderr(&self, needle: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr_lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "no stderr line with {needle:?} within {within:?}; stderr:\n{}",
+                    self.stderr.lock().unwrap()
+                ),
+            }
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.is_running() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// An exited `lock` process.
+struct Finished {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Finished {
+    fn code(&self) -> i32 {
+        self.status.code().unwrap_or(-1)
+    }
+
+    fn expect_code(&self, want: i32) -> &Self {
+        assert_eq!(
+            self.code(),
+            want,
+            "exit status {:?}\nstdout:\n{}\nstderr:\n{}",
+            self.status,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+}
+
+/// Polls `cond` every 20 ms until it holds; panics past `within`.
+fn wait_until(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn participants(c: &Client, path: &str) -> Vec<String> {
+    InterProcessMutex::new(c, path)
+        .unwrap()
+        .participant_nodes()
+        .unwrap()
+}
+
+fn read_pid(file: &Path) -> Option<i32> {
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+fn alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn signal(pid: i32, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).expect("send signal");
+}
+
+const QUICK: Duration = Duration::from_secs(15);
+
+#[test]
+fn exit_code_passes_through() {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    lock(&["--connect", &cs, &path, "--", "sh", "-c", "exit 3"])
+        .wait(QUICK)
+        .expect_code(3);
+    lock(&["--connect", &cs, &path, "--", "true"])
+        .wait(QUICK)
+        .expect_code(0);
+    // Death by a signal reads as 128 + signal, as in a shell.
+    lock(&["--connect", &cs, &path, "--", "sh", "-c", "kill -TERM $$"])
+        .wait(QUICK)
+        .expect_code(128 + 15);
+    // The command sees the lock in its environment, while it is held.
+    let check = format!(
+        "test \"$LATCHKEY_LOCK_PATH\" = {path} && test -n \"$LATCHKEY_FENCING_TOKEN\" \
+         && case \"$LATCHKEY_LOCK_NODE\" in {path}/_c_*-lock-*) exit 0;; *) exit 9;; esac"
+    );
+    lock(&["--connect", &cs, &path, "--", "sh", "-c", &check])
+        .wait(QUICK)
+        .expect_code(0);
+    // LATCHKEY_CONNECT is the default host list.
+    let out = Command::new(LOCK)
+        .args([&path, "--", "true"])
+        .env("LATCHKEY_CONNECT", &cs)
+        .output()
+        .expect("run lock");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // A command that does not exist: 127, and the lock is released.
+    lock(&["--connect", &cs, &path, "--", "/nonexistent/latchkey-cmd"])
+        .wait(QUICK)
+        .expect_code(127);
+    wait_until(QUICK, "no lock node left", || {
+        participants(&c, &path).is_empty()
+    });
+    c.close();
+}
+
+#[test]
+fn timeout_exits_75_and_leaves_no_node() {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let guard = mutex.lock().unwrap();
+    let started = Instant::now();
+    let done = lock(&["--connect", &cs, "--timeout", "1", &path, "--", "true"]).wait(QUICK);
+    done.expect_code(75);
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "gave up too early"
+    );
+    assert!(done.stderr.contains("not taken within"), "{}", done.stderr);
+    // --timeout 0 tries once.
+    lock(&["--connect", &cs, "--timeout", "0", &path, "--", "true"])
+        .wait(QUICK)
+        .expect_code(75);
+    let holder = guard.node_path();
+    wait_until(QUICK, "only the holder's node left", || {
+        participants(&c, &path) == [holder.clone()]
+    });
+    drop(guard);
+    c.close();
+}
+
+#[test]
+fn two_processes_never_interleave() {
+    let cs = server().connect_string();
+    let path = unique();
+    let scratch = Scratch::new();
+    let log = scratch.file("log");
+    let script = format!(
+        "echo \"start $$\" >> {0}; sleep 0.2; echo \"end $$\" >> {0}",
+        log.display()
+    );
+    const RUNS: usize = 3;
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let (cs, path, script) = (cs.clone(), path.clone(), script.clone());
+            thread::spawn(move || {
+                for _ in 0..RUNS {
+                    lock(&["--connect", &cs, &path, "--", "sh", "-c", &script])
+                        .wait(QUICK)
+                        .expect_code(0);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    let text = std::fs::read_to_string(&log).expect("log");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2 * 2 * RUNS, "{text}");
+    for pair in lines.chunks(2) {
+        let (start, end) = (pair[0], pair[1]);
+        let pid = start.strip_prefix("start ").expect(&text);
+        assert_eq!(end, format!("end {pid}"), "interleaved:\n{text}");
+    }
+}
+
+#[test]
+fn list_shows_holder_and_waiter() {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+
+    let none = lock(&["--connect", &cs, "--list", &path]).wait(QUICK);
+    none.expect_code(0);
+    assert!(
+        none.stdout.contains("nobody holds or waits"),
+        "{}",
+        none.stdout
+    );
+
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let guard = mutex.lock().unwrap();
+    let holder = guard.node_path();
+    let waiter = lock(&["--connect", &cs, &path, "--", "true"]);
+    wait_until(QUICK, "the lock process queues", || {
+        participants(&c, &path).len() == 2
+    });
+    let listed = lock(&["--connect", &cs, "--list", &path]).wait(QUICK);
+    listed.expect_code(0);
+    let lines: Vec<&str> = listed.stdout.lines().collect();
+    let holder_line = lines
+        .iter()
+        .find(|l| l.starts_with("HOLDER"))
+        .unwrap_or_else(|| panic!("no HOLDER line:\n{}", listed.stdout));
+    assert!(holder_line.contains(&holder), "{}", listed.stdout);
+    let waiter_line = lines
+        .iter()
+        .find(|l| l.starts_with("WAITER"))
+        .unwrap_or_else(|| panic!("no WAITER line:\n{}", listed.stdout));
+    // The waiting lock process says who it is in its node.
+    assert!(
+        waiter_line.contains(&format!("pid {}", waiter.pid())),
+        "{}",
+        listed.stdout
+    );
+    // Holder first, in queue order.
+    let at = |needle: &str| listed.stdout.find(needle).unwrap();
+    assert!(at("HOLDER") < at("WAITER"), "{}", listed.stdout);
+
+    drop(guard);
+    waiter.wait(QUICK).expect_code(0);
+    c.close();
+}
+
+#[test]
+fn list_shows_readers_writers_and_leases() {
+    let cs = server().connect_string();
+    let c = client();
+
+    let rw_path = unique();
+    let rw = InterProcessReadWriteLock::new(&c, &rw_path).unwrap();
+    let read = rw.read_lock().lock().unwrap();
+    // A second reader shares the lock; a writer must wait.
+    lock(&[
+        "--connect",
+        &cs,
+        "--read",
+        "--timeout",
+        "5",
+        &rw_path,
+        "--",
+        "true",
+    ])
+    .wait(QUICK)
+    .expect_code(0);
+    lock(&[
+        "--connect",
+        &cs,
+        "--write",
+        "--timeout",
+        "0.5",
+        &rw_path,
+        "--",
+        "true",
+    ])
+    .wait(QUICK)
+    .expect_code(75);
+    let writer = lock(&["--connect", &cs, "--write", &rw_path, "--", "true"]);
+    wait_until(QUICK, "the writer queues", || {
+        c.get_children(&rw_path).map(|v| v.len()).unwrap_or(0) == 2
+    });
+    let listed = lock(&["--connect", &cs, "--list", &rw_path]).wait(QUICK);
+    listed.expect_code(0);
+    let out = &listed.stdout;
+    assert!(out.contains("read-write lock"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("HOLDER") && l.contains("READ")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("WAITER") && l.contains("WRITE")),
+        "{out}"
+    );
+    drop(read);
+    writer.wait(QUICK).expect_code(0);
+
+    let sem_path = unique();
+    let sem = InterProcessSemaphoreV2::new(&c, &sem_path, 2).unwrap();
+    let lease = sem.acquire().unwrap();
+    // One lease is left for the lock command.
+    lock(&[
+        "--connect",
+        &cs,
+        "--semaphore",
+        "2",
+        "--timeout",
+        "5",
+        &sem_path,
+        "--",
+        "true",
+    ])
+    .wait(QUICK)
+    .expect_code(0);
+    let listed = lock(&["--connect", &cs, "--list", "--semaphore", "2", &sem_path]).wait(QUICK);
+    listed.expect_code(0);
+    let out = &listed.stdout;
+    assert!(out.contains("semaphore"), "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("HOLDER") && l.contains("LEASE"))
+        .unwrap_or_else(|| panic!("no lease holder:\n{out}"));
+    assert!(line.contains(lease.node_name()), "{out}");
+    drop(lease);
+    c.close();
+}
+
+#[test]
+fn bad_usage_exits_64() {
+    let cases: &[&[&str]] = &[
+        &[],
+        &["--bogus", "/a", "--", "true"],
+        &["/a"],
+        &["/a", "--"],
+        &["relative/path", "--", "true"],
+        &["--semaphore", "0", "/a", "--", "true"],
+        &["--read", "--write", "/a", "--", "true"],
+        &["--timeout", "soon", "/a", "--", "true"],
+        &["--timeout"],
+        &["--on-lost", "sometimes", "/a", "--", "true"],
+        &["--connect", "no-port", "/a", "--", "true"],
+        &["--list", "/a", "--", "true"],
+    ];
+    for args in cases {
+        let done = lock(args).wait(QUICK);
+        done.expect_code(64);
+        assert!(
+            done.stderr.starts_with("lock: "),
+            "{args:?}: {}",
+            done.stderr
+        );
+        assert!(done.stderr.contains("--help"), "{args:?}: {}", done.stderr);
+    }
+    let help = lock(&["--help"]).wait(QUICK);
+    help.expect_code(0);
+    for needle in ["Usage: lock", "--on-lost", "Exit codes", "75", "78", "130"] {
+        assert!(help.stdout.contains(needle), "{needle}: {}", help.stdout);
+    }
+}
+
+#[test]
+fn unreachable_server_exits_69() {
+    let scratch = Scratch::new();
+    let ran = scratch.file("ran");
+    let started = Instant::now();
+    let done = lock(&[
+        "--connect",
+        "127.0.0.1:1",
+        "--connection-timeout",
+        "1",
+        "--session-timeout",
+        "2",
+        "/a",
+        "--",
+        "touch",
+        ran.to_str().unwrap(),
+    ])
+    .wait(QUICK);
+    done.expect_code(69);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        done.stderr.contains("cannot reach ZooKeeper"),
+        "{}",
+        done.stderr
+    );
+    assert!(!ran.exists(), "the command ran without the lock");
+}
+
+/// Starts `lock` through a proxy, running a command that writes its pid to
+/// `pidfile`, and waits until it holds the lock and the command runs.
+fn hold_through_proxy(
+    proxy: &FaultProxy,
+    c: &Client,
+    path: &str,
+    extra: &[&str],
+    script: &str,
+    pidfile: &Path,
+) -> (Proc, i32) {
+    let pcs = proxy.connect_string();
+    let mut args = vec![
+        "--connect",
+        &pcs,
+        "--session-timeout",
+        "2",
+        "--connection-timeout",
+        "2",
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[path, "--", "sh", "-c", script]);
+    let proc = lock(&args);
+    wait_until(QUICK, "lock holds and the command runs", || {
+        participants(c, path).len() == 1 && read_pid(pidfile).is_some()
+    });
+    let pid = read_pid(pidfile).unwrap();
+    (proc, pid)
+}
+
+#[test]
+fn lost_lock_kills_the_command() {
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    let proxy = FaultProxy::start(server().addr()).expect("proxy");
+    let script = format!("echo $$ > {}; exec sleep 30", pidfile.display());
+    let (proc, pid) = hold_through_proxy(&proxy, &c, &path, &[], &script, &pidfile);
+    assert!(alive(pid));
+
+    proxy.pause();
+    let paused = Instant::now();
+    let done = proc.wait(Duration::from_secs(12));
+    done.expect_code(78);
+    eprintln!("lock exited 78 {:?} after the pause", paused.elapsed());
+    assert!(done.stderr.contains("lost the lock"), "{}", done.stderr);
+    wait_until(Duration::from_secs(2), "the command is killed", || {
+        !alive(pid)
+    });
+    // The server expires the cut-off session, and its node with it.
+    wait_until(QUICK, "the lost node expires", || {
+        participants(&c, &path).is_empty()
+    });
+    proxy.resume();
+    c.close();
+}
+
+#[test]
+fn lost_lock_with_warn_keeps_the_command() {
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    let stop = scratch.file("stop");
+    let proxy = FaultProxy::start(server().addr()).expect("proxy");
+    // Runs until `stop` appears (at most 30 s), then exits 5.
+    let script = format!(
+        "echo $$ > {}; i=0; while [ ! -e {} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; exit 5",
+        pidfile.display(),
+        stop.display()
+    );
+    let (mut proc, pid) =
+        hold_through_proxy(&proxy, &c, &path, &["--on-lost", "warn"], &script, &pidfile);
+
+    proxy.pause();
+    let line = proc.wait_stderr("WARNING", Duration::from_secs(12));
+    assert!(line.contains("lost the lock"), "{line}");
+    assert!(proc.is_running(), "lock exited on a warning");
+    assert!(alive(pid), "the command was killed despite --on-lost warn");
+
+    std::fs::write(&stop, b"").unwrap();
+    proc.wait(QUICK).expect_code(5);
+    proxy.resume();
+    c.close();
+}
+
+#[test]
+fn ctrl_c_stops_the_command_and_releases() {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    let script = format!("echo $$ > {}; exec sleep 30", pidfile.display());
+    let proc = lock(&["--connect", &cs, &path, "--", "sh", "-c", &script]);
+    wait_until(QUICK, "lock holds and the command runs", || {
+        participants(&c, &path).len() == 1 && read_pid(&pidfile).is_some()
+    });
+    let pid = read_pid(&pidfile).unwrap();
+    signal(proc.pid(), nix::sys::signal::Signal::SIGINT);
+    let done = proc.wait(QUICK);
+    done.expect_code(130);
+    assert!(!alive(pid), "the command outlived lock");
+    wait_until(QUICK, "the lock is released", || {
+        participants(&c, &path).is_empty()
+    });
+    c.close();
+}
+
+#[test]
+fn ctrl_c_while_waiting_leaves_no_node() {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let ran = scratch.file("ran");
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let guard = mutex.lock().unwrap();
+    let proc = lock(&[
+        "--connect",
+        &cs,
+        &path,
+        "--",
+        "touch",
+        ran.to_str().unwrap(),
+    ]);
+    wait_until(QUICK, "lock queues", || participants(&c, &path).len() == 2);
+    signal(proc.pid(), nix::sys::signal::Signal::SIGINT);
+    proc.wait(QUICK).expect_code(130);
+    let holder = guard.node_path();
+    wait_until(QUICK, "the waiter's node is gone", || {
+        participants(&c, &path) == [holder.clone()]
+    });
+    drop(guard);
+    assert!(!ran.exists(), "the command ran after Ctrl-C");
+    c.close();
+}

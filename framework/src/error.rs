@@ -1,0 +1,223 @@
+//! The one error type of latchkey, with ZooKeeper's error codes by name.
+
+use std::fmt;
+
+/// ZooKeeper's error codes (`KeeperException.Code`), by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// A server-side error with no better name.
+    SystemError,
+    /// The server's state is inconsistent.
+    RuntimeInconsistency,
+    /// The server's data is inconsistent.
+    DataInconsistency,
+    /// The connection to the server was lost; the operation may or may not have run.
+    ConnectionLoss,
+    /// A record could not be encoded or decoded.
+    MarshallingError,
+    /// The server does not implement the operation.
+    Unimplemented,
+    /// The operation did not complete in time.
+    OperationTimeout,
+    /// Invalid arguments.
+    BadArguments,
+    /// No quorum for a new configuration.
+    NewConfigNoQuorum,
+    /// A reconfiguration is in progress.
+    ReconfigInProgress,
+    /// An API error.
+    ApiError,
+    /// The node does not exist.
+    NoNode,
+    /// Not authorized for the operation.
+    NoAuth,
+    /// The version given does not match the node's.
+    BadVersion,
+    /// Ephemeral nodes cannot have children.
+    NoChildrenForEphemerals,
+    /// The node already exists.
+    NodeExists,
+    /// The node has children.
+    NotEmpty,
+    /// The session has expired.
+    SessionExpired,
+    /// Invalid callback.
+    InvalidCallback,
+    /// Invalid ACL.
+    InvalidAcl,
+    /// Authentication failed.
+    AuthFailed,
+    /// The session moved to another server.
+    SessionMoved,
+    /// A write was sent to a read-only server.
+    NotReadOnly,
+    /// Ephemeral node on a local session.
+    EphemeralOnLocalSession,
+    /// No such watch.
+    NoWatcher,
+    /// The request timed out on the server.
+    RequestTimeout,
+    /// Reconfiguration is disabled.
+    ReconfigDisabled,
+    /// The session requires SASL authentication.
+    SessionClosedRequireSaslAuth,
+    /// A quota was exceeded.
+    QuotaExceeded,
+    /// The server throttled the operation.
+    Throttled,
+    /// A code this version does not know.
+    Unknown(i32),
+}
+
+impl ErrorCode {
+    /// Maps the integer code on the wire to its name.
+    pub fn from_wire(code: i32) -> Self {
+        use ErrorCode::*;
+        match code {
+            -1 => SystemError,
+            -2 => RuntimeInconsistency,
+            -3 => DataInconsistency,
+            -4 => ConnectionLoss,
+            -5 => MarshallingError,
+            -6 => Unimplemented,
+            -7 => OperationTimeout,
+            -8 => BadArguments,
+            -13 => NewConfigNoQuorum,
+            -14 => ReconfigInProgress,
+            -100 => ApiError,
+            -101 => NoNode,
+            -102 => NoAuth,
+            -103 => BadVersion,
+            -108 => NoChildrenForEphemerals,
+            -110 => NodeExists,
+            -111 => NotEmpty,
+            -112 => SessionExpired,
+            -113 => InvalidCallback,
+            -114 => InvalidAcl,
+            -115 => AuthFailed,
+            -118 => SessionMoved,
+            -119 => NotReadOnly,
+            -120 => EphemeralOnLocalSession,
+            -121 => NoWatcher,
+            -122 => RequestTimeout,
+            -123 => ReconfigDisabled,
+            -124 => SessionClosedRequireSaslAuth,
+            -125 => QuotaExceeded,
+            -127 => Throttled,
+            other => Unknown(other),
+        }
+    }
+}
+
+/// Everything that can go wrong in latchkey.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// ZooKeeper answered with an error code; `path` is the path the
+    /// operation named, when it named one.
+    Zk {
+        /// The error code.
+        code: ErrorCode,
+        /// The (namespace-relative) path of the operation.
+        path: Option<String>,
+    },
+    /// A path that ZooKeeper would refuse; nothing was sent.
+    InvalidPath {
+        /// The path as given.
+        path: String,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// An argument outside its allowed range; nothing was done.
+    InvalidArgument(String),
+    /// The call is not valid in the current state (for example releasing a
+    /// lock this thread does not hold).
+    IllegalState(String),
+    /// The client was closed.
+    Closed,
+    /// A reply that could not be decoded.
+    Marshalling(&'static str),
+    /// An I/O error outside a session (for example resolving a host).
+    Io(std::io::Error),
+}
+
+impl Error {
+    pub(crate) fn from_code(code: ErrorCode) -> Self {
+        Error::Zk { code, path: None }
+    }
+
+    pub(crate) fn with_path(self, path: &str) -> Self {
+        match self {
+            Error::Zk { code, path: None } => Error::Zk {
+                code,
+                path: Some(path.to_owned()),
+            },
+            other => other,
+        }
+    }
+
+    /// The ZooKeeper error code, if this error came from ZooKeeper.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Zk { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// Whether this is ZooKeeper's `code`.
+    pub fn is(&self, code: ErrorCode) -> bool {
+        self.code() == Some(code)
+    }
+
+    /// Whether the retry loop may try the operation again: connection loss,
+    /// operation timeout, session moved and session expired (Curator's
+    /// `RetryLoop.shouldRetry`).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(
+                ErrorCode::ConnectionLoss
+                    | ErrorCode::OperationTimeout
+                    | ErrorCode::SessionMoved
+                    | ErrorCode::SessionExpired
+            )
+        )
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Zk {
+                code,
+                path: Some(p),
+            } => write!(f, "ZooKeeper error {code:?} for {p}"),
+            Error::Zk { code, path: None } => write!(f, "ZooKeeper error {code:?}"),
+            Error::InvalidPath { path, reason } => write!(f, "invalid path {path:?}: {reason}"),
+            Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
+            Error::IllegalState(m) => write!(f, "illegal state: {m}"),
+            Error::Closed => write!(f, "the client is closed"),
+            Error::Marshalling(m) => write!(f, "malformed reply: {m}"),
+            Error::Io(e) => write!(f, "I/O error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
+/// latchkey's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

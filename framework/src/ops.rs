@@ -1,0 +1,617 @@
+//! ZooKeeper operations: one function per request on a session (used by
+//! the client and its background work) and the public, namespaced,
+//! retried operations built on them.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use crate::acl::Acl;
+use crate::background::Job;
+use crate::client::{Client, Shared};
+use crate::error::{Error, ErrorCode, Result};
+use crate::paths;
+use crate::wire::jute::Reader;
+use crate::wire::proto::{self, op};
+use crate::wire::{WatchKind, WatchRegistration, WireSession};
+use crate::{CreateMode, Stat, WatchedEvent};
+
+pub(crate) fn wire_create(
+    s: &WireSession,
+    path: &str,
+    data: &[u8],
+    acl: &[Acl],
+    mode: CreateMode,
+    deadline: Instant,
+) -> Result<(String, Stat)> {
+    let opcode = if mode == CreateMode::Container {
+        op::CREATE_CONTAINER
+    } else {
+        op::CREATE2
+    };
+    let body = s
+        .call(
+            opcode,
+            |w| {
+                w.string(path).bytes(data);
+                proto::write_acls(w, acl);
+                w.i32(mode.flags());
+            },
+            None,
+            deadline,
+        )
+        .map_err(|e| e.with_path(path))?;
+    let mut r = Reader::new(&body);
+    Ok((r.string()?, proto::read_stat(&mut r)?))
+}
+
+pub(crate) fn wire_delete(
+    s: &WireSession,
+    path: &str,
+    version: Option<i32>,
+    deadline: Instant,
+) -> Result<()> {
+    s.call(
+        op::DELETE,
+        |w| {
+            w.string(path).i32(version.unwrap_or(-1));
+        },
+        None,
+        deadline,
+    )
+    .map_err(|e| e.with_path(path))?;
+    Ok(())
+}
+
+pub(crate) fn wire_exists(
+    s: &WireSession,
+    path: &str,
+    watch: Option<WatchRegistration>,
+    deadline: Instant,
+) -> Result<Option<Stat>> {
+    let watching = watch.is_some();
+    match s.call(
+        op::EXISTS,
+        |w| {
+            w.string(path).bool(watching);
+        },
+        watch,
+        deadline,
+    ) {
+        Ok(body) => Ok(Some(proto::read_stat(&mut Reader::new(&body))?)),
+        Err(e) if e.is(ErrorCode::NoNode) => Ok(None),
+        Err(e) => Err(e.with_path(path)),
+    }
+}
+
+pub(crate) fn wire_get_data(
+    s: &WireSession,
+    path: &str,
+    watch: Option<WatchRegistration>,
+    deadline: Instant,
+) -> Result<(Vec<u8>, Stat)> {
+    let watching = watch.is_some();
+    let body = s
+        .call(
+            op::GET_DATA,
+            |w| {
+                w.string(path).bool(watching);
+            },
+            watch,
+            deadline,
+        )
+        .map_err(|e| e.with_path(path))?;
+    let mut r = Reader::new(&body);
+    Ok((r.bytes()?, proto::read_stat(&mut r)?))
+}
+
+pub(crate) fn wire_set_data(
+    s: &WireSession,
+    path: &str,
+    data: &[u8],
+    version: Option<i32>,
+    deadline: Instant,
+) -> Result<Stat> {
+    let body = s
+        .call(
+            op::SET_DATA,
+            |w| {
+                w.string(path).bytes(data).i32(version.unwrap_or(-1));
+            },
+            None,
+            deadline,
+        )
+        .map_err(|e| e.with_path(path))?;
+    proto::read_stat(&mut Reader::new(&body))
+}
+
+pub(crate) fn wire_children(
+    s: &WireSession,
+    path: &str,
+    watch: Option<WatchRegistration>,
+    deadline: Instant,
+) -> Result<Vec<String>> {
+    let watching = watch.is_some();
+    let body = s
+        .call(
+            op::GET_CHILDREN,
+            |w| {
+                w.string(path).bool(watching);
+            },
+            watch,
+            deadline,
+        )
+        .map_err(|e| e.with_path(path))?;
+    Reader::new(&body).strings()
+}
+
+fn wire_sync(s: &WireSession, path: &str, deadline: Instant) -> Result<()> {
+    s.call(
+        op::SYNC,
+        |w| {
+            w.string(path);
+        },
+        None,
+        deadline,
+    )
+    .map_err(|e| e.with_path(path))?;
+    Ok(())
+}
+
+/// A one-shot watcher that may be registered by several attempts of a
+/// retried read; whichever registration fires first calls it.
+type SharedWatcher = Arc<Mutex<Option<Box<dyn FnOnce(WatchedEvent) + Send>>>>;
+
+impl Shared {
+    fn registration(
+        self: &Arc<Self>,
+        server_path: &str,
+        on_ok: WatchKind,
+        on_no_node: Option<WatchKind>,
+        watcher: &SharedWatcher,
+    ) -> WatchRegistration {
+        let slot = Arc::clone(watcher);
+        let ns = self.cfg.namespace.clone();
+        WatchRegistration {
+            path: server_path.to_owned(),
+            on_ok,
+            on_no_node,
+            watcher: Box::new(move |ev: WatchedEvent| {
+                if let Some(f) = slot.lock().take() {
+                    f(WatchedEvent {
+                        event_type: ev.event_type,
+                        path: paths::strip_namespace(ns.as_deref(), &ev.path),
+                    });
+                }
+            }),
+        }
+    }
+
+    /// Creates every missing ancestor of `server_path` (not the node itself).
+    fn create_parents(
+        &self,
+        s: &WireSession,
+        server_path: &str,
+        containers: bool,
+        deadline: Instant,
+    ) -> Result<()> {
+        let mode = if containers {
+            CreateMode::Container
+        } else {
+            CreateMode::Persistent
+        };
+        for (end, _) in server_path.match_indices('/').skip(1) {
+            let parent = &server_path[..end];
+            let acl = self.cfg.acl_provider.acl_for_path(&self.user_path(parent));
+            match wire_create(s, parent, &[], &acl, mode, deadline) {
+                Ok(_) => {}
+                Err(e) if e.is(ErrorCode::NodeExists) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Builds a create; Curator's `client.create()`.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use latchkey_framework::CreateMode;
+/// let path = client
+///     .create()
+///     .creating_parents_if_needed()
+///     .with_protection()
+///     .mode(CreateMode::EphemeralSequential)
+///     .for_path("/jobs/job-", b"payload")?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a create does nothing until for_path is called"]
+pub struct CreateBuilder<'a> {
+    client: &'a Client,
+    mode: CreateMode,
+    parents: bool,
+    parent_containers: bool,
+    protected: bool,
+    acl: Option<Vec<Acl>>,
+}
+
+impl CreateBuilder<'_> {
+    /// The create mode (default persistent).
+    pub fn mode(mut self, mode: CreateMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Creates missing parents as persistent nodes.
+    pub fn creating_parents_if_needed(mut self) -> Self {
+        self.parents = true;
+        self
+    }
+
+    /// Creates missing parents as container nodes.
+    pub fn creating_parent_containers_if_needed(mut self) -> Self {
+        self.parents = true;
+        self.parent_containers = true;
+        self
+    }
+
+    /// Curator's protected mode: the node's name gets a `_c_<uuid>-` prefix,
+    /// and when a create's reply is lost the retry finds the node by that
+    /// prefix instead of creating a second one. A protected create that
+    /// finally fails leaves a background job that deletes any such node.
+    pub fn with_protection(mut self) -> Self {
+        self.protected = true;
+        self
+    }
+
+    /// The node's ACL, instead of the ACL provider's.
+    pub fn with_acl(mut self, acl: Vec<Acl>) -> Self {
+        self.acl = Some(acl);
+        self
+    }
+
+    /// Creates the node and returns its (namespace-relative) path.
+    pub fn for_path(self, path: &str, data: &[u8]) -> Result<String> {
+        self.for_path_with_stat(path, data).map(|(p, _)| p)
+    }
+
+    /// Creates the node and returns its path and stat.
+    pub fn for_path_with_stat(self, path: &str, data: &[u8]) -> Result<(String, Stat)> {
+        let shared = &self.client.shared;
+        let valid = if self.mode.is_sequential() {
+            paths::validate_path_sequential(path)
+        } else {
+            paths::validate_path(path)
+        };
+        valid.map_err(|e| Error::InvalidPath {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+        if path == "/" && shared.cfg.namespace.is_none() {
+            return Err(Error::InvalidPath {
+                path: path.into(),
+                reason: "cannot create the root".into(),
+            });
+        }
+        let acl = self
+            .acl
+            .clone()
+            .unwrap_or_else(|| shared.cfg.acl_provider.acl_for_path(path));
+        if acl.is_empty() {
+            return Err(Error::InvalidArgument(
+                "an ACL needs at least one entry".into(),
+            ));
+        }
+        let protection = self.protected.then(paths::new_protection_id);
+        let user_path = match &protection {
+            Some(id) => paths::protected_path(path, id),
+            None => path.to_owned(),
+        };
+        let server_path = paths::fix_for_namespace(shared.cfg.namespace.as_deref(), &user_path);
+        let (parent, _) = split_parent(&server_path);
+        let prefix = protection.as_ref().map(|id| paths::protected_prefix(id));
+        let mut first = true;
+        let result = shared.with_retry(|s, deadline| {
+            if let (false, Some(prefix)) = (first, &prefix) {
+                if let Some(found) = find_protected(s, parent, prefix, deadline)? {
+                    return Ok(found);
+                }
+            }
+            first = false;
+            match wire_create(s, &server_path, data, &acl, self.mode, deadline) {
+                Err(e) if e.is(ErrorCode::NoNode) && self.parents => {
+                    shared.create_parents(s, &server_path, self.parent_containers, deadline)?;
+                    wire_create(s, &server_path, data, &acl, self.mode, deadline)
+                }
+                other => other,
+            }
+        });
+        match result {
+            Ok((created, stat)) => Ok((shared.user_path(&created), stat)),
+            Err(e) => {
+                if let (Some(prefix), true) = (prefix, e.is_retryable()) {
+                    shared.background.push(Job::DeleteProtected {
+                        parent: parent.to_owned(),
+                        prefix,
+                    });
+                }
+                Err(self.client.relative(e))
+            }
+        }
+    }
+}
+
+fn split_parent(server_path: &str) -> (&str, &str) {
+    match server_path.rfind('/') {
+        Some(0) => ("/", &server_path[1..]),
+        Some(i) => (&server_path[..i], &server_path[i + 1..]),
+        None => ("/", server_path),
+    }
+}
+
+fn find_protected(
+    s: &WireSession,
+    parent: &str,
+    prefix: &str,
+    deadline: Instant,
+) -> Result<Option<(String, Stat)>> {
+    let children = match wire_children(s, parent, None, deadline) {
+        Err(e) if e.is(ErrorCode::NoNode) => return Ok(None),
+        other => other?,
+    };
+    let Some(name) = children.into_iter().find(|c| c.starts_with(prefix)) else {
+        return Ok(None);
+    };
+    let path = paths::make_path(parent, &name);
+    log::debug!("protected create found its node {path} after a lost reply");
+    match wire_exists(s, &path, None, deadline)? {
+        Some(stat) => Ok(Some((path, stat))),
+        None => Ok(None),
+    }
+}
+
+/// Builds a delete; Curator's `client.delete()`.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// client.delete().guaranteed().deleting_children_if_needed().for_path("/jobs")?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a delete does nothing until for_path is called"]
+pub struct DeleteBuilder<'a> {
+    client: &'a Client,
+    guaranteed: bool,
+    version: Option<i32>,
+    children: bool,
+}
+
+impl DeleteBuilder<'_> {
+    /// Keeps trying in the background until the node is gone, even after
+    /// this call returns an error (a missing node counts as deleted).
+    pub fn guaranteed(mut self) -> Self {
+        self.guaranteed = true;
+        self
+    }
+
+    /// Deletes only if the node's version matches.
+    pub fn with_version(mut self, version: i32) -> Self {
+        self.version = Some(version);
+        self
+    }
+
+    /// Deletes the node's descendants first.
+    pub fn deleting_children_if_needed(mut self) -> Self {
+        self.children = true;
+        self
+    }
+
+    /// Deletes the node. A guaranteed delete of a missing node succeeds.
+    pub fn for_path(self, path: &str) -> Result<()> {
+        let shared = &self.client.shared;
+        let server_path = shared.server_path(path)?;
+        if server_path == "/" {
+            return Err(Error::InvalidPath {
+                path: path.into(),
+                reason: "cannot delete the root".into(),
+            });
+        }
+        let result = shared.with_retry(|s, deadline| {
+            if self.children {
+                delete_children(s, &server_path, deadline)?;
+            }
+            wire_delete(s, &server_path, self.version, deadline)
+        });
+        match result {
+            Err(e) if self.guaranteed && e.is(ErrorCode::NoNode) => Ok(()),
+            Err(e) if self.guaranteed && (e.is_retryable() || matches!(e, Error::Closed)) => {
+                if !matches!(e, Error::Closed) {
+                    shared.background.push(Job::Delete {
+                        path: server_path,
+                        version: self.version,
+                    });
+                }
+                Err(e)
+            }
+            other => other,
+        }
+    }
+}
+
+fn delete_children(s: &WireSession, path: &str, deadline: Instant) -> Result<()> {
+    let children = match wire_children(s, path, None, deadline) {
+        Err(e) if e.is(ErrorCode::NoNode) => return Ok(()),
+        other => other?,
+    };
+    for child in children {
+        let child = paths::make_path(path, &child);
+        delete_children(s, &child, deadline)?;
+        match wire_delete(s, &child, None, deadline) {
+            Err(e) if e.is(ErrorCode::NoNode) => {}
+            other => other?,
+        }
+    }
+    Ok(())
+}
+
+impl Client {
+    /// Starts a create.
+    pub fn create(&self) -> CreateBuilder<'_> {
+        CreateBuilder {
+            client: self,
+            mode: CreateMode::Persistent,
+            parents: false,
+            parent_containers: false,
+            protected: false,
+            acl: None,
+        }
+    }
+
+    /// Starts a delete.
+    pub fn delete(&self) -> DeleteBuilder<'_> {
+        DeleteBuilder {
+            client: self,
+            guaranteed: false,
+            version: None,
+            children: false,
+        }
+    }
+
+    /// The node's stat, or `None` if it does not exist.
+    pub fn exists(&self, path: &str) -> Result<Option<Stat>> {
+        let sp = self.shared.server_path(path)?;
+        self.shared
+            .with_retry(|s, d| wire_exists(s, &sp, None, d))
+            .map_err(|e| self.relative(e))
+    }
+
+    /// Like [`Client::exists`], and leaves a one-shot watch that fires when
+    /// the node is created, deleted or its data changes.
+    pub fn exists_watch(
+        &self,
+        path: &str,
+        watcher: impl FnOnce(WatchedEvent) + Send + 'static,
+    ) -> Result<Option<Stat>> {
+        let sp = self.shared.server_path(path)?;
+        let w: SharedWatcher = Arc::new(Mutex::new(Some(Box::new(watcher))));
+        self.shared
+            .with_retry(|s, d| {
+                let reg =
+                    self.shared
+                        .registration(&sp, WatchKind::Data, Some(WatchKind::Exist), &w);
+                wire_exists(s, &sp, Some(reg), d)
+            })
+            .map_err(|e| self.relative(e))
+    }
+
+    /// The node's data and stat.
+    pub fn get_data(&self, path: &str) -> Result<(Vec<u8>, Stat)> {
+        let sp = self.shared.server_path(path)?;
+        self.shared
+            .with_retry(|s, d| wire_get_data(s, &sp, None, d))
+            .map_err(|e| self.relative(e))
+    }
+
+    /// Like [`Client::get_data`], and leaves a one-shot watch that fires when
+    /// the node is deleted or its data changes. No watch is left when the
+    /// node does not exist (the call fails with `NoNode`).
+    pub fn get_data_watch(
+        &self,
+        path: &str,
+        watcher: impl FnOnce(WatchedEvent) + Send + 'static,
+    ) -> Result<(Vec<u8>, Stat)> {
+        let sp = self.shared.server_path(path)?;
+        let w: SharedWatcher = Arc::new(Mutex::new(Some(Box::new(watcher))));
+        self.shared
+            .with_retry(|s, d| {
+                let reg = self.shared.registration(&sp, WatchKind::Data, None, &w);
+                wire_get_data(s, &sp, Some(reg), d)
+            })
+            .map_err(|e| self.relative(e))
+    }
+
+    /// Sets the node's data, if `version` is `None` or matches.
+    pub fn set_data(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<Stat> {
+        let sp = self.shared.server_path(path)?;
+        self.shared
+            .with_retry(|s, d| wire_set_data(s, &sp, data, version, d))
+            .map_err(|e| self.relative(e))
+    }
+
+    /// The names of the node's children, in the server's (unspecified) order.
+    pub fn get_children(&self, path: &str) -> Result<Vec<String>> {
+        let sp = self.shared.server_path(path)?;
+        self.shared
+            .with_retry(|s, d| wire_children(s, &sp, None, d))
+            .map_err(|e| self.relative(e))
+    }
+
+    /// Like [`Client::get_children`], and leaves a one-shot watch that fires
+    /// when a child is added or removed, or the node is deleted.
+    pub fn get_children_watch(
+        &self,
+        path: &str,
+        watcher: impl FnOnce(WatchedEvent) + Send + 'static,
+    ) -> Result<Vec<String>> {
+        let sp = self.shared.server_path(path)?;
+        let w: SharedWatcher = Arc::new(Mutex::new(Some(Box::new(watcher))));
+        self.shared
+            .with_retry(|s, d| {
+                let reg = self.shared.registration(&sp, WatchKind::Child, None, &w);
+                wire_children(s, &sp, Some(reg), d)
+            })
+            .map_err(|e| self.relative(e))
+    }
+
+    /// Creates every node of `path` that does not exist yet, as persistent
+    /// nodes with the provider's ACL (Curator's `EnsurePath`).
+    pub fn ensure_path(&self, path: &str) -> Result<()> {
+        let sp = self.shared.server_path(path)?;
+        if sp == "/" {
+            return Ok(());
+        }
+        let shared = &self.shared;
+        shared
+            .with_retry(|s, d| {
+                if wire_exists(s, &sp, None, d)?.is_some() {
+                    return Ok(());
+                }
+                shared.create_parents(s, &sp, false, d)?;
+                let acl = shared.cfg.acl_provider.acl_for_path(path);
+                match wire_create(s, &sp, &[], &acl, CreateMode::Persistent, d) {
+                    Err(e) if e.is(ErrorCode::NodeExists) => Ok(()),
+                    other => other.map(|_| ()),
+                }
+            })
+            .map_err(|e| self.relative(e))
+    }
+
+    /// Makes the connected server catch up with the leader for `path`.
+    pub fn sync(&self, path: &str) -> Result<()> {
+        let sp = self.shared.server_path(path)?;
+        self.shared
+            .with_retry(|s, d| wire_sync(s, &sp, d))
+            .map_err(|e| self.relative(e))
+    }
+
+    /// How many guaranteed deletes and protected-node cleanups are still
+    /// waiting to be done in the background.
+    pub fn pending_background_work(&self) -> usize {
+        self.shared.background.pending()
+    }
+
+    /// Errors name namespace-relative paths, as the caller gave them.
+    pub(crate) fn relative(&self, e: Error) -> Error {
+        match e {
+            Error::Zk {
+                code,
+                path: Some(p),
+            } => Error::Zk {
+                code,
+                path: Some(self.shared.user_path(&p)),
+            },
+            other => other,
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Connection states with Curator's meanings, their history, and the
+//! listeners and wakers that hear about them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+/// The state of a client's connection, as Curator's `ConnectionState`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConnectionState {
+    /// First connection of the client.
+    Connected,
+    /// The connection was lost or has gone silent. The session may still be
+    /// alive: locks held are in doubt until `Reconnected` or `Lost`.
+    Suspended,
+    /// Connected again after `Suspended` (same session) or after `Lost` (a
+    /// new session).
+    Reconnected,
+    /// The session is gone: expired on the server, or the client stayed
+    /// suspended for the whole session timeout. Everything ephemeral it
+    /// created, locks included, must be taken as lost.
+    Lost,
+    /// Connected to a server in read-only mode; writes fail.
+    ReadOnly,
+}
+
+impl ConnectionState {
+    /// Whether the client can talk to ZooKeeper in this state.
+    pub fn is_connected(self) -> bool {
+        matches!(
+            self,
+            ConnectionState::Connected | ConnectionState::Reconnected | ConnectionState::ReadOnly
+        )
+    }
+}
+
+type Listener = Arc<dyn Fn(ConnectionState) + Send + Sync>;
+type Waker = Arc<dyn Fn() + Send + Sync>;
+
+/// The state, its history and who to tell about changes.
+pub(crate) struct StateBoard {
+    started: Instant,
+    inner: Mutex<Board>,
+    changed: Condvar,
+    next_id: AtomicU64,
+}
+
+struct Board {
+    current: Option<ConnectionState>,
+    history: Vec<(Duration, ConnectionState)>,
+    listeners: Vec<(u64, Listener)>,
+    wakers: Vec<(u64, Waker)>,
+    closed: bool,
+}
+
+/// Keeps at most this many history entries (the oldest go first).
+const HISTORY_LIMIT: usize = 1000;
+
+impl StateBoard {
+    pub(crate) fn new() -> Self {
+        StateBoard {
+            started: Instant::now(),
+            inner: Mutex::new(Board {
+                current: None,
+                history: Vec::new(),
+                listeners: Vec::new(),
+                wakers: Vec::new(),
+                closed: false,
+            }),
+            changed: Condvar::new(),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    pub(crate) fn current(&self) -> Option<ConnectionState> {
+        self.inner.lock().current
+    }
+
+    pub(crate) fn history(&self) -> Vec<(Duration, ConnectionState)> {
+        self.inner.lock().history.clone()
+    }
+
+    /// Records a new state and tells everyone, on the calling (state) thread.
+    pub(crate) fn post(&self, state: ConnectionState) {
+        let (listeners, wakers) = {
+            let mut b = self.inner.lock();
+            if b.closed {
+                return;
+            }
+            b.current = Some(state);
+            if b.history.len() == HISTORY_LIMIT {
+                b.history.remove(0);
+            }
+            let at = self.started.elapsed();
+            b.history.push((at, state));
+            (
+                b.listeners
+                    .iter()
+                    .map(|(_, l)| Arc::clone(l))
+                    .collect::<Vec<_>>(),
+                b.wakers
+                    .iter()
+                    .map(|(_, w)| Arc::clone(w))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        self.changed.notify_all();
+        log::info!("connection state: {state:?}");
+        for w in wakers {
+            w();
+        }
+        for l in listeners {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l(state))).is_err() {
+                log::error!("a connection-state listener panicked on {state:?}");
+            }
+        }
+    }
+
+    /// Marks the board closed and wakes every waiter one last time.
+    pub(crate) fn close(&self) {
+        let wakers = {
+            let mut b = self.inner.lock();
+            b.closed = true;
+            b.listeners.clear();
+            std::mem::take(&mut b.wakers)
+        };
+        self.changed.notify_all();
+        for (_, w) in wakers {
+            w();
+        }
+    }
+
+    /// Waits until connected; false when the deadline passes or the client closes.
+    pub(crate) fn wait_connected(&self, deadline: Instant) -> bool {
+        let mut b = self.inner.lock();
+        loop {
+            if b.current.is_some_and(ConnectionState::is_connected) {
+                return true;
+            }
+            if b.closed || self.changed.wait_until(&mut b, deadline).timed_out() {
+                return b.current.is_some_and(ConnectionState::is_connected);
+            }
+        }
+    }
+
+    pub(crate) fn add_listener(&self, l: Listener) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.inner.lock().listeners.push((id, l));
+        id
+    }
+
+    pub(crate) fn add_waker(&self, w: Waker) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut b = self.inner.lock();
+        if b.closed {
+            drop(b);
+            w();
+            return id;
+        }
+        b.wakers.push((id, w));
+        id
+    }
+
+    pub(crate) fn remove(&self, id: u64) {
+        let mut b = self.inner.lock();
+        b.listeners.retain(|(i, _)| *i != id);
+        b.wakers.retain(|(i, _)| *i != id);
+    }
+}
+
+/// Removes a listener or waker when dropped.
+#[must_use = "the listener is removed when this handle is dropped"]
+pub struct ListenerHandle {
+    pub(crate) board: std::sync::Weak<StateBoard>,
+    pub(crate) id: u64,
+}
+
+impl ListenerHandle {
+    /// Keeps the listener for the client's whole life.
+    pub fn forget(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for ListenerHandle {
+    fn drop(&mut self) {
+        if let Some(board) = self.board.upgrade() {
+            board.remove(self.id);
+        }
+    }
+}
+
+impl std::fmt::Debug for ListenerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ListenerHandle({})", self.id)
+    }
+}

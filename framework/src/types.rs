@@ -1,0 +1,113 @@
+//! Plain data types of the API: node stats, create modes, watch events.
+
+/// A node's metadata (ZooKeeper's `Stat`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Stat {
+    /// The zxid of the change that created the node. It only grows, so the
+    /// czxid of a lock node is a fencing token.
+    pub czxid: i64,
+    /// The zxid of the last change to the node's data.
+    pub mzxid: i64,
+    /// Creation time, milliseconds since the epoch.
+    pub ctime: i64,
+    /// Last modification time, milliseconds since the epoch.
+    pub mtime: i64,
+    /// Number of changes to the data.
+    pub version: i32,
+    /// Number of changes to the children.
+    pub cversion: i32,
+    /// Number of changes to the ACL.
+    pub aversion: i32,
+    /// The session id of the owner if the node is ephemeral, else 0.
+    pub ephemeral_owner: i64,
+    /// Length of the data.
+    pub data_length: i32,
+    /// Number of children.
+    pub num_children: i32,
+    /// The zxid of the last change to the children.
+    pub pzxid: i64,
+}
+
+/// How a node is created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CreateMode {
+    /// Lives until deleted.
+    #[default]
+    Persistent,
+    /// Deleted when the creating session ends.
+    Ephemeral,
+    /// Persistent, with a 10-digit sequence number appended to the name.
+    PersistentSequential,
+    /// Ephemeral, with a 10-digit sequence number appended to the name.
+    EphemeralSequential,
+    /// Deleted by the server some time after its last child goes.
+    Container,
+}
+
+impl CreateMode {
+    pub(crate) fn flags(self) -> i32 {
+        match self {
+            CreateMode::Persistent => 0,
+            CreateMode::Ephemeral => 1,
+            CreateMode::PersistentSequential => 2,
+            CreateMode::EphemeralSequential => 3,
+            CreateMode::Container => 4,
+        }
+    }
+
+    /// Whether the server appends a sequence number.
+    pub fn is_sequential(self) -> bool {
+        matches!(
+            self,
+            CreateMode::PersistentSequential | CreateMode::EphemeralSequential
+        )
+    }
+
+    /// Whether the node ends with its session.
+    pub fn is_ephemeral(self) -> bool {
+        matches!(
+            self,
+            CreateMode::Ephemeral | CreateMode::EphemeralSequential
+        )
+    }
+}
+
+/// What a watch saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EventType {
+    /// The node was created.
+    NodeCreated,
+    /// The node was deleted.
+    NodeDeleted,
+    /// The node's data changed.
+    NodeDataChanged,
+    /// The node's children changed.
+    NodeChildrenChanged,
+    /// The session that set the watch is gone, so the watch will never fire
+    /// for a node event; re-read and watch again.
+    SessionExpired,
+    /// An event type this version does not know.
+    Other(i32),
+}
+
+impl EventType {
+    pub(crate) fn from_wire(t: i32) -> Self {
+        match t {
+            1 => EventType::NodeCreated,
+            2 => EventType::NodeDeleted,
+            3 => EventType::NodeDataChanged,
+            4 => EventType::NodeChildrenChanged,
+            other => EventType::Other(other),
+        }
+    }
+}
+
+/// A watch notification: what happened, and to which (namespace-relative) path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchedEvent {
+    /// What happened.
+    pub event_type: EventType,
+    /// The node it happened to.
+    pub path: String,
+}

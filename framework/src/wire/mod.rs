@@ -1,0 +1,11 @@
+//! latchkey's own ZooKeeper wire client: the only code that speaks the
+//! protocol. It keeps one session alive across reconnects (auth re-sent,
+//! watches re-armed, silence detected) and reports when the session ends.
+
+pub(crate) mod jute;
+pub(crate) mod proto;
+pub(crate) mod session;
+pub(crate) mod watches;
+
+pub(crate) use session::{WireConfig, WireEvent, WireSession};
+pub(crate) use watches::{WatchKind, WatchRegistration};

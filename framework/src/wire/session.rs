@@ -1,0 +1,655 @@
+//! One ZooKeeper session over plain blocking sockets.
+//!
+//! Callers write their request frame straight to the socket and wait on a
+//! channel; one reader thread per session reads replies in order, sends pings,
+//! notices silence (read timeout of 2/3 of the session timeout, as the Java
+//! client does) and reconnects to the same session, re-sending auth and
+//! re-arming watches with SetWatches. When the server says the session has
+//! expired the session reports it and stops: the framework starts a new one.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use backoff::backoff::Backoff;
+use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
+use parking_lot::{Condvar, Mutex};
+
+use super::jute::{Reader, Writer};
+use super::proto::{self, op, xid, ConnectRequest, ConnectResponse, ReplyHeader, WatcherEvent};
+use super::watches::{WatchFn, WatchRegistration, Watches};
+use crate::error::{Error, ErrorCode};
+use crate::{EventType, WatchedEvent};
+
+/// Largest frame accepted from a server (jute.maxbuffer is 1 MiB by default;
+/// a children listing may be bigger, so allow headroom).
+const MAX_FRAME: usize = 64 << 20;
+
+/// What a session is given to connect with.
+#[derive(Clone, Debug)]
+pub(crate) struct WireConfig {
+    pub hosts: Vec<String>,
+    pub session_timeout: Duration,
+    pub connection_timeout: Duration,
+    pub can_be_read_only: bool,
+    pub auth: Vec<(String, Vec<u8>)>,
+}
+
+/// Session-level happenings, sent to the framework's state thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WireEvent {
+    Connected {
+        read_only: bool,
+    },
+    /// The connection dropped; the server was last heard `silent_for` ago.
+    Disconnected {
+        silent_for: Duration,
+    },
+    Expired,
+    AuthFailed,
+    Closed,
+}
+
+/// Where a session reports its [`WireEvent`]s.
+pub(crate) type EventSink = Box<dyn Fn(WireEvent) + Send + Sync>;
+
+/// A successful reply's body.
+pub(crate) type Reply = Vec<u8>;
+
+struct Pending {
+    xid: i32,
+    reply: Sender<Result<Reply, Error>>,
+    watch: Option<WatchRegistration>,
+}
+
+struct Io {
+    /// The write side of the live connection; `None` while disconnected.
+    stream: Option<TcpStream>,
+    pending: VecDeque<Pending>,
+    next_xid: i32,
+    last_send: Instant,
+}
+
+struct Credentials {
+    session_id: i64,
+    passwd: Vec<u8>,
+    negotiated: Duration,
+}
+
+struct Inner {
+    cfg: WireConfig,
+    io: Mutex<Io>,
+    connected: Condvar,
+    creds: Mutex<Credentials>,
+    watches: Mutex<Watches>,
+    last_zxid: AtomicI64,
+    closed: AtomicBool,
+    events: EventSink,
+    watch_events: Sender<(Vec<WatchFn>, WatchedEvent)>,
+}
+
+/// A handle on one session; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct WireSession {
+    inner: Arc<Inner>,
+}
+
+impl WireSession {
+    /// Starts connecting in the background; `events` hears how it goes.
+    pub(crate) fn start(cfg: WireConfig, events: EventSink) -> Result<Self, Error> {
+        if cfg.hosts.is_empty() {
+            return Err(Error::InvalidArgument(
+                "connect string names no server".into(),
+            ));
+        }
+        let (watch_tx, watch_rx) = unbounded();
+        let inner = Arc::new(Inner {
+            io: Mutex::new(Io {
+                stream: None,
+                pending: VecDeque::new(),
+                next_xid: 1,
+                last_send: Instant::now(),
+            }),
+            connected: Condvar::new(),
+            creds: Mutex::new(Credentials {
+                session_id: 0,
+                passwd: vec![0; 16],
+                negotiated: cfg.session_timeout,
+            }),
+            cfg,
+            watches: Mutex::new(Watches::default()),
+            last_zxid: AtomicI64::new(0),
+            closed: AtomicBool::new(false),
+            events,
+            watch_events: watch_tx,
+        });
+        thread::Builder::new()
+            .name("latchkey-watch".into())
+            .spawn(move || run_watchers(watch_rx))
+            .map_err(Error::Io)?;
+        let reader = Arc::clone(&inner);
+        thread::Builder::new()
+            .name("latchkey-io".into())
+            .spawn(move || reader.run())
+            .map_err(Error::Io)?;
+        Ok(WireSession { inner })
+    }
+
+    /// Sends one request and waits for its reply until `deadline`.
+    /// `build` writes the request body after the header.
+    pub(crate) fn call(
+        &self,
+        opcode: i32,
+        build: impl FnOnce(&mut Writer),
+        watch: Option<WatchRegistration>,
+        deadline: Instant,
+    ) -> Result<Reply, Error> {
+        let rx = self.send(opcode, build, watch)?;
+        match rx.recv_deadline(deadline) {
+            Ok(reply) => reply,
+            Err(RecvTimeoutError::Timeout) => Err(Error::from_code(ErrorCode::OperationTimeout)),
+            Err(RecvTimeoutError::Disconnected) => Err(Error::from_code(ErrorCode::ConnectionLoss)),
+        }
+    }
+
+    fn send(
+        &self,
+        opcode: i32,
+        build: impl FnOnce(&mut Writer),
+        watch: Option<WatchRegistration>,
+    ) -> Result<Receiver<Result<Reply, Error>>, Error> {
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            // This session is over; the client retries on its successor.
+            return Err(Error::from_code(ErrorCode::ConnectionLoss));
+        }
+        let (tx, rx) = bounded(1);
+        let mut io = inner.io.lock();
+        let xid = io.next_xid;
+        io.next_xid = if xid == i32::MAX { 1 } else { xid + 1 };
+        let mut w = proto::request(xid, opcode);
+        build(&mut w);
+        let frame = w.finish_frame();
+        let Some(stream) = io.stream.as_mut() else {
+            return Err(Error::from_code(ErrorCode::ConnectionLoss));
+        };
+        if let Err(e) = stream.write_all(&frame) {
+            log::debug!("write failed, dropping connection: {e}");
+            let _ = stream.shutdown(Shutdown::Both);
+            return Err(Error::from_code(ErrorCode::ConnectionLoss));
+        }
+        io.last_send = Instant::now();
+        io.pending.push_back(Pending {
+            xid,
+            reply: tx,
+            watch,
+        });
+        Ok(rx)
+    }
+
+    /// Waits until the session is connected, or the deadline passes.
+    pub(crate) fn wait_connected(&self, deadline: Instant) -> bool {
+        let mut io = self.inner.io.lock();
+        while io.stream.is_none() {
+            if self.inner.closed.load(Ordering::Acquire)
+                || self
+                    .inner
+                    .connected
+                    .wait_until(&mut io, deadline)
+                    .timed_out()
+            {
+                return io.stream.is_some();
+            }
+        }
+        true
+    }
+
+    /// The server's id for this session, 0 before the first handshake.
+    pub(crate) fn session_id(&self) -> i64 {
+        self.inner.creds.lock().session_id
+    }
+
+    /// The id and password a second connection needs to take over this session.
+    pub(crate) fn credentials(&self) -> (i64, Vec<u8>) {
+        let c = self.inner.creds.lock();
+        (c.session_id, c.passwd.clone())
+    }
+
+    /// The session timeout the server granted.
+    pub(crate) fn negotiated_timeout(&self) -> Duration {
+        self.inner.creds.lock().negotiated
+    }
+
+    /// Ends the session: asks the server to close it (waiting at most
+    /// `timeout`), then drops the connection. Never blocks longer.
+    pub(crate) fn close(&self, timeout: Duration) {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(rx) = self.send(op::CLOSE_SESSION, |_| {}, None) {
+            let _ = rx.recv_timeout(timeout);
+        }
+        self.abandon();
+    }
+
+    /// Drops the connection without telling the server; the session lives on
+    /// there until it times out.
+    pub(crate) fn abandon(&self) {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.inner.drop_connection(ErrorCode::ConnectionLoss);
+        self.inner.connected.notify_all();
+    }
+}
+
+/// Asks the server to close a session by its credentials, from a second
+/// connection: the server-side expiry that tests need.
+pub(crate) fn close_session_by_credentials(
+    hosts: &[String],
+    session_id: i64,
+    passwd: &[u8],
+    timeout: Duration,
+) -> Result<(), Error> {
+    let deadline = Instant::now() + timeout;
+    let mut last = Error::from_code(ErrorCode::ConnectionLoss);
+    for addr in resolve(hosts) {
+        let attempt = (|| -> io::Result<()> {
+            let mut s = TcpStream::connect_timeout(&addr, remaining(deadline))?;
+            s.set_read_timeout(Some(remaining(deadline)))?;
+            let req = ConnectRequest {
+                last_zxid: 0,
+                timeout_ms: 30_000,
+                session_id,
+                passwd,
+                read_only: false,
+            };
+            s.write_all(&req.frame())?;
+            read_frame(&mut s)?;
+            s.write_all(&proto::request(1, op::CLOSE_SESSION).finish_frame())?;
+            match read_frame(&mut s) {
+                // The server may drop every connection of the closed session
+                // before our reply is flushed; the close is done either way.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+                    ) =>
+                {
+                    Ok(())
+                }
+                other => other.map(drop),
+            }
+        })();
+        match attempt {
+            Ok(()) => return Ok(()),
+            Err(e) => last = Error::Io(e),
+        }
+    }
+    Err(last)
+}
+
+fn remaining(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1))
+}
+
+fn resolve(hosts: &[String]) -> Vec<SocketAddr> {
+    hosts
+        .iter()
+        .filter_map(|h| h.to_socket_addrs().ok())
+        .flatten()
+        .collect()
+}
+
+fn read_frame(s: &mut TcpStream) -> io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let len = i32::from_be_bytes(len);
+    if len < 0 || len as usize > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "bad frame length",
+        ));
+    }
+    let mut body = vec![0; len as usize];
+    s.read_exact(&mut body)?;
+    Ok(body)
+}
+
+fn run_watchers(rx: Receiver<(Vec<WatchFn>, WatchedEvent)>) {
+    for (watchers, event) in rx {
+        for w in watchers {
+            let ev = event.clone();
+            // A panicking watcher must not take the session's other watchers with it.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w(ev))).is_err() {
+                log::error!("a watcher panicked on {:?}", event);
+            }
+        }
+    }
+}
+
+/// Why a connection ended.
+enum Ended {
+    /// Lost or silent: reconnect to the same session.
+    Dropped,
+    /// The server says the session is gone.
+    Expired,
+    AuthFailed,
+}
+
+impl Inner {
+    fn run(self: Arc<Self>) {
+        let mut hosts = resolve(&self.cfg.hosts);
+        // Spread clients over an ensemble as the Java client does by shuffling.
+        let start = random_below(hosts.len().max(1));
+        hosts.rotate_left(start);
+        let mut pause = backoff::ExponentialBackoff {
+            initial_interval: Duration::from_millis(20),
+            max_interval: Duration::from_secs(1),
+            max_elapsed_time: None,
+            ..Default::default()
+        };
+        let mut next = 0usize;
+        while !self.closed.load(Ordering::Acquire) {
+            if hosts.is_empty() {
+                hosts = resolve(&self.cfg.hosts);
+            }
+            let Some(addr) = hosts.get(next % hosts.len().max(1)).copied() else {
+                thread::sleep(pause.next_backoff().unwrap_or(Duration::from_secs(1)));
+                continue;
+            };
+            next = next.wrapping_add(1);
+            let ended = match self.handshake(addr) {
+                Ok((stream, read_only)) => {
+                    pause.reset();
+                    (self.events)(WireEvent::Connected { read_only });
+                    let (ended, last_recv) = self.read_loop(stream);
+                    self.drop_connection(ErrorCode::ConnectionLoss);
+                    if !self.closed.load(Ordering::Acquire) {
+                        (self.events)(WireEvent::Disconnected {
+                            silent_for: last_recv.elapsed(),
+                        });
+                    }
+                    ended
+                }
+                Err(HandshakeError::Expired) => Ended::Expired,
+                Err(HandshakeError::Io(e)) => {
+                    log::debug!("connect to {addr} failed: {e}");
+                    // Back off once per full round of failed hosts.
+                    let round_done = next.is_multiple_of(hosts.len().max(1));
+                    if round_done {
+                        thread::sleep(pause.next_backoff().unwrap_or(Duration::from_secs(1)));
+                    }
+                    Ended::Dropped
+                }
+            };
+            match ended {
+                Ended::Dropped => {}
+                Ended::Expired => {
+                    log::info!("session expired");
+                    self.expire(ErrorCode::SessionExpired, WireEvent::Expired);
+                    return;
+                }
+                Ended::AuthFailed => {
+                    self.expire(ErrorCode::AuthFailed, WireEvent::AuthFailed);
+                    return;
+                }
+            }
+        }
+        (self.events)(WireEvent::Closed);
+    }
+
+    /// The session is over for good: fail what waits, fire every watch once
+    /// so nobody sleeps on a watch that can no longer fire.
+    fn expire(&self, code: ErrorCode, event: WireEvent) {
+        self.closed.store(true, Ordering::Release);
+        self.drop_connection(code);
+        self.connected.notify_all();
+        for (path, w) in self.watches.lock().drain() {
+            let ev = WatchedEvent {
+                event_type: EventType::SessionExpired,
+                path,
+            };
+            let _ = self.watch_events.send((vec![w], ev));
+        }
+        (self.events)(event);
+    }
+
+    fn drop_connection(&self, code: ErrorCode) {
+        let mut io = self.io.lock();
+        if let Some(s) = io.stream.take() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        for p in io.pending.drain(..) {
+            let _ = p.reply.send(Err(Error::from_code(code)));
+        }
+    }
+
+    fn handshake(&self, addr: SocketAddr) -> Result<(TcpStream, bool), HandshakeError> {
+        let per_host = self.cfg.connection_timeout / (self.cfg.hosts.len().max(1) as u32);
+        let per_host = per_host.max(Duration::from_millis(200));
+        let mut s = TcpStream::connect_timeout(&addr, per_host)?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(per_host))?;
+        s.set_write_timeout(Some(self.cfg.connection_timeout))?;
+        let (session_id, passwd) = {
+            let c = self.creds.lock();
+            (c.session_id, c.passwd.clone())
+        };
+        let req = ConnectRequest {
+            last_zxid: self.last_zxid.load(Ordering::Acquire),
+            timeout_ms: millis_i32(self.cfg.session_timeout),
+            session_id,
+            passwd: &passwd,
+            read_only: self.cfg.can_be_read_only,
+        };
+        s.write_all(&req.frame())?;
+        let resp = ConnectResponse::read(&read_frame(&mut s)?)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        if resp.timeout_ms <= 0 {
+            return Err(HandshakeError::Expired);
+        }
+        let negotiated = Duration::from_millis(resp.timeout_ms as u64);
+        {
+            let mut c = self.creds.lock();
+            c.session_id = resp.session_id;
+            c.passwd = resp.passwd;
+            c.negotiated = negotiated;
+        }
+        let reader = s.try_clone()?;
+        reader.set_read_timeout(Some(tick(negotiated)))?;
+        let mut io = self.io.lock();
+        // Auth and re-armed watches go first, before any caller's request.
+        for (scheme, auth) in &self.cfg.auth {
+            let mut w = proto::request(xid::AUTH, op::AUTH);
+            w.i32(0).string(scheme).bytes(auth);
+            s.write_all(&w.finish_frame())?;
+        }
+        let watches = self.watches.lock();
+        if !watches.is_empty() {
+            let (data, exist, child) = watches.paths();
+            let mut w = proto::request(xid::SET_WATCHES, op::SET_WATCHES);
+            w.i64(self.last_zxid.load(Ordering::Acquire))
+                .strings(&data)
+                .strings(&exist)
+                .strings(&child);
+            s.write_all(&w.finish_frame())?;
+        }
+        drop(watches);
+        io.stream = Some(s);
+        io.last_send = Instant::now();
+        drop(io);
+        self.connected.notify_all();
+        Ok((reader, resp.read_only))
+    }
+
+    fn read_loop(&self, mut s: TcpStream) -> (Ended, Instant) {
+        let negotiated = self.creds.lock().negotiated;
+        let read_timeout = negotiated * 2 / 3;
+        let ping_every = read_timeout / 2;
+        let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+        let mut chunk = vec![0u8; 64 * 1024];
+        let mut last_recv = Instant::now();
+        let mut last_check = Instant::now();
+        loop {
+            if self.closed.load(Ordering::Acquire) {
+                return (Ended::Dropped, last_recv);
+            }
+            match s.read(&mut chunk) {
+                Ok(0) => return (Ended::Dropped, last_recv),
+                Ok(n) => {
+                    last_recv = Instant::now();
+                    buf.extend_from_slice(&chunk[..n]);
+                    match self.dispatch_frames(&mut buf) {
+                        Ok(None) => {}
+                        Ok(Some(ended)) => return (ended, last_recv),
+                        Err(e) => {
+                            log::warn!("protocol error, reconnecting: {e}");
+                            return (Ended::Dropped, last_recv);
+                        }
+                    }
+                }
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::TimedOut => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    log::debug!("read failed: {e}");
+                    return (Ended::Dropped, last_recv);
+                }
+            }
+            if last_check.elapsed() < tick(negotiated) {
+                continue;
+            }
+            last_check = Instant::now();
+            if last_recv.elapsed() >= read_timeout {
+                log::info!("no reply from server for {:?}, reconnecting", read_timeout);
+                return (Ended::Dropped, last_recv);
+            }
+            let mut io = self.io.lock();
+            if io.last_send.elapsed() >= ping_every {
+                let ping = proto::request(xid::PING, op::PING).finish_frame();
+                match io.stream.as_mut().map(|st| st.write_all(&ping)) {
+                    Some(Ok(())) => io.last_send = Instant::now(),
+                    _ => return (Ended::Dropped, last_recv),
+                }
+            }
+        }
+    }
+
+    /// Handles every complete frame in `buf`, leaving a partial one behind.
+    fn dispatch_frames(&self, buf: &mut Vec<u8>) -> Result<Option<Ended>, Error> {
+        let mut at = 0;
+        let mut outcome = None;
+        while buf.len() - at >= 4 {
+            let len = i32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
+            if len < 0 || len as usize > MAX_FRAME {
+                return Err(Error::Marshalling("bad frame length"));
+            }
+            let end = at + 4 + len as usize;
+            if buf.len() < end {
+                break;
+            }
+            if let Some(ended) = self.dispatch(&buf[at + 4..end])? {
+                outcome = Some(ended);
+            }
+            at = end;
+        }
+        buf.drain(..at);
+        Ok(outcome)
+    }
+
+    fn dispatch(&self, frame: &[u8]) -> Result<Option<Ended>, Error> {
+        let mut r = Reader::new(frame);
+        let header = ReplyHeader::read(&mut r)?;
+        if header.zxid > 0 {
+            self.last_zxid.fetch_max(header.zxid, Ordering::AcqRel);
+        }
+        match header.xid {
+            xid::WATCH_EVENT => {
+                let ev = WatcherEvent::read(&mut r)?;
+                let event_type = EventType::from_wire(ev.event_type);
+                let fired = self.watches.lock().triggered(event_type, &ev.path);
+                if !fired.is_empty() {
+                    let event = WatchedEvent {
+                        event_type,
+                        path: ev.path,
+                    };
+                    let _ = self.watch_events.send((fired, event));
+                }
+            }
+            xid::PING | xid::SET_WATCHES => {}
+            xid::AUTH => {
+                if header.err != 0 {
+                    log::warn!("authentication failed ({})", header.err);
+                    return Ok(Some(Ended::AuthFailed));
+                }
+            }
+            _ => {
+                let Some(pending) = self.io.lock().pending.pop_front() else {
+                    return Err(Error::Marshalling("reply with no request waiting"));
+                };
+                if pending.xid != header.xid {
+                    return Err(Error::Marshalling("reply out of order"));
+                }
+                let result = if header.err == 0 {
+                    Ok(r.rest().to_vec())
+                } else {
+                    Err(Error::from_code(ErrorCode::from_wire(header.err)))
+                };
+                if let Some(reg) = pending.watch {
+                    let kind = match result {
+                        Ok(_) => Some(reg.on_ok),
+                        Err(ref e) if e.code() == Some(ErrorCode::NoNode) => reg.on_no_node,
+                        Err(_) => None,
+                    };
+                    if let Some(kind) = kind {
+                        self.watches.lock().add(kind, reg.path, reg.watcher);
+                    }
+                }
+                let _ = pending.reply.send(result);
+            }
+        }
+        Ok(None)
+    }
+}
+
+enum HandshakeError {
+    Expired,
+    Io(io::Error),
+}
+
+impl From<io::Error> for HandshakeError {
+    fn from(e: io::Error) -> Self {
+        HandshakeError::Io(e)
+    }
+}
+
+/// How often the reader wakes when the socket is idle, to ping and to judge silence.
+fn tick(negotiated: Duration) -> Duration {
+    (negotiated / 12).clamp(Duration::from_millis(10), Duration::from_millis(500))
+}
+
+fn millis_i32(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+/// A cheap random index; the std hasher is randomly keyed per process.
+pub(crate) fn random_below(n: usize) -> usize {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    (h.finish() % (n.max(1) as u64)) as usize
+}

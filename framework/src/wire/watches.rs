@@ -1,0 +1,91 @@
+//! One-shot watch bookkeeping, with ZooKeeper's rules for which watches an
+//! event triggers and which paths are re-armed after a reconnect.
+
+use std::collections::HashMap;
+
+use crate::{EventType, WatchedEvent};
+
+/// A one-shot watch callback.
+pub(crate) type WatchFn = Box<dyn FnOnce(WatchedEvent) + Send>;
+
+/// Which server-side watch table a watch sits in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WatchKind {
+    /// Set by getData, or by exists on a node that exists.
+    Data,
+    /// Set by exists on a node that does not exist.
+    Exist,
+    /// Set by getChildren.
+    Child,
+}
+
+/// What to register once a request's reply arrives, depending on its result.
+pub(crate) struct WatchRegistration {
+    pub path: String,
+    pub on_ok: WatchKind,
+    /// exists registers an Exist watch when the node is missing; other reads none.
+    pub on_no_node: Option<WatchKind>,
+    pub watcher: WatchFn,
+}
+
+#[derive(Default)]
+pub(crate) struct Watches {
+    data: HashMap<String, Vec<WatchFn>>,
+    exist: HashMap<String, Vec<WatchFn>>,
+    child: HashMap<String, Vec<WatchFn>>,
+}
+
+impl Watches {
+    fn table(&mut self, kind: WatchKind) -> &mut HashMap<String, Vec<WatchFn>> {
+        match kind {
+            WatchKind::Data => &mut self.data,
+            WatchKind::Exist => &mut self.exist,
+            WatchKind::Child => &mut self.child,
+        }
+    }
+
+    pub(crate) fn add(&mut self, kind: WatchKind, path: String, watcher: WatchFn) {
+        self.table(kind).entry(path).or_default().push(watcher);
+    }
+
+    /// Removes and returns the watches an event triggers (ZooKeeper's
+    /// `ZKWatchManager.materialize`).
+    pub(crate) fn triggered(&mut self, event: EventType, path: &str) -> Vec<WatchFn> {
+        let kinds: &[WatchKind] = match event {
+            EventType::NodeCreated | EventType::NodeDataChanged => {
+                &[WatchKind::Data, WatchKind::Exist]
+            }
+            EventType::NodeChildrenChanged => &[WatchKind::Child],
+            EventType::NodeDeleted => &[WatchKind::Data, WatchKind::Exist, WatchKind::Child],
+            _ => &[],
+        };
+        let mut fired = Vec::new();
+        for &kind in kinds {
+            if let Some(list) = self.table(kind).remove(path) {
+                fired.extend(list);
+            }
+        }
+        fired
+    }
+
+    /// The paths to re-arm with SetWatches after a reconnect: data, exist, child.
+    pub(crate) fn paths(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
+        let keys = |m: &HashMap<String, Vec<WatchFn>>| m.keys().cloned().collect();
+        (keys(&self.data), keys(&self.exist), keys(&self.child))
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.data.is_empty() && self.exist.is_empty() && self.child.is_empty()
+    }
+
+    /// Every watch, removed: the session that held them is gone.
+    pub(crate) fn drain(&mut self) -> Vec<(String, WatchFn)> {
+        let mut all = Vec::new();
+        for table in [&mut self.data, &mut self.exist, &mut self.child] {
+            for (path, list) in table.drain() {
+                all.extend(list.into_iter().map(|w| (path.clone(), w)));
+            }
+        }
+        all
+    }
+}

@@ -1,0 +1,358 @@
+//! The lock driver every recipe shares (Curator's `LockInternals`): a
+//! protected ephemeral-sequential node per attempt, the children sorted by
+//! sequence, and a wait on exactly one other node.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use latchkey_framework::paths;
+use latchkey_framework::{Client, CreateMode, Error, ErrorCode, EventType, Result, WatchedEvent};
+use parking_lot::{Condvar, Mutex};
+
+/// What a driver decides for one listing of the lock's children.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// The caller holds the lock.
+    Acquired,
+    /// Wait until this child (a name under the lock path) changes.
+    /// `only_blocker` says that its deletion alone grants the lock, so the
+    /// waiter need not list the children again.
+    WaitFor {
+        /// The child to watch.
+        node: String,
+        /// Whether this child's deletion alone grants the lock.
+        only_blocker: bool,
+    },
+}
+
+/// Decides, from the sorted children, whether a node holds the lock
+/// (Curator's `LockInternalsDriver.getsTheLock`).
+pub trait LockDriver: Send + Sync {
+    /// `children` are sorted; `ours` is our node's name.
+    fn decide(&self, children: &[String], ours: &str, max_leases: usize) -> Result<Decision>;
+}
+
+/// Curator's standard rule: the first `max_leases` nodes hold the lock; any
+/// other waits for the node `max_leases` places before it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StandardDriver;
+
+impl LockDriver for StandardDriver {
+    fn decide(&self, children: &[String], ours: &str, max_leases: usize) -> Result<Decision> {
+        let index = our_index(children, ours)?;
+        if index < max_leases {
+            return Ok(Decision::Acquired);
+        }
+        Ok(Decision::WaitFor {
+            node: children[index - max_leases].clone(),
+            // Nodes only join above us, so once this one goes we are within max_leases.
+            only_blocker: index == max_leases,
+        })
+    }
+}
+
+/// Our node's place among the children, or NoNode if it is gone (session
+/// lost, or deleted by someone else).
+pub(crate) fn our_index(children: &[String], ours: &str) -> Result<usize> {
+    children
+        .iter()
+        .position(|c| c == ours)
+        .ok_or_else(|| Error::Zk {
+            code: ErrorCode::NoNode,
+            path: Some(ours.to_owned()),
+        })
+}
+
+/// The sequence number after the last of `names` in a child's name, as a
+/// signed integer (ZooKeeper's counter may wrap to negative values).
+pub(crate) fn sequence_of(child: &str, names: &[&str]) -> Option<i64> {
+    let start = names
+        .iter()
+        .filter_map(|n| child.rfind(n).map(|i| i + n.len()))
+        .max()?;
+    child.get(start..)?.parse().ok()
+}
+
+/// Wakes a waiter: a watch fired, the connection state changed, or the
+/// client closed.
+#[derive(Default)]
+pub(crate) struct Signal {
+    state: Mutex<SignalState>,
+    cond: Condvar,
+}
+
+#[derive(Default)]
+struct SignalState {
+    epoch: u64,
+    /// The watch event behind the latest wake-up, if a watch caused it.
+    last_event: Option<WatchedEvent>,
+}
+
+impl Signal {
+    pub(crate) fn epoch(&self) -> u64 {
+        self.state.lock().epoch
+    }
+
+    pub(crate) fn notify(&self, event: Option<WatchedEvent>) {
+        let mut s = self.state.lock();
+        s.epoch += 1;
+        s.last_event = event;
+        self.cond.notify_all();
+    }
+
+    /// Waits for a wake-up after `epoch`. Returns `None` at the deadline,
+    /// else how many wake-ups there were and the latest one's event.
+    pub(crate) fn wait(
+        &self,
+        epoch: u64,
+        deadline: Option<Instant>,
+    ) -> Option<(u64, Option<WatchedEvent>)> {
+        let mut s = self.state.lock();
+        while s.epoch == epoch {
+            match deadline {
+                Some(d) => {
+                    if self.cond.wait_until(&mut s, d).timed_out() && s.epoch == epoch {
+                        return None;
+                    }
+                }
+                None => self.cond.wait(&mut s),
+            }
+        }
+        Some((s.epoch - epoch, s.last_event.clone()))
+    }
+}
+
+/// Checks a recipe's base path: a valid ZooKeeper path other than the root,
+/// whose children a recipe would share with everything else there.
+pub(crate) fn validate_recipe_path(path: &str) -> Result<()> {
+    paths::validate_path(path).map_err(|e| Error::InvalidPath {
+        path: path.to_owned(),
+        reason: e.kind().to_string(),
+    })?;
+    if path == "/" {
+        return Err(Error::InvalidPath {
+            path: path.into(),
+            reason: "a recipe needs its own node, not the root".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The acquired node: its path and its creation zxid (a fencing token).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockNode {
+    /// Full (namespace-relative) path of the lock node.
+    pub path: String,
+    /// The node's czxid: larger for every later holder of the lock path.
+    pub czxid: i64,
+    /// The session that owns the (ephemeral) node; the hold is gone once the
+    /// client's session is another.
+    pub owner: i64,
+}
+
+/// Drives one kind of lock node under one lock path.
+pub struct LockInternals {
+    client: Client,
+    base_path: String,
+    lock_name: String,
+    /// Names that mark this lock's nodes among the children (sorting and
+    /// participant listing); the read-write lock shares a path between two.
+    sort_names: Vec<String>,
+    max_leases: usize,
+    driver: Arc<dyn LockDriver>,
+}
+
+impl std::fmt::Debug for LockInternals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockInternals")
+            .field("base_path", &self.base_path)
+            .field("lock_name", &self.lock_name)
+            .field("max_leases", &self.max_leases)
+            .finish()
+    }
+}
+
+impl LockInternals {
+    /// A driver for nodes named `lock_name` under `base_path`. `sort_names`
+    /// lists every lock name that shares the path (sorting looks at the
+    /// digits after the last of them).
+    pub fn new(
+        client: &Client,
+        base_path: &str,
+        lock_name: &str,
+        sort_names: &[&str],
+        max_leases: usize,
+        driver: Arc<dyn LockDriver>,
+    ) -> Result<Self> {
+        validate_recipe_path(base_path)?;
+        if max_leases == 0 {
+            return Err(Error::InvalidArgument(
+                "max_leases must be at least 1".into(),
+            ));
+        }
+        Ok(LockInternals {
+            client: client.clone(),
+            base_path: base_path.to_owned(),
+            lock_name: lock_name.to_owned(),
+            sort_names: sort_names.iter().map(|s| s.to_string()).collect(),
+            max_leases,
+            driver,
+        })
+    }
+
+    /// The client the lock uses.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The lock path.
+    pub fn base_path(&self) -> &str {
+        &self.base_path
+    }
+
+    /// The children of the lock path sorted by sequence (every kind of lock
+    /// node sharing the path).
+    pub fn sorted_children(&self) -> Result<Vec<String>> {
+        let mut children = self.client.get_children(&self.base_path)?;
+        self.sort(&mut children);
+        Ok(children)
+    }
+
+    fn sort(&self, children: &mut [String]) {
+        let names: Vec<&str> = self.sort_names.iter().map(String::as_str).collect();
+        children.sort_by_cached_key(|c| (sequence_of(c, &names).ok_or(()), c.clone()));
+    }
+
+    /// The participants of this kind, in queue order, as full paths.
+    pub fn participant_nodes(&self) -> Result<Vec<String>> {
+        let children = match self.sorted_children() {
+            Err(e) if e.is(ErrorCode::NoNode) => return Ok(Vec::new()),
+            other => other?,
+        };
+        Ok(children
+            .into_iter()
+            .filter(|c| c.contains(&self.lock_name))
+            .map(|c| paths::make_path(&self.base_path, &c))
+            .collect())
+    }
+
+    /// Queues for the lock and waits until it is held or `deadline` passes
+    /// (`Ok(None)`; the node is then removed). A node that disappears while
+    /// waiting (session lost) is re-created as the retry policy allows.
+    pub fn attempt_lock(&self, deadline: Option<Instant>, data: &[u8]) -> Result<Option<LockNode>> {
+        let started = Instant::now();
+        let mut retries = 0u32;
+        loop {
+            let (path, stat) = self
+                .client
+                .create()
+                .creating_parent_containers_if_needed()
+                .with_protection()
+                .mode(CreateMode::EphemeralSequential)
+                .for_path_with_stat(&paths::make_path(&self.base_path, &self.lock_name), data)?;
+            match self.wait_for_lock(&path, stat.ephemeral_owner, deadline) {
+                Ok(true) => {
+                    return Ok(Some(LockNode {
+                        path,
+                        czxid: stat.czxid,
+                        owner: stat.ephemeral_owner,
+                    }))
+                }
+                Ok(false) => {
+                    self.delete_node(&path);
+                    return Ok(None);
+                }
+                Err(e) if e.is(ErrorCode::NoNode) => {
+                    // Our node vanished (session lost): queue again if allowed.
+                    self.delete_node(&path);
+                    let policy = self.client.retry_policy();
+                    match policy.allow_retry(retries, started.elapsed()) {
+                        Some(sleep) if deadline.is_none_or(|d| Instant::now() + sleep < d) => {
+                            std::thread::sleep(sleep);
+                            retries += 1;
+                        }
+                        _ => return Err(e),
+                    }
+                }
+                Err(e) => {
+                    self.delete_node(&path);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Removes a lock node for good: retried in the background until it is
+    /// gone, so an abandoned attempt never blocks the queue.
+    pub fn delete_node(&self, path: &str) {
+        if let Err(e) = self.client.delete().guaranteed().for_path(path) {
+            log::debug!("deleting lock node {path} continues in the background: {e}");
+        }
+    }
+
+    fn wait_for_lock(&self, our_path: &str, owner: i64, deadline: Option<Instant>) -> Result<bool> {
+        let ours = paths::get_node_from_path(our_path).to_owned();
+        let signal = Arc::new(Signal::default());
+        let waker_signal = Arc::clone(&signal);
+        let _waker = self.client.add_waker(move || waker_signal.notify(None));
+        let mut children = self.sorted_children()?;
+        if self.driver.decide(&children, &ours, self.max_leases)? != Decision::Acquired {
+            // We will wait: also watch our own node, so that losing it (someone
+            // deleted it) wakes us to re-list instead of taking the fast path.
+            let own_signal = Arc::clone(&signal);
+            let own = self
+                .client
+                .exists_watch(our_path, move |ev| own_signal.notify(Some(ev)))?;
+            if own.is_none() {
+                return Err(Error::Zk {
+                    code: ErrorCode::NoNode,
+                    path: Some(our_path.to_owned()),
+                });
+            }
+        }
+        loop {
+            if self.client.is_closed() {
+                return Err(Error::Closed);
+            }
+            if self.client.session_id() != owner {
+                // The session that owns our node was given up; the node is
+                // worthless even while the server still lists it.
+                return Err(Error::Zk {
+                    code: ErrorCode::NoNode,
+                    path: Some(our_path.to_owned()),
+                });
+            }
+            let epoch = signal.epoch();
+            let (node, only_blocker) =
+                match self.driver.decide(&children, &ours, self.max_leases)? {
+                    Decision::Acquired => return Ok(true),
+                    Decision::WaitFor { node, only_blocker } => (node, only_blocker),
+                };
+            let watched = paths::make_path(&self.base_path, &node);
+            let watch_signal = Arc::clone(&signal);
+            match self
+                .client
+                .get_data_watch(&watched, move |ev| watch_signal.notify(Some(ev)))
+            {
+                Ok(_) => match signal.wait(epoch, deadline) {
+                    None => return Ok(false),
+                    Some((1, Some(ev)))
+                        if only_blocker
+                            && ev.event_type == EventType::NodeDeleted
+                            && ev.path == watched =>
+                    {
+                        // Nodes only join above us: with our sole blocker gone, we hold it.
+                        return Ok(true);
+                    }
+                    Some(_) => {}
+                },
+                Err(e) if e.is(ErrorCode::NoNode) => {}
+                Err(e) => return Err(e),
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(false);
+            }
+            children = self.sorted_children()?;
+        }
+    }
+}

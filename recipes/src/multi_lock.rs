@@ -1,0 +1,141 @@
+//! `InterProcessMultiLock`: several locks taken as one, all or none.
+
+use std::time::{Duration, Instant};
+
+use latchkey_framework::{Client, Error, Result};
+
+use crate::mutex::InterProcessMutex;
+
+/// What a lock offers so that [`InterProcessMultiLock`] can combine it
+/// (Curator's `InterProcessLock`).
+pub trait InterProcessLock: Send + Sync {
+    /// Waits as long as it takes.
+    fn acquire(&self) -> Result<()>;
+    /// Waits at most `timeout`; `Ok(false)` if not taken.
+    fn acquire_timeout(&self, timeout: Duration) -> Result<bool>;
+    /// Releases one hold.
+    fn release(&self) -> Result<()>;
+    /// Whether this process holds it.
+    fn is_acquired_in_this_process(&self) -> bool;
+}
+
+impl InterProcessLock for InterProcessMutex {
+    fn acquire(&self) -> Result<()> {
+        InterProcessMutex::acquire(self)
+    }
+    fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
+        InterProcessMutex::acquire_timeout(self, timeout)
+    }
+    fn release(&self) -> Result<()> {
+        InterProcessMutex::release(self)
+    }
+    fn is_acquired_in_this_process(&self) -> bool {
+        InterProcessMutex::is_acquired_in_this_process(self)
+    }
+}
+
+/// Takes every lock in order, or none: on a failure or timeout the locks
+/// already taken are released in reverse order.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use latchkey_recipes::InterProcessMultiLock;
+///
+/// let both = InterProcessMultiLock::from_paths(client, &["/locks/a", "/locks/b"])?;
+/// both.acquire()?;
+/// // ... holds /locks/a and /locks/b ...
+/// both.release()?;
+/// # Ok(()) }
+/// ```
+pub struct InterProcessMultiLock {
+    locks: Vec<Box<dyn InterProcessLock>>,
+}
+
+impl std::fmt::Debug for InterProcessMultiLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "InterProcessMultiLock({} locks)", self.locks.len())
+    }
+}
+
+impl InterProcessMultiLock {
+    /// Combines `locks`, taken in the given order.
+    pub fn new(locks: Vec<Box<dyn InterProcessLock>>) -> Result<Self> {
+        if locks.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a multi-lock needs at least one lock".into(),
+            ));
+        }
+        Ok(InterProcessMultiLock { locks })
+    }
+
+    /// One [`InterProcessMutex`] per path.
+    pub fn from_paths(client: &Client, paths: &[&str]) -> Result<Self> {
+        let locks = paths
+            .iter()
+            .map(|p| {
+                InterProcessMutex::new(client, p).map(|m| Box::new(m) as Box<dyn InterProcessLock>)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Self::new(locks)
+    }
+
+    /// Takes every lock, waiting as long as it takes.
+    pub fn acquire(&self) -> Result<()> {
+        self.acquire_until(None).map(|_| ())
+    }
+
+    /// Takes every lock within `timeout` in all, or none of them.
+    pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
+        self.acquire_until(Some(Instant::now() + timeout))
+    }
+
+    fn acquire_until(&self, deadline: Option<Instant>) -> Result<bool> {
+        for (taken, lock) in self.locks.iter().enumerate() {
+            let outcome = match deadline {
+                None => lock.acquire().map(|_| true),
+                Some(d) => lock.acquire_timeout(d.saturating_duration_since(Instant::now())),
+            };
+            if !matches!(outcome, Ok(true)) {
+                for held in self.locks[..taken].iter().rev() {
+                    if let Err(e) = held.release() {
+                        log::warn!("rolling back a multi-lock: {e}");
+                    }
+                }
+                return outcome;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Releases every lock in reverse order, trying each even when one
+    /// fails; returns the first error.
+    pub fn release(&self) -> Result<()> {
+        let mut first_error = None;
+        for lock in self.locks.iter().rev() {
+            if let Err(e) = lock.release() {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Whether every lock is held by this process.
+    pub fn is_acquired_in_this_process(&self) -> bool {
+        self.locks.iter().all(|l| l.is_acquired_in_this_process())
+    }
+}
+
+impl InterProcessLock for InterProcessMultiLock {
+    fn acquire(&self) -> Result<()> {
+        InterProcessMultiLock::acquire(self)
+    }
+    fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
+        InterProcessMultiLock::acquire_timeout(self, timeout)
+    }
+    fn release(&self) -> Result<()> {
+        InterProcessMultiLock::release(self)
+    }
+    fn is_acquired_in_this_process(&self) -> bool {
+        InterProcessMultiLock::is_acquired_in_this_process(self)
+    }
+}

@@ -1,0 +1,311 @@
+//! `InterProcessMutex`: Curator's reentrant distributed mutex.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::{self, ThreadId};
+use std::time::{Duration, Instant};
+
+use latchkey_framework::{Client, ConnectionState, Error, ListenerHandle, Result};
+use parking_lot::Mutex;
+
+use crate::lock_internals::{LockDriver, LockInternals, LockNode, StandardDriver};
+use crate::revoke::{watch_for_revocation, RevocationListener};
+
+/// Curator's lock-node name for a mutex.
+pub const LOCK_NAME: &str = "lock-";
+
+/// One thread's hold on the lock.
+struct Hold {
+    node: LockNode,
+    count: u32,
+    lost: Arc<AtomicBool>,
+}
+
+pub(crate) struct MutexInner {
+    internals: LockInternals,
+    holds: Mutex<HashMap<ThreadId, Hold>>,
+    data: Vec<u8>,
+    revocable: Mutex<Option<RevocationListener>>,
+    _state: Mutex<Option<ListenerHandle>>,
+}
+
+/// A distributed mutex, reentrant per thread, that queues with Curator's
+/// `InterProcessMutex` on the same path (nodes `_c_<uuid>-lock-<seq>`).
+///
+/// Threads of one process contend with each other as processes do; a thread
+/// that holds the lock may take it again (each acquire needs a release).
+/// Clones share the same lock object.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use std::time::Duration;
+/// use latchkey_recipes::InterProcessMutex;
+///
+/// let mutex = InterProcessMutex::new(client, "/locks/orders")?;
+/// {
+///     let guard = mutex.lock()?;
+///     // ... exclusive work; guard.fencing_token() guards writes elsewhere ...
+///     assert!(!guard.is_lost());
+/// } // released here
+/// if let Some(_guard) = mutex.try_lock_for(Duration::from_secs(2))? {
+///     // got it within two seconds
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct InterProcessMutex {
+    inner: Arc<MutexInner>,
+}
+
+impl std::fmt::Debug for InterProcessMutex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterProcessMutex")
+            .field("path", &self.inner.internals.base_path())
+            .finish()
+    }
+}
+
+impl InterProcessMutex {
+    /// A mutex on `path` (created on first use).
+    pub fn new(client: &Client, path: &str) -> Result<Self> {
+        Self::with_lock_data(client, path, &[])
+    }
+
+    /// Like [`InterProcessMutex::new`], storing `data` in each lock node.
+    pub fn with_lock_data(client: &Client, path: &str, data: &[u8]) -> Result<Self> {
+        let driver = Arc::new(StandardDriver);
+        Self::with_driver(client, path, LOCK_NAME, &[LOCK_NAME], 1, driver, data)
+    }
+
+    pub(crate) fn with_driver(
+        client: &Client,
+        path: &str,
+        lock_name: &str,
+        sort_names: &[&str],
+        max_leases: usize,
+        driver: Arc<dyn LockDriver>,
+        data: &[u8],
+    ) -> Result<Self> {
+        let internals =
+            LockInternals::new(client, path, lock_name, sort_names, max_leases, driver)?;
+        Ok(Self::wrap(MutexInner {
+            internals,
+            holds: Mutex::new(HashMap::new()),
+            data: data.to_vec(),
+            revocable: Mutex::new(None),
+            _state: Mutex::new(None),
+        }))
+    }
+
+    fn wrap(inner: MutexInner) -> Self {
+        let inner = Arc::new(inner);
+        let weak: Weak<MutexInner> = Arc::downgrade(&inner);
+        let handle = inner.internals.client().add_listener(move |state| {
+            if state == ConnectionState::Lost {
+                if let Some(inner) = weak.upgrade() {
+                    for hold in inner.holds.lock().values() {
+                        hold.lost.store(true, Ordering::Release);
+                    }
+                }
+            }
+        });
+        *inner._state.lock() = Some(handle);
+        InterProcessMutex { inner }
+    }
+
+    /// Waits as long as it takes to hold the lock.
+    pub fn acquire(&self) -> Result<()> {
+        match self.internal_lock(None)? {
+            true => Ok(()),
+            false => Err(Error::IllegalState(
+                "lock wait ended without a deadline".into(),
+            )),
+        }
+    }
+
+    /// Waits at most `timeout`; `Ok(false)` if the lock was not taken (and
+    /// no node is left behind).
+    pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
+        self.internal_lock(Some(Instant::now() + timeout))
+    }
+
+    fn internal_lock(&self, deadline: Option<Instant>) -> Result<bool> {
+        let me = thread::current().id();
+        if let Some(hold) = self.inner.holds.lock().get_mut(&me) {
+            hold.count = hold
+                .count
+                .checked_add(1)
+                .ok_or_else(|| Error::IllegalState("lock count overflow".into()))?;
+            return Ok(true);
+        }
+        let Some(node) = self
+            .inner
+            .internals
+            .attempt_lock(deadline, &self.inner.data)?
+        else {
+            return Ok(false);
+        };
+        if let Some(listener) = self.inner.revocable.lock().clone() {
+            watch_for_revocation(self.inner.internals.client(), &node.path, listener);
+        }
+        self.inner.holds.lock().insert(
+            me,
+            Hold {
+                node,
+                count: 1,
+                lost: Arc::new(AtomicBool::new(false)),
+            },
+        );
+        Ok(true)
+    }
+
+    /// Releases one hold of the calling thread; the last one deletes the
+    /// lock node (guaranteed: retried in the background if ZooKeeper cannot
+    /// be reached, and a lock lost with its session releases quietly).
+    /// Fails if this thread does not hold the lock.
+    pub fn release(&self) -> Result<()> {
+        let me = thread::current().id();
+        let node = {
+            let mut holds = self.inner.holds.lock();
+            let Some(hold) = holds.get_mut(&me) else {
+                return Err(Error::IllegalState(format!(
+                    "this thread does not hold the lock {}",
+                    self.inner.internals.base_path()
+                )));
+            };
+            hold.count -= 1;
+            if hold.count > 0 {
+                return Ok(());
+            }
+            holds.remove(&me).map(|h| h.node)
+        };
+        if let Some(node) = node {
+            self.inner.internals.delete_node(&node.path);
+        }
+        Ok(())
+    }
+
+    /// Takes the lock and returns a guard that releases it when dropped.
+    pub fn lock(&self) -> Result<MutexGuard<'_>> {
+        self.acquire()?;
+        Ok(self.guard())
+    }
+
+    /// Like [`InterProcessMutex::lock`], waiting at most `timeout`.
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MutexGuard<'_>>> {
+        Ok(self.acquire_timeout(timeout)?.then(|| self.guard()))
+    }
+
+    fn guard(&self) -> MutexGuard<'_> {
+        MutexGuard {
+            mutex: self,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// Whether any thread of this process holds the lock through this object.
+    pub fn is_acquired_in_this_process(&self) -> bool {
+        !self.inner.holds.lock().is_empty()
+    }
+
+    /// Whether the calling thread holds the lock.
+    pub fn is_owned_by_current_thread(&self) -> bool {
+        self.inner
+            .holds
+            .lock()
+            .contains_key(&thread::current().id())
+    }
+
+    /// Whether the calling thread's hold was lost with its session.
+    pub fn is_lost(&self) -> bool {
+        let holds = self.inner.holds.lock();
+        let Some(hold) = holds.get(&thread::current().id()) else {
+            return false;
+        };
+        // The session check also covers a Lost that arrived between taking
+        // the node and recording the hold, which the listener cannot mark.
+        hold.lost.load(Ordering::Acquire)
+            || self.inner.internals.client().session_id() != hold.node.owner
+    }
+
+    /// The calling thread's fencing token: the czxid of its lock node, which
+    /// is larger for every later holder of this lock path.
+    pub fn fencing_token(&self) -> Option<i64> {
+        self.inner
+            .holds
+            .lock()
+            .get(&thread::current().id())
+            .map(|h| h.node.czxid)
+    }
+
+    /// The calling thread's lock node, if it holds the lock.
+    pub fn lock_node_path(&self) -> Option<String> {
+        self.inner
+            .holds
+            .lock()
+            .get(&thread::current().id())
+            .map(|h| h.node.path.clone())
+    }
+
+    /// Every node queued on this lock, holder first, as full paths
+    /// (Curator's `getParticipantNodes`).
+    pub fn participant_nodes(&self) -> Result<Vec<String>> {
+        self.inner.internals.participant_nodes()
+    }
+
+    /// Makes future acquisitions revocable: when another process calls
+    /// [`crate::Revoker::attempt_revoke`] on the holder's node, `listener`
+    /// runs (on a client thread); it should arrange for a release.
+    pub fn make_revocable(&self, listener: impl Fn() + Send + Sync + 'static) {
+        *self.inner.revocable.lock() = Some(Arc::new(listener));
+    }
+
+    /// The lock path.
+    pub fn path(&self) -> &str {
+        self.inner.internals.base_path()
+    }
+}
+
+/// Holds an [`InterProcessMutex`] until dropped. Not `Send`: the thread that
+/// took the lock releases it.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct MutexGuard<'a> {
+    mutex: &'a InterProcessMutex,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl MutexGuard<'_> {
+    /// Whether the lock was lost with the session while held. Work that
+    /// needs exclusion should stop.
+    pub fn is_lost(&self) -> bool {
+        self.mutex.is_lost()
+    }
+
+    /// The fencing token of this hold (see [`InterProcessMutex::fencing_token`]).
+    pub fn fencing_token(&self) -> i64 {
+        self.mutex.fencing_token().unwrap_or_default()
+    }
+
+    /// The lock node's path.
+    pub fn node_path(&self) -> String {
+        self.mutex.lock_node_path().unwrap_or_default()
+    }
+}
+
+impl Drop for MutexGuard<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.mutex.release() {
+            log::error!("releasing {} failed: {e}", self.mutex.path());
+        }
+    }
+}
+
+impl std::fmt::Debug for MutexGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MutexGuard")
+            .field("path", &self.mutex.path())
+            .finish()
+    }
+}

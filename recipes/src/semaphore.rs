@@ -1,0 +1,387 @@
+//! `InterProcessSemaphoreV2` and `InterProcessSemaphoreMutex`, in Curator's
+//! layout: `<path>/locks` holds an internal mutex, `<path>/leases` holds one
+//! protected `lease-` node per lease.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use latchkey_framework::paths;
+use latchkey_framework::{Client, CreateMode, Error, Result};
+use parking_lot::Mutex;
+
+use crate::lock_internals::{validate_recipe_path, Signal};
+use crate::multi_lock::InterProcessLock;
+use crate::mutex::InterProcessMutex;
+
+/// Curator's lease node name.
+pub const LEASE_NAME: &str = "lease-";
+
+/// A counting semaphore across processes, sharing its maximum with Curator's
+/// `InterProcessSemaphoreV2` on the same path.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use std::time::Duration;
+/// use latchkey_recipes::InterProcessSemaphoreV2;
+///
+/// let sem = InterProcessSemaphoreV2::new(client, "/semaphores/db", 3)?;
+/// let lease = sem.acquire()?;          // one of three
+/// // ... use the resource ...
+/// drop(lease);                          // or sem.return_lease(lease)
+/// if let Some(leases) = sem.acquire_many_timeout(2, Duration::from_secs(1))? {
+///     assert_eq!(leases.len(), 2);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct InterProcessSemaphoreV2 {
+    client: Client,
+    leases_path: String,
+    lock: InterProcessMutex,
+    max_leases: u32,
+    data: Vec<u8>,
+}
+
+/// One lease of a semaphore; returned when dropped. May be moved to and
+/// returned from any thread.
+pub struct Lease {
+    client: Client,
+    path: String,
+    /// The session that owns the lease node; a different current session
+    /// means the lease went with the old one.
+    owner: i64,
+    returned: bool,
+}
+
+/// How one attempt at a lease ended.
+enum Attempt {
+    Got(Lease),
+    TimedOut,
+    NodeMissing,
+}
+
+impl InterProcessSemaphoreV2 {
+    /// A semaphore on `path` with `max_leases` leases (at least 1).
+    pub fn new(client: &Client, path: &str, max_leases: u32) -> Result<Self> {
+        Self::with_lease_data(client, path, max_leases, &[])
+    }
+
+    /// Like [`InterProcessSemaphoreV2::new`], storing `data` in each lease node.
+    pub fn with_lease_data(
+        client: &Client,
+        path: &str,
+        max_leases: u32,
+        data: &[u8],
+    ) -> Result<Self> {
+        if max_leases == 0 {
+            return Err(Error::InvalidArgument(
+                "a semaphore needs max_leases of at least 1".into(),
+            ));
+        }
+        validate_recipe_path(path)?;
+        Ok(InterProcessSemaphoreV2 {
+            client: client.clone(),
+            leases_path: paths::make_path(path, "leases"),
+            lock: InterProcessMutex::new(client, &paths::make_path(path, "locks"))?,
+            max_leases,
+            data: data.to_vec(),
+        })
+    }
+
+    /// The maximum number of leases.
+    pub fn max_leases(&self) -> u32 {
+        self.max_leases
+    }
+
+    /// Waits as long as it takes for one lease.
+    pub fn acquire(&self) -> Result<Lease> {
+        let mut leases = self.acquire_leases(1, None)?.unwrap_or_default();
+        leases
+            .pop()
+            .ok_or_else(|| Error::IllegalState("lease wait ended without a deadline".into()))
+    }
+
+    /// Waits as long as it takes for `n` leases.
+    pub fn acquire_many(&self, n: u32) -> Result<Vec<Lease>> {
+        Ok(self.acquire_leases(n, None)?.unwrap_or_default())
+    }
+
+    /// Waits at most `timeout` for one lease.
+    pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
+        Ok(self
+            .acquire_leases(1, Some(Instant::now() + timeout))?
+            .and_then(|mut v| v.pop()))
+    }
+
+    /// Waits at most `timeout` for `n` leases; on timeout the leases already
+    /// taken are given back and `None` is returned.
+    pub fn acquire_many_timeout(&self, n: u32, timeout: Duration) -> Result<Option<Vec<Lease>>> {
+        self.acquire_leases(n, Some(Instant::now() + timeout))
+    }
+
+    /// Returns a lease (the same as dropping it, but reports errors).
+    pub fn return_lease(&self, lease: Lease) -> Result<()> {
+        lease.return_lease()
+    }
+
+    /// Returns every lease; tries each and reports the first error.
+    pub fn return_all(&self, leases: Vec<Lease>) -> Result<()> {
+        let mut first = None;
+        for lease in leases {
+            if let Err(e) = lease.return_lease() {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// The names of the lease nodes, holders and waiters alike.
+    pub fn participant_nodes(&self) -> Result<Vec<String>> {
+        match self.client.get_children(&self.leases_path) {
+            Err(e) if e.is(latchkey_framework::ErrorCode::NoNode) => Ok(Vec::new()),
+            other => other,
+        }
+    }
+
+    fn acquire_leases(&self, n: u32, deadline: Option<Instant>) -> Result<Option<Vec<Lease>>> {
+        if n == 0 {
+            return Err(Error::InvalidArgument("asked for zero leases".into()));
+        }
+        if n > self.max_leases {
+            return Err(Error::InvalidArgument(format!(
+                "asked for {n} leases but the semaphore has only {}",
+                self.max_leases
+            )));
+        }
+        let started = Instant::now();
+        let mut retries = 0;
+        let mut leases = Vec::with_capacity(n as usize);
+        while leases.len() < n as usize {
+            match self.acquire_one(deadline)? {
+                Attempt::Got(lease) => leases.push(lease),
+                // Dropping `leases` gives back what was taken.
+                Attempt::TimedOut => return Ok(None),
+                Attempt::NodeMissing => {
+                    let policy = self.client.retry_policy();
+                    match policy.allow_retry(retries, started.elapsed()) {
+                        Some(sleep) => {
+                            std::thread::sleep(sleep);
+                            retries += 1;
+                        }
+                        None => {
+                            return Err(Error::IllegalState(
+                                "lease node vanished (session lost) and retries ran out".into(),
+                            ))
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Some(leases))
+    }
+
+    fn acquire_one(&self, deadline: Option<Instant>) -> Result<Attempt> {
+        let locked = match deadline {
+            None => self.lock.acquire().map(|_| true),
+            Some(d) => self
+                .lock
+                .acquire_timeout(d.saturating_duration_since(Instant::now())),
+        }?;
+        if !locked {
+            return Ok(Attempt::TimedOut);
+        }
+        let attempt = self.wait_for_room(deadline);
+        if let Err(e) = self.lock.release() {
+            log::warn!("releasing the semaphore's internal lock: {e}");
+        }
+        attempt
+    }
+
+    /// Holding the internal lock (so only one waiter watches the leases),
+    /// adds our lease node and waits until it is among the first `max`.
+    fn wait_for_room(&self, deadline: Option<Instant>) -> Result<Attempt> {
+        let (path, stat) = self
+            .client
+            .create()
+            .creating_parent_containers_if_needed()
+            .with_protection()
+            .mode(CreateMode::EphemeralSequential)
+            .for_path_with_stat(&paths::make_path(&self.leases_path, LEASE_NAME), &self.data)?;
+        let lease = Lease::new(&self.client, path, stat.ephemeral_owner);
+        let name = paths::get_node_from_path(&lease.path).to_owned();
+        let signal = Arc::new(Signal::default());
+        let wake = Arc::clone(&signal);
+        let _waker = self.client.add_waker(move || wake.notify(None));
+        loop {
+            if self.client.session_id() != stat.ephemeral_owner {
+                return Ok(Attempt::NodeMissing);
+            }
+            let epoch = signal.epoch();
+            let watch = Arc::clone(&signal);
+            let children = self
+                .client
+                .get_children_watch(&self.leases_path, move |ev| watch.notify(Some(ev)))?;
+            if !children.contains(&name) {
+                return Ok(Attempt::NodeMissing);
+            }
+            if children.len() <= self.max_leases as usize {
+                return Ok(Attempt::Got(lease));
+            }
+            if signal.wait(epoch, deadline).is_none() {
+                return Ok(Attempt::TimedOut);
+            }
+        }
+    }
+}
+
+impl Lease {
+    fn new(client: &Client, path: String, owner: i64) -> Lease {
+        Lease {
+            client: client.clone(),
+            path,
+            owner,
+            returned: false,
+        }
+    }
+
+    /// The lease node's path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The name of the lease node.
+    pub fn node_name(&self) -> &str {
+        paths::get_node_from_path(&self.path)
+    }
+
+    /// The data stored in the lease node.
+    pub fn data(&self) -> Result<Vec<u8>> {
+        self.client.get_data(&self.path).map(|(d, _)| d)
+    }
+
+    /// Whether the lease was lost with its session.
+    pub fn is_lost(&self) -> bool {
+        self.client.session_id() != self.owner
+    }
+
+    /// Gives the lease back. Deleting the node is guaranteed: if ZooKeeper
+    /// cannot be reached the client keeps trying in the background and this
+    /// returns the error.
+    pub fn return_lease(mut self) -> Result<()> {
+        self.returned = true;
+        self.delete()
+    }
+
+    fn delete(&self) -> Result<()> {
+        match self.client.delete().guaranteed().for_path(&self.path) {
+            Err(Error::Closed) => Ok(()), // the session, and the node, ended with the client
+            other => other,
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.returned {
+            if let Err(e) = self.delete() {
+                log::warn!(
+                    "returning lease {} continues in the background: {e}",
+                    self.path
+                );
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease").field("path", &self.path).finish()
+    }
+}
+
+/// A mutex that is not reentrant and may be released from any thread:
+/// a one-lease [`InterProcessSemaphoreV2`] (Curator's
+/// `InterProcessSemaphoreMutex`). A thread that acquires it twice waits for
+/// itself; use the timed form where that can happen.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use latchkey_recipes::InterProcessSemaphoreMutex;
+/// let m = InterProcessSemaphoreMutex::new(client, "/locks/job")?;
+/// m.acquire()?;
+/// std::thread::scope(|s| { s.spawn(|| m.release()).join().unwrap() })?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct InterProcessSemaphoreMutex {
+    semaphore: InterProcessSemaphoreV2,
+    lease: Mutex<Option<Lease>>,
+}
+
+impl InterProcessSemaphoreMutex {
+    /// A mutex on `path`.
+    pub fn new(client: &Client, path: &str) -> Result<Self> {
+        Ok(InterProcessSemaphoreMutex {
+            semaphore: InterProcessSemaphoreV2::new(client, path, 1)?,
+            lease: Mutex::new(None),
+        })
+    }
+
+    /// Waits as long as it takes.
+    pub fn acquire(&self) -> Result<()> {
+        let lease = self.semaphore.acquire()?;
+        *self.lease.lock() = Some(lease);
+        Ok(())
+    }
+
+    /// Waits at most `timeout`; `Ok(false)` if not taken.
+    pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
+        match self.semaphore.acquire_timeout(timeout)? {
+            Some(lease) => {
+                *self.lease.lock() = Some(lease);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Releases the lock, from any thread. Fails if it is not held.
+    pub fn release(&self) -> Result<()> {
+        let lease = self
+            .lease
+            .lock()
+            .take()
+            .ok_or_else(|| Error::IllegalState("the semaphore mutex is not held".into()))?;
+        lease.return_lease()
+    }
+
+    /// Whether this object holds the lock.
+    pub fn is_acquired_in_this_process(&self) -> bool {
+        self.lease.lock().is_some()
+    }
+
+    /// Whether the held lock was lost with its session.
+    pub fn is_lost(&self) -> bool {
+        self.lease.lock().as_ref().is_some_and(Lease::is_lost)
+    }
+
+    /// The lease nodes of holders and waiters.
+    pub fn participant_nodes(&self) -> Result<Vec<String>> {
+        self.semaphore.participant_nodes()
+    }
+}
+
+impl InterProcessLock for InterProcessSemaphoreMutex {
+    fn acquire(&self) -> Result<()> {
+        InterProcessSemaphoreMutex::acquire(self)
+    }
+    fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
+        InterProcessSemaphoreMutex::acquire_timeout(self, timeout)
+    }
+    fn release(&self) -> Result<()> {
+        InterProcessSemaphoreMutex::release(self)
+    }
+    fn is_acquired_in_this_process(&self) -> bool {
+        InterProcessSemaphoreMutex::is_acquired_in_this_process(self)
+    }
+}

@@ -1,0 +1,426 @@
+//! [`TestingServer`]: one real standalone ZooKeeper on 127.0.0.1.
+
+use std::fmt::Write as _;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use tempfile::TempDir;
+
+use crate::jvm::{self, WaitError, ZkProcess};
+
+/// How many times a start is retried when another process took the port.
+const START_ATTEMPTS: u32 = 3;
+
+/// Settings for [`TestingServer::start_with`] and
+/// [`TestingCluster::start_with`](crate::TestingCluster::start_with).
+///
+/// The defaults suit tests: a 200 ms tick and a 400 ms minimum session
+/// timeout, so a client may ask for short sessions (ZooKeeper clamps a
+/// requested timeout into `[min_session_timeout, max_session_timeout]`).
+///
+/// ```
+/// use std::time::Duration;
+/// use latchkey_test::ServerConfig;
+///
+/// let cfg = ServerConfig::default()
+///     .tick_time(Duration::from_millis(100))
+///     .min_session_timeout(Duration::from_millis(200));
+/// assert_eq!(cfg.max_session_timeout, Duration::from_secs(60));
+/// ```
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// `tickTime`, ZooKeeper's time unit (heartbeats, limits). Default 200 ms.
+    pub tick_time: Duration,
+    /// `minSessionTimeout`. Default 400 ms.
+    pub min_session_timeout: Duration,
+    /// `maxSessionTimeout`. Default 60 s.
+    pub max_session_timeout: Duration,
+    /// `initLimit` in ticks (ensembles only). Default 10.
+    pub init_limit: u32,
+    /// `syncLimit` in ticks (ensembles only). Default 5.
+    pub sync_limit: u32,
+    /// How long a start or restart waits for the server to serve. Default 30 s.
+    pub start_timeout: Duration,
+    /// Extra `key=value` lines appended to `zoo.cfg`.
+    pub extra: Vec<(String, String)>,
+    /// Extra Java system properties (`-Dkey=value`), for switches ZooKeeper
+    /// reads only there, such as `znode.container.checkIntervalMs`.
+    pub system_properties: Vec<(String, String)>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            tick_time: Duration::from_millis(200),
+            min_session_timeout: Duration::from_millis(400),
+            max_session_timeout: Duration::from_secs(60),
+            init_limit: 10,
+            sync_limit: 5,
+            start_timeout: Duration::from_secs(30),
+            extra: Vec::new(),
+            system_properties: Vec::new(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Sets `tickTime`.
+    pub fn tick_time(mut self, d: Duration) -> Self {
+        self.tick_time = d;
+        self
+    }
+
+    /// Sets `minSessionTimeout`.
+    pub fn min_session_timeout(mut self, d: Duration) -> Self {
+        self.min_session_timeout = d;
+        self
+    }
+
+    /// Sets `maxSessionTimeout`.
+    pub fn max_session_timeout(mut self, d: Duration) -> Self {
+        self.max_session_timeout = d;
+        self
+    }
+
+    /// Sets `initLimit` (ticks).
+    pub fn init_limit(mut self, ticks: u32) -> Self {
+        self.init_limit = ticks;
+        self
+    }
+
+    /// Sets `syncLimit` (ticks).
+    pub fn sync_limit(mut self, ticks: u32) -> Self {
+        self.sync_limit = ticks;
+        self
+    }
+
+    /// Sets how long starts wait for the server to serve.
+    pub fn start_timeout(mut self, d: Duration) -> Self {
+        self.start_timeout = d;
+        self
+    }
+
+    /// Appends a `key=value` line to `zoo.cfg`.
+    pub fn extra(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.extra.push((key.into(), value.into()));
+        self
+    }
+
+    /// The `zoo.cfg` lines every server gets (no ports, dirs or peers).
+    pub(crate) fn common_cfg(&self) -> String {
+        let ms = |d: Duration| d.as_millis().max(1);
+        let mut s = String::new();
+        let _ = writeln!(s, "tickTime={}", ms(self.tick_time));
+        let _ = writeln!(s, "minSessionTimeout={}", ms(self.min_session_timeout));
+        let _ = writeln!(s, "maxSessionTimeout={}", ms(self.max_session_timeout));
+        s.push_str(
+            "standaloneEnabled=true\n\
+             admin.enableServer=false\n\
+             4lw.commands.whitelist=*\n\
+             jute.maxbuffer=1048575\n\
+             maxClientCnxns=0\n\
+             forceSync=no\n\
+             preAllocSize=4096\n\
+             snapCount=100000\n",
+        );
+        for (k, v) in &self.extra {
+            let _ = writeln!(s, "{k}={v}");
+        }
+        s
+    }
+}
+
+/// A real standalone ZooKeeper 3.8 (Debian's `zookeeper` package) on
+/// `127.0.0.1:<free port>`, in its own temp dir.
+///
+/// Stopping and restarting keep the port and the data, so sessions can
+/// survive a restart. Dropping it kills the JVM and removes its files. The
+/// JVM also dies with the test process even when the server is never dropped
+/// (a `static`): a watchdog process holding a pipe from this process kills
+/// it when the pipe closes.
+///
+/// Runs `java ... org.apache.zookeeper.server.quorum.QuorumPeerMain zoo.cfg`
+/// with `-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1`; the server log
+/// goes to `zookeeper.log` in the temp dir (see [`log_tail`](Self::log_tail)).
+///
+/// ```no_run
+/// let server = latchkey_test::TestingServer::start()?;
+/// println!("ZooKeeper at {}", server.connect_string());
+/// assert!(server.four_letter("srvr")?.contains("Mode: standalone"));
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct TestingServer {
+    config: ServerConfig,
+    port: u16,
+    process: Mutex<Option<ZkProcess>>,
+    dir: Option<TempDir>,
+    root: PathBuf,
+}
+
+impl std::fmt::Debug for TestingServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestingServer")
+            .field("addr", &self.addr())
+            .field("dir", &self.root)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TestingServer {
+    /// Starts a server with [`ServerConfig::default`] and waits until it serves.
+    ///
+    /// Fails (never hangs) when Java or ZooKeeper is missing, with a message
+    /// naming the packages to install, or when the server does not serve
+    /// within 30 s, with the log's tail.
+    pub fn start() -> io::Result<TestingServer> {
+        Self::start_with(ServerConfig::default())
+    }
+
+    /// Starts a server with `config` and waits until it serves. Retries on a
+    /// fresh port, up to 3 times, when another process takes the port first.
+    pub fn start_with(config: ServerConfig) -> io::Result<TestingServer> {
+        jvm::launcher()?;
+        let dir = tempfile::Builder::new().prefix("latchkey-zk-").tempdir()?;
+        let root = dir.path().to_path_buf();
+        std::fs::create_dir_all(root.join("data"))?;
+        let mut server = TestingServer {
+            config,
+            port: 0,
+            process: Mutex::new(None),
+            dir: Some(dir),
+            root,
+        };
+        let mut last_err = None;
+        for attempt in 1..=START_ATTEMPTS {
+            server.port = jvm::free_ports(1)?[0];
+            server.write_cfg()?;
+            match server.launch(&format!("start, attempt {attempt}")) {
+                Ok(()) => return Ok(server),
+                Err((e, true)) => {
+                    log::info!("ZooKeeper port {} was taken; retrying ({e})", server.port);
+                    last_err = Some(e);
+                }
+                Err((e, false)) => return Err(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| io::Error::other("ZooKeeper did not start")))
+    }
+
+    fn write_cfg(&self) -> io::Result<()> {
+        let mut cfg = self.config.common_cfg();
+        let _ = writeln!(cfg, "dataDir={}", self.data_dir().display());
+        let _ = writeln!(cfg, "clientPort={}", self.port);
+        cfg.push_str("clientPortAddress=127.0.0.1\n");
+        std::fs::write(self.cfg_path(), cfg)
+    }
+
+    /// Spawns the JVM and waits until it serves; the flag says whether the
+    /// failure was a port clash (worth retrying).
+    fn launch(&self, label: &str) -> Result<(), (io::Error, bool)> {
+        let process = ZkProcess::spawn(
+            &self.cfg_path(),
+            &self.log_path(),
+            &self.root,
+            Some(&self.root),
+            &format!("server {} {label}", self.addr()),
+            &self.config.system_properties,
+        )
+        .map_err(|e| (e, false))?;
+        *self.process.lock() = Some(process);
+        let waited = jvm::wait_until_serving(
+            &self.process,
+            self.addr(),
+            &self.log_path(),
+            self.config.start_timeout,
+            |_| true,
+        );
+        match waited {
+            Ok(()) => Ok(()),
+            Err(why) => {
+                if let Some(p) = self.process.lock().take() {
+                    let _ = p.kill();
+                }
+                let (what, clash) = match why {
+                    WaitError::Exited { status, clash } => {
+                        (format!("exited ({status}) during {label}"), clash)
+                    }
+                    WaitError::TimedOut => (
+                        format!(
+                            "did not serve within {:?} ({label})",
+                            self.config.start_timeout
+                        ),
+                        false,
+                    ),
+                };
+                let kind = if clash {
+                    io::ErrorKind::AddrInUse
+                } else {
+                    io::ErrorKind::Other
+                };
+                Err((
+                    io::Error::new(
+                        kind,
+                        format!(
+                            "ZooKeeper at {} {what}; log {}:\n{}",
+                            self.addr(),
+                            self.log_path().display(),
+                            self.log_tail(40)
+                        ),
+                    ),
+                    clash,
+                ))
+            }
+        }
+    }
+
+    /// `"127.0.0.1:PORT"`, for a client's connect string.
+    pub fn connect_string(&self) -> String {
+        self.addr().to_string()
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The client address, `127.0.0.1:PORT`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The server's temp dir (holds `zoo.cfg`, `data/` and `zookeeper.log`).
+    pub fn dir(&self) -> &Path {
+        &self.root
+    }
+
+    /// The data dir (snapshots and transaction logs).
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.join("data")
+    }
+
+    /// The server log file (appended to across restarts).
+    pub fn log_path(&self) -> PathBuf {
+        self.root.join("zookeeper.log")
+    }
+
+    fn cfg_path(&self) -> PathBuf {
+        self.root.join("zoo.cfg")
+    }
+
+    /// The settings it runs with.
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// Stops the server gracefully: SIGTERM, then SIGKILL after 5 s. Sessions
+    /// and data stay on disk for [`restart`](Self::restart). A no-op when
+    /// already stopped.
+    pub fn stop(&mut self) -> io::Result<()> {
+        match self.process.get_mut().take() {
+            Some(p) => p.terminate(jvm::STOP_GRACE),
+            None => Ok(()),
+        }
+    }
+
+    /// Kills the server with SIGKILL, as a crash would. A no-op when already
+    /// stopped.
+    pub fn kill(&mut self) -> io::Result<()> {
+        match self.process.get_mut().take() {
+            Some(p) => p.kill(),
+            None => Ok(()),
+        }
+    }
+
+    /// Starts the server again on the same port with the same data (stopping
+    /// it first if it runs) and waits until it serves. Retries a few times if
+    /// the port is briefly taken.
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.stop()?;
+        let mut last_err = None;
+        for attempt in 1..=START_ATTEMPTS {
+            match self.launch(&format!("restart, attempt {attempt}")) {
+                Ok(()) => return Ok(()),
+                Err((e, true)) => {
+                    last_err = Some(e);
+                    thread::sleep(Duration::from_millis(500));
+                }
+                Err((e, false)) => return Err(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| io::Error::other("ZooKeeper did not restart")))
+    }
+
+    /// Whether the JVM is alive (it may still be starting; [`start`](Self::start)
+    /// and [`restart`](Self::restart) return only once it serves).
+    pub fn is_running(&self) -> bool {
+        self.process.lock().as_mut().is_some_and(|p| p.is_alive())
+    }
+
+    /// The JVM's process id while it runs, e.g. to freeze it with
+    /// `kill -STOP` (a long GC pause) and thaw it with `kill -CONT`.
+    pub fn pid(&self) -> Option<u32> {
+        let mut guard = self.process.lock();
+        let p = guard.as_mut()?;
+        p.is_alive().then(|| p.pid())
+    }
+
+    /// The last `n_lines` of the server log, for failure messages.
+    pub fn log_tail(&self, n_lines: usize) -> String {
+        jvm::tail_file(&self.log_path(), n_lines)
+    }
+
+    /// Sends a four-letter word (`srvr`, `mntr`, `cons`, `wchs`, `stat`,
+    /// `ruok`, `dump`, ...) and returns the reply (5 s timeout).
+    pub fn four_letter(&self, cmd: &str) -> io::Result<String> {
+        four_letter_word(self.addr(), cmd, Duration::from_secs(5))
+    }
+}
+
+impl Drop for TestingServer {
+    fn drop(&mut self) {
+        if let Some(p) = self.process.get_mut().take() {
+            let _ = p.kill();
+        }
+        if let Some(dir) = self.dir.take() {
+            if let Err(e) = dir.close() {
+                log::warn!("could not remove {}: {e}", self.root.display());
+            }
+        }
+    }
+}
+
+/// Sends the four-letter word `cmd` to a ZooKeeper at `addr` and returns
+/// its whole reply; fails if none arrives within `timeout`.
+///
+/// Only four lowercase ASCII letters are accepted. The server must whitelist
+/// the word (the harness's servers allow all of them).
+pub fn four_letter_word(addr: SocketAddr, cmd: &str, timeout: Duration) -> io::Result<String> {
+    jvm::four_letter_word(addr, cmd, timeout)
+}
+
+/// A ZooKeeper path no other test uses: `"/<prefix>-<counter>-<pid>-<nanos>"`.
+///
+/// Leading and trailing `/` of `prefix` are dropped.
+///
+/// ```
+/// let a = latchkey_test::unique_path("locks");
+/// let b = latchkey_test::unique_path("locks");
+/// assert!(a.starts_with("/locks-"));
+/// assert_ne!(a, b);
+/// ```
+pub fn unique_path(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let prefix = prefix.trim_matches('/');
+    let prefix = if prefix.is_empty() { "path" } else { prefix };
+    format!("/{prefix}-{n}-{}-{nanos}", std::process::id())
+}

@@ -1,0 +1,105 @@
+//! Helpers shared by the integration suites: one server per test binary
+//! where a test does not break it, clients, unique paths, and waits with
+//! deadlines that print the server's log and the client's states on failure.
+
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use latchkey_framework::{Client, ConnectionState, ExponentialBackoffRetry};
+use latchkey_test::TestingServer;
+
+/// The server this test binary shares; tests that stop or restart a server
+/// start their own.
+pub fn shared_server() -> &'static TestingServer {
+    static SERVER: OnceLock<TestingServer> = OnceLock::new();
+    SERVER.get_or_init(|| TestingServer::start().expect("start the shared ZooKeeper"))
+}
+
+/// A started, connected client.
+pub fn connect(connect_string: &str, session_timeout: Duration) -> Client {
+    let c = Client::builder()
+        .connect_string(connect_string)
+        .session_timeout(session_timeout)
+        .connection_timeout(Duration::from_secs(5))
+        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10))
+        .build()
+        .expect("build client");
+    c.start().expect("start client");
+    assert!(
+        c.block_until_connected(Duration::from_secs(30)).unwrap(),
+        "could not connect to {connect_string}"
+    );
+    c
+}
+
+/// A path no other test uses.
+pub fn unique(prefix: &str) -> String {
+    latchkey_test::unique_path(prefix)
+}
+
+/// What to print when a test fails.
+/// Holds the server's log path rather than the server, so a test can stop
+/// and restart its server while the context is alive.
+pub struct Ctx {
+    server_log: std::path::PathBuf,
+    client: Client,
+}
+
+impl Ctx {
+    pub fn new(server: &TestingServer, client: &Client) -> Self {
+        Ctx {
+            server_log: server.log_path(),
+            client: client.clone(),
+        }
+    }
+
+    pub fn dump(&self) -> String {
+        format!(
+            "client state history: {:?}\nserver log tail:\n{}",
+            self.client.state_history(),
+            log_tail(&self.server_log, 30)
+        )
+    }
+
+    /// Waits for `want` on a state channel, skipping other states.
+    pub fn expect(
+        &self,
+        states: &Receiver<ConnectionState>,
+        want: ConnectionState,
+        within: Duration,
+    ) {
+        let deadline = Instant::now() + within;
+        loop {
+            match states.recv_deadline(deadline) {
+                Ok(s) if s == want => return,
+                Ok(_) => {}
+                Err(_) => panic!("no {want:?} within {within:?}\n{}", self.dump()),
+            }
+        }
+    }
+}
+
+/// Polls `cond` until it holds or the deadline passes.
+pub fn wait_until(within: Duration, mut cond: impl FnMut() -> bool, dump: impl Fn() -> String) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        if Instant::now() >= deadline {
+            panic!("condition not met within {within:?}\n{}", dump());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The last `n` lines of a log file, or why it could not be read.
+pub fn log_tail(path: &std::path::Path, n: usize) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(n)..].join("\n")
+        }
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}

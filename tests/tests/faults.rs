@@ -1,0 +1,580 @@
+//! Reliability under faults: an ensemble losing its leader, rolling
+//! restarts, silent partitions, lost replies, blips, a server down past the
+//! session timeout, and misuse. Every scenario counts holders with an
+//! independent oracle and prints its figures (on stderr, uncaptured).
+//!
+//! Soak mode: `LATCHKEY_SOAK_SECS=600 cargo test -p latchkey-test --test faults -- --ignored soak`.
+
+mod common;
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use latchkey_framework::{Client, ConnectionState, CreateMode, Error, ExponentialBackoffRetry};
+use latchkey_recipes::{InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2};
+use latchkey_test::{FaultProxy, TestingCluster, TestingServer};
+
+/// Figures of one scenario.
+#[derive(Default)]
+struct Figures {
+    cycles: AtomicU64,
+    faults: AtomicU64,
+    violations: AtomicU64,
+    longest_stall_ms: AtomicU64,
+}
+
+impl Figures {
+    fn report(&self, scenario: &str, orphans: usize) {
+        let line = format!(
+            "RELIABILITY {scenario}: cycles={} faults={} violations={} orphaned_nodes={} longest_stall_ms={}\n",
+            self.cycles.load(Ordering::SeqCst),
+            self.faults.load(Ordering::SeqCst),
+            self.violations.load(Ordering::SeqCst),
+            orphans,
+            self.longest_stall_ms.load(Ordering::SeqCst),
+        );
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    }
+}
+
+/// Holders now inside the critical section, by kind.
+#[derive(Default)]
+struct Oracle {
+    exclusive: AtomicUsize,
+    shared: AtomicUsize,
+}
+
+fn fault_client(connect_string: &str, session: Duration) -> Client {
+    let c = Client::builder()
+        .connect_string(connect_string)
+        .session_timeout(session)
+        .connection_timeout(Duration::from_secs(3))
+        .retry_policy(ExponentialBackoffRetry::with_max_sleep(
+            Duration::from_millis(50),
+            29,
+            Duration::from_millis(500),
+        ))
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    assert!(c.block_until_connected(Duration::from_secs(30)).unwrap());
+    c
+}
+
+/// Work is done only while the client is connected and the lock not lost:
+/// Curator's rule that a suspended holder must treat its lock as in doubt.
+fn may_work(c: &Client) -> bool {
+    c.state().is_some_and(ConnectionState::is_connected)
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Mutex,
+    ReadWrite,
+    Semaphore(u32),
+}
+
+/// One contender's loop; returns when `stop` is set.
+fn contend(
+    c: &Client,
+    path: &str,
+    kind: Kind,
+    me: usize,
+    oracle: &Oracle,
+    figs: &Figures,
+    stop: &AtomicBool,
+) {
+    let mutex = InterProcessMutex::new(c, path).unwrap();
+    let rw = InterProcessReadWriteLock::new(c, path).unwrap();
+    let sem = match kind {
+        Kind::Semaphore(max) => Some(InterProcessSemaphoreV2::new(c, path, max).unwrap()),
+        _ => None,
+    };
+    let mut last_progress = Instant::now();
+    let mut round = 0usize;
+    while !stop.load(Ordering::SeqCst) {
+        round += 1;
+        let step = Duration::from_millis(500);
+        let worked = match kind {
+            Kind::Mutex => match mutex.try_lock_for(step) {
+                Ok(Some(g)) => {
+                    exclusive_section(c, oracle, figs, || g.is_lost());
+                    true
+                }
+                _ => false,
+            },
+            Kind::ReadWrite if (me + round).is_multiple_of(4) => {
+                match rw.write_lock().try_lock_for(step) {
+                    Ok(Some(g)) => {
+                        exclusive_section(c, oracle, figs, || g.is_lost());
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            Kind::ReadWrite => match rw.read_lock().try_lock_for(step) {
+                Ok(Some(g)) => {
+                    if may_work(c) && !g.is_lost() {
+                        oracle.shared.fetch_add(1, Ordering::SeqCst);
+                        if oracle.exclusive.load(Ordering::SeqCst) != 0 {
+                            figs.violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        thread::sleep(Duration::from_millis(3));
+                        oracle.shared.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    true
+                }
+                _ => false,
+            },
+            Kind::Semaphore(max) => match sem.as_ref().unwrap().acquire_timeout(step) {
+                Ok(Some(lease)) => {
+                    if may_work(c) && !lease.is_lost() {
+                        let n = oracle.shared.fetch_add(1, Ordering::SeqCst) + 1;
+                        if n > max as usize {
+                            figs.violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        thread::sleep(Duration::from_millis(3));
+                        oracle.shared.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    true
+                }
+                _ => false,
+            },
+        };
+        if worked {
+            figs.cycles.fetch_add(1, Ordering::SeqCst);
+            let stall = last_progress.elapsed().as_millis() as u64;
+            figs.longest_stall_ms.fetch_max(stall, Ordering::SeqCst);
+            last_progress = Instant::now();
+        }
+    }
+}
+
+fn exclusive_section(c: &Client, oracle: &Oracle, figs: &Figures, lost: impl Fn() -> bool) {
+    if !may_work(c) || lost() {
+        return;
+    }
+    let before = oracle.exclusive.fetch_add(1, Ordering::SeqCst);
+    if before != 0 || oracle.shared.load(Ordering::SeqCst) != 0 {
+        figs.violations.fetch_add(1, Ordering::SeqCst);
+    }
+    thread::sleep(Duration::from_millis(2));
+    oracle.exclusive.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Waits until the contenders have made `more` cycles beyond `from`.
+fn wait_progress(
+    figs: &Figures,
+    more: u64,
+    within: Duration,
+    what: &str,
+    dump: impl Fn() -> String,
+) {
+    let from = figs.cycles.load(Ordering::SeqCst);
+    wait_until(
+        within,
+        || figs.cycles.load(Ordering::SeqCst) >= from + more,
+        || format!("no progress after {what}\n{}", dump()),
+    );
+}
+
+fn ensemble_scenario(kind: Kind, name: &str, leader_kills: usize, soak: Option<Duration>) {
+    let mut cluster = TestingCluster::start(3).unwrap();
+    let path = unique(name);
+    let session = Duration::from_secs(6);
+    let clients: Vec<Client> = (0..8)
+        .map(|_| fault_client(&cluster.connect_string(), session))
+        .collect();
+    let oracle = Oracle::default();
+    let figs = Figures::default();
+    let stop = AtomicBool::new(false);
+    let dump = |c: &TestingCluster| {
+        (0..3)
+            .map(|i| format!("member {i}:\n{}", c.log_tail(i, 15)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    thread::scope(|s| {
+        for (i, c) in clients.iter().enumerate() {
+            let (path, oracle, figs, stop) = (&path, &oracle, &figs, &stop);
+            s.spawn(move || contend(c, path, kind, i, oracle, figs, stop));
+        }
+        let within = Duration::from_secs(60);
+        wait_progress(&figs, 10, within, "start", || dump(&cluster));
+        let until = soak.map(|d| Instant::now() + d);
+        let mut kills = 0;
+        while kills < leader_kills || until.is_some_and(|u| Instant::now() < u) {
+            let leader = cluster.leader().expect("a leader");
+            cluster.kill(leader).unwrap();
+            figs.faults.fetch_add(1, Ordering::SeqCst);
+            wait_progress(&figs, 5, within, "leader kill", || dump(&cluster));
+            cluster.restart(leader).unwrap();
+            wait_progress(&figs, 5, within, "leader restart", || dump(&cluster));
+            kills += 1;
+        }
+        for member in 0..3 {
+            cluster.restart(member).unwrap();
+            figs.faults.fetch_add(1, Ordering::SeqCst);
+            wait_progress(&figs, 5, within, "rolling restart", || dump(&cluster));
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    clients.iter().for_each(Client::close);
+    let observer = fault_client(&cluster.connect_string(), session);
+    let mut orphans = 0;
+    wait_until(
+        Duration::from_secs(30),
+        || {
+            orphans = count_nodes(&observer, &path);
+            orphans == 0
+        },
+        || format!("orphaned lock nodes remain under {path}"),
+    );
+    figs.report(name, orphans);
+    observer.close();
+    assert_eq!(
+        figs.violations.load(Ordering::SeqCst),
+        0,
+        "overlapping holders"
+    );
+}
+
+/// Ephemeral lock nodes left anywhere under `path`.
+fn count_nodes(c: &Client, path: &str) -> usize {
+    let Ok(children) = c.get_children(path) else {
+        return 0;
+    };
+    children
+        .iter()
+        .map(|child| {
+            let p = format!("{path}/{child}");
+            match c.exists(&p) {
+                Ok(Some(st)) if st.ephemeral_owner != 0 && st.ephemeral_owner != i64::MIN => 1,
+                _ => count_nodes(c, &p),
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn ensemble_mutex_survives_leader_kills_and_a_rolling_restart() {
+    ensemble_scenario(Kind::Mutex, "ensemble-mutex", 3, None);
+}
+
+#[test]
+fn ensemble_read_write_lock_survives_leader_kills() {
+    ensemble_scenario(Kind::ReadWrite, "ensemble-rw", 2, None);
+}
+
+#[test]
+fn ensemble_semaphore_survives_leader_kills() {
+    ensemble_scenario(Kind::Semaphore(3), "ensemble-sem", 2, None);
+}
+
+#[test]
+#[ignore = "soak: run with LATCHKEY_SOAK_SECS and --ignored"]
+fn soak() {
+    let secs = std::env::var("LATCHKEY_SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
+    ensemble_scenario(
+        Kind::Mutex,
+        "soak-mutex",
+        0,
+        Some(Duration::from_secs(secs)),
+    );
+}
+
+#[test]
+fn a_partitioned_holder_learns_it_lost_the_lock_before_anyone_else_takes_it() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let session = Duration::from_secs(3);
+    let holder_client = fault_client(&proxy.connect_string(), session);
+    let other = fault_client(&server.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &holder_client);
+    let path = unique("partition");
+    let holder = InterProcessMutex::new(&holder_client, &path).unwrap();
+    let figs = Figures::default();
+    let lost_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let suspended_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let (l, s) = (Arc::clone(&lost_at), Arc::clone(&suspended_at));
+    let _h = holder_client.add_listener(move |st| {
+        let slot = match st {
+            ConnectionState::Lost => &l,
+            ConnectionState::Suspended => &s,
+            _ => return,
+        };
+        slot.lock().unwrap().get_or_insert(Instant::now());
+    });
+    let g = holder.lock().unwrap();
+    let silent_since = Instant::now();
+    proxy.pause();
+    figs.faults.fetch_add(1, Ordering::SeqCst);
+    let contender = InterProcessMutex::new(&other, &path).unwrap();
+    assert!(
+        contender.acquire_timeout(Duration::from_secs(30)).unwrap(),
+        "{}",
+        ctx.dump()
+    );
+    let other_got_it = Instant::now();
+    figs.cycles.fetch_add(1, Ordering::SeqCst);
+    let lost = lost_at
+        .lock()
+        .unwrap()
+        .expect("holder never told it lost the lock");
+    let suspended = suspended_at
+        .lock()
+        .unwrap()
+        .expect("holder never suspended");
+    assert!(
+        lost <= other_got_it,
+        "another session got the lock before the holder knew\n{}",
+        ctx.dump()
+    );
+    assert!(suspended - silent_since <= session * 2 / 3 + Duration::from_millis(1500));
+    assert!(lost - silent_since <= session + Duration::from_millis(1500));
+    assert!(g.is_lost());
+    figs.longest_stall_ms.store(
+        (other_got_it - silent_since).as_millis() as u64,
+        Ordering::SeqCst,
+    );
+    contender.release().unwrap();
+    // After healing, the old holder recovers without a restart.
+    proxy.resume();
+    drop(g);
+    wait_until(
+        Duration::from_secs(20),
+        || may_work(&holder_client),
+        || ctx.dump(),
+    );
+    let g = holder
+        .try_lock_for(Duration::from_secs(20))
+        .unwrap()
+        .expect("lock again after healing");
+    drop(g);
+    figs.report("silent-partition", count_nodes(&other, &path));
+    holder_client.close();
+    other.close();
+}
+
+#[test]
+fn a_lost_create_reply_leaves_exactly_one_node() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = fault_client(&proxy.connect_string(), Duration::from_secs(6));
+    let observer = fault_client(&server.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &c);
+    let path = unique("lost-reply");
+    c.ensure_path(&path).unwrap();
+    // Requests reach the server; replies never come back.
+    proxy.pause_replies();
+    let creator = {
+        let (c, path) = (c.clone(), path.clone());
+        thread::spawn(move || {
+            c.create()
+                .with_protection()
+                .mode(CreateMode::EphemeralSequential)
+                .for_path(&format!("{path}/lock-"), b"")
+        })
+    };
+    wait_until(
+        Duration::from_secs(10),
+        || observer.get_children(&path).unwrap().len() == 1,
+        || ctx.dump(),
+    );
+    proxy.resume();
+    let created = creator
+        .join()
+        .unwrap()
+        .expect("create completes after the reply was lost");
+    let children = observer.get_children(&path).unwrap();
+    assert_eq!(children.len(), 1, "{children:?}\n{}", ctx.dump());
+    assert_eq!(format!("{path}/{}", children[0]), created);
+    Figures::default().report("lost-create-reply", children.len() - 1);
+    c.close();
+    observer.close();
+}
+
+#[test]
+fn short_blips_do_not_hang_waiters_or_break_the_queue() {
+    let server = shared_server();
+    let path = unique("blips");
+    let holder_client = fault_client(&server.connect_string(), Duration::from_secs(10));
+    let holder = InterProcessMutex::new(&holder_client, &path).unwrap();
+    holder.acquire().unwrap();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let waiters: Vec<Client> = (0..4)
+        .map(|_| fault_client(&proxy.connect_string(), Duration::from_secs(10)))
+        .collect();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let figs = Figures::default();
+    let handles: Vec<_> = waiters
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let (c, path, order) = (c.clone(), path.clone(), Arc::clone(&order));
+            let h = thread::spawn(move || {
+                let m = InterProcessMutex::new(&c, &path).unwrap();
+                let got = m.acquire_timeout(Duration::from_secs(60)).unwrap();
+                if got {
+                    order.lock().unwrap().push(i);
+                    m.release().unwrap();
+                }
+                got
+            });
+            wait_until(
+                Duration::from_secs(10),
+                || holder.participant_nodes().unwrap().len() == i + 2,
+                String::new,
+            );
+            h
+        })
+        .collect();
+    for _ in 0..3 {
+        proxy.cut();
+        figs.faults.fetch_add(1, Ordering::SeqCst);
+        wait_until(
+            Duration::from_secs(20),
+            || waiters.iter().all(may_work),
+            || {
+                format!(
+                    "{:?}",
+                    waiters
+                        .iter()
+                        .map(Client::state_history)
+                        .collect::<Vec<_>>()
+                )
+            },
+        );
+    }
+    let released = Instant::now();
+    holder.release().unwrap();
+    for h in handles {
+        assert!(h.join().unwrap(), "a waiter hung");
+        figs.cycles.fetch_add(1, Ordering::SeqCst);
+    }
+    figs.longest_stall_ms
+        .store(released.elapsed().as_millis() as u64, Ordering::SeqCst);
+    assert_eq!(
+        *order.lock().unwrap(),
+        vec![0, 1, 2, 3],
+        "queue order changed"
+    );
+    figs.report("blips", count_nodes(&holder_client, &path));
+    waiters.iter().for_each(Client::close);
+    holder_client.close();
+}
+
+#[test]
+fn a_server_down_past_the_session_timeout_means_lost_then_locks_work_again() {
+    let mut server = TestingServer::start().unwrap();
+    let session = Duration::from_secs(2);
+    let clients: Vec<Client> = (0..3)
+        .map(|_| fault_client(&server.connect_string(), session))
+        .collect();
+    let states: Vec<_> = clients.iter().map(Client::listen).collect();
+    let path = unique("server-down");
+    let m = InterProcessMutex::new(&clients[0], &path).unwrap();
+    let g = m.lock().unwrap();
+    server.stop().unwrap();
+    for (c, st) in clients.iter().zip(&states) {
+        Ctx::new(&server, c).expect(st, ConnectionState::Lost, Duration::from_secs(15));
+    }
+    assert!(g.is_lost());
+    drop(g);
+    server.restart().unwrap();
+    for (c, st) in clients.iter().zip(&states) {
+        Ctx::new(&server, c).expect(st, ConnectionState::Reconnected, Duration::from_secs(30));
+    }
+    for c in &clients {
+        let m = InterProcessMutex::new(c, &path).unwrap();
+        let g = m.try_lock_for(Duration::from_secs(30)).unwrap();
+        assert!(g.is_some(), "{}", Ctx::new(&server, c).dump());
+    }
+    let figs = Figures::default();
+    figs.faults.store(1, Ordering::SeqCst);
+    figs.cycles.store(3, Ordering::SeqCst);
+    figs.report("server-down", count_nodes(&clients[0], &path));
+    clients.iter().for_each(Client::close);
+}
+
+#[test]
+fn misuse_gets_clear_errors_and_leaves_nothing_behind() {
+    let server = shared_server();
+    let c = fault_client(&server.connect_string(), Duration::from_secs(10));
+    for bad in ["", "relative", "/trailing/", "/a//b", "/"] {
+        assert!(InterProcessMutex::new(&c, bad).is_err(), "{bad:?}");
+        assert!(InterProcessSemaphoreV2::new(&c, bad, 1).is_err(), "{bad:?}");
+    }
+    // A lock path under an ephemeral node.
+    let eph = c
+        .create()
+        .mode(CreateMode::Ephemeral)
+        .for_path(&unique("eph"), b"")
+        .unwrap();
+    let m = InterProcessMutex::new(&c, &format!("{eph}/lock")).unwrap();
+    let err = m.acquire_timeout(Duration::from_secs(5)).unwrap_err();
+    assert!(
+        err.is(latchkey_framework::ErrorCode::NoChildrenForEphemerals),
+        "{err}"
+    );
+    assert!(c.get_children(&eph).unwrap().is_empty());
+    // Release without holding, and twice.
+    let path = unique("misuse");
+    let m = InterProcessMutex::new(&c, &path).unwrap();
+    assert!(matches!(m.release(), Err(Error::IllegalState(_))));
+    m.acquire().unwrap();
+    m.release().unwrap();
+    assert!(matches!(m.release(), Err(Error::IllegalState(_))));
+    // Zero leases.
+    assert!(matches!(
+        InterProcessSemaphoreV2::new(&c, &path, 0),
+        Err(Error::InvalidArgument(_))
+    ));
+    // A lock path deleted (with its nodes) while a waiter waits: the waiter
+    // queues again instead of hanging, and gets the lock.
+    let holder_client = fault_client(&server.connect_string(), Duration::from_secs(10));
+    let holder = InterProcessMutex::new(&holder_client, &path).unwrap();
+    holder.acquire().unwrap();
+    let waiter = {
+        let (c, path) = (c.clone(), path.clone());
+        thread::spawn(move || {
+            let m = InterProcessMutex::new(&c, &path).unwrap();
+            let got = m.acquire_timeout(Duration::from_secs(30)).unwrap();
+            if got {
+                m.release().unwrap();
+            }
+            got
+        })
+    };
+    wait_until(
+        Duration::from_secs(10),
+        || c.get_children(&path).unwrap().len() == 2,
+        String::new,
+    );
+    c.delete()
+        .deleting_children_if_needed()
+        .for_path(&path)
+        .unwrap();
+    assert!(waiter.join().unwrap());
+    holder.release().unwrap();
+    // A closed client refuses politely.
+    c.close();
+    assert!(matches!(
+        InterProcessMutex::new(&c, "/x").unwrap().acquire(),
+        Err(Error::Closed)
+    ));
+    wait_until(
+        Duration::from_secs(10),
+        || count_nodes(&holder_client, &path) == 0,
+        String::new,
+    );
+    Figures::default().report("misuse", count_nodes(&holder_client, &path));
+    holder_client.close();
+}

@@ -1,0 +1,519 @@
+//! The framework against real ZooKeeper servers: operations, connection
+//! states through server restarts and fault-proxy partitions, watches and
+//! auth across reconnects, session expiry, protected create.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use latchkey_framework::{
+    Acl, Client, ConnectionState, CreateMode, Error, ErrorCode, EventType, FixedAclProvider,
+    RetryNTimes,
+};
+use latchkey_test::{FaultProxy, TestingServer};
+
+/// Container mode must send the container opcode: the server's container
+/// manager then removes the node once its last child goes, which it never
+/// does for a plain persistent node. The server hides the container marker
+/// from stats, so this is the only way to see it.
+#[test]
+fn container_nodes_are_real_containers() {
+    let config = latchkey_test::ServerConfig {
+        system_properties: vec![("znode.container.checkIntervalMs".into(), "200".into())],
+        ..Default::default()
+    };
+    let server = TestingServer::start_with(config).unwrap();
+    let c = connect(&server.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(&server, &c);
+    let container = "/container";
+    let persistent = "/persistent";
+    c.create()
+        .mode(CreateMode::Container)
+        .for_path(container, b"")
+        .unwrap();
+    c.create().for_path(persistent, b"").unwrap();
+    for parent in [container, persistent] {
+        let child = c
+            .create()
+            .for_path(&format!("{parent}/child"), b"")
+            .unwrap();
+        c.delete().for_path(&child).unwrap();
+    }
+    wait_until(
+        Duration::from_secs(20),
+        || c.exists(container).unwrap().is_none(),
+        || ctx.dump(),
+    );
+    assert!(c.exists(persistent).unwrap().is_some(), "{}", ctx.dump());
+    c.close();
+}
+
+#[test]
+fn operations_and_error_codes() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), Duration::from_secs(10));
+    let base = unique("ops");
+    let ctx = Ctx::new(server, &c);
+
+    let created = c
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&format!("{base}/a/b"), b"one")
+        .unwrap();
+    assert_eq!(created, format!("{base}/a/b"));
+    let (data, stat) = c.get_data(&created).unwrap();
+    assert_eq!(data, b"one", "{}", ctx.dump());
+    let stat2 = c.set_data(&created, b"two", Some(stat.version)).unwrap();
+    assert_eq!(stat2.version, stat.version + 1);
+    let err = c.set_data(&created, b"x", Some(stat.version)).unwrap_err();
+    assert!(err.is(ErrorCode::BadVersion), "{err}");
+    let err = c.create().for_path(&created, b"").unwrap_err();
+    assert!(err.is(ErrorCode::NodeExists), "{err}");
+    let err = c.delete().for_path(&format!("{base}/a")).unwrap_err();
+    assert!(err.is(ErrorCode::NotEmpty), "{err}");
+    let err = c.get_data(&format!("{base}/missing")).unwrap_err();
+    assert!(err.is(ErrorCode::NoNode), "{err}");
+    assert!(c.exists(&format!("{base}/missing")).unwrap().is_none());
+    assert_eq!(c.get_children(&format!("{base}/a")).unwrap(), vec!["b"]);
+
+    let seq = c
+        .create()
+        .mode(CreateMode::PersistentSequential)
+        .for_path(&format!("{base}/seq-"), b"")
+        .unwrap();
+    assert!(
+        seq.starts_with(&format!("{base}/seq-")) && seq.len() == base.len() + 15,
+        "{seq}"
+    );
+
+    // Ephemeral parents cannot have children.
+    let eph = c
+        .create()
+        .mode(CreateMode::Ephemeral)
+        .for_path(&format!("{base}/eph"), b"")
+        .unwrap();
+    let err = c
+        .create()
+        .for_path(&format!("{eph}/child"), b"")
+        .unwrap_err();
+    assert!(err.is(ErrorCode::NoChildrenForEphemerals), "{err}");
+
+    c.delete()
+        .deleting_children_if_needed()
+        .for_path(&base)
+        .unwrap();
+    assert!(c.exists(&base).unwrap().is_none());
+    c.close();
+}
+
+#[test]
+fn bad_input_is_refused_before_sending() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), Duration::from_secs(10));
+    for bad in [
+        "",
+        "relative",
+        "/trailing/",
+        "/double//slash",
+        "/dot/./x",
+        "/nul\u{0}x",
+    ] {
+        let err = c.create().for_path(bad, b"").unwrap_err();
+        assert!(matches!(err, Error::InvalidPath { .. }), "{bad:?}: {err}");
+        let err = c.get_data(bad).unwrap_err();
+        assert!(matches!(err, Error::InvalidPath { .. }), "{bad:?}: {err}");
+    }
+    assert!(matches!(
+        c.delete().for_path("/").unwrap_err(),
+        Error::InvalidPath { .. }
+    ));
+    assert!(Client::builder()
+        .connect_string("nonsense")
+        .build()
+        .is_err());
+    c.close();
+    assert!(matches!(c.exists("/"), Err(Error::Closed)));
+    assert!(matches!(c.create().for_path("/x", b""), Err(Error::Closed)));
+}
+
+#[test]
+fn namespace_is_applied_and_stripped() {
+    let server = shared_server();
+    let ns = unique("ns").trim_start_matches('/').to_owned();
+    let c = Client::builder()
+        .connect_string(server.connect_string())
+        .namespace(ns.clone())
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    assert!(c.block_until_connected(Duration::from_secs(20)).unwrap());
+    let p = c
+        .create()
+        .creating_parents_if_needed()
+        .with_protection()
+        .mode(CreateMode::EphemeralSequential)
+        .for_path("/x/node-", b"")
+        .unwrap();
+    assert!(p.starts_with("/x/_c_"), "{p}");
+    let plain = connect(&server.connect_string(), Duration::from_secs(10));
+    let raw = plain.get_children(&format!("/{ns}/x")).unwrap();
+    assert_eq!(raw.len(), 1);
+    assert_eq!(format!("/x/{}", raw[0]), p);
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    c.exists_watch(&p, move |e| {
+        let _ = tx.send(e);
+    })
+    .unwrap();
+    plain.delete().for_path(&format!("/{ns}{p}")).unwrap();
+    let ev = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(ev.path, p);
+    assert_eq!(ev.event_type, EventType::NodeDeleted);
+    c.close();
+    plain.close();
+}
+
+#[test]
+fn server_restart_within_session_is_suspended_then_reconnected() {
+    let mut server = TestingServer::start().unwrap();
+    let c = connect(&server.connect_string(), Duration::from_secs(8));
+    let ctx = Ctx::new(&server, &c);
+    let states = c.listen();
+    let session = c.session_id();
+    let eph = c
+        .create()
+        .mode(CreateMode::Ephemeral)
+        .for_path("/eph", b"")
+        .unwrap();
+    server.stop().unwrap();
+    ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(10));
+    server.restart().unwrap();
+    ctx.expect(
+        &states,
+        ConnectionState::Reconnected,
+        Duration::from_secs(20),
+    );
+    assert_eq!(c.session_id(), session, "{}", ctx.dump());
+    assert!(c.exists(&eph).unwrap().is_some(), "{}", ctx.dump());
+    c.close();
+}
+
+#[test]
+fn server_down_past_session_timeout_is_lost_then_a_new_session() {
+    let mut server = TestingServer::start().unwrap();
+    let c = connect(&server.connect_string(), Duration::from_secs(2));
+    let ctx = Ctx::new(&server, &c);
+    let states = c.listen();
+    let session = c.session_id();
+    server.stop().unwrap();
+    ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(10));
+    let suspended = Instant::now();
+    ctx.expect(&states, ConnectionState::Lost, Duration::from_secs(10));
+    assert!(
+        suspended.elapsed() <= Duration::from_secs(4),
+        "{}",
+        ctx.dump()
+    );
+    server.restart().unwrap();
+    ctx.expect(
+        &states,
+        ConnectionState::Reconnected,
+        Duration::from_secs(30),
+    );
+    assert_ne!(c.session_id(), session, "{}", ctx.dump());
+    c.create()
+        .mode(CreateMode::Ephemeral)
+        .for_path("/after-lost", b"")
+        .unwrap();
+    c.close();
+}
+
+#[test]
+fn short_partition_is_suspended_then_reconnected_same_session() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let session_timeout = Duration::from_secs(6);
+    let c = connect(&proxy.connect_string(), session_timeout);
+    let ctx = Ctx::new(server, &c);
+    let states = c.listen();
+    let session = c.session_id();
+    let silent_since = Instant::now();
+    proxy.pause();
+    ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(10));
+    let to_suspend = silent_since.elapsed();
+    // Silence is noticed after 2/3 of the session timeout (plus a tick).
+    assert!(
+        to_suspend <= session_timeout * 2 / 3 + Duration::from_millis(1500),
+        "suspended after {to_suspend:?}\n{}",
+        ctx.dump()
+    );
+    proxy.resume();
+    ctx.expect(
+        &states,
+        ConnectionState::Reconnected,
+        Duration::from_secs(20),
+    );
+    assert_eq!(c.session_id(), session, "{}", ctx.dump());
+    c.close();
+}
+
+#[test]
+fn long_partition_is_lost_by_the_session_timeout_and_recovers() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let session_timeout = Duration::from_secs(3);
+    let c = connect(&proxy.connect_string(), session_timeout);
+    let ctx = Ctx::new(server, &c);
+    let states = c.listen();
+    let session = c.session_id();
+    let silent_since = Instant::now();
+    proxy.pause();
+    ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(10));
+    ctx.expect(&states, ConnectionState::Lost, Duration::from_secs(10));
+    let to_lost = silent_since.elapsed();
+    assert!(
+        to_lost <= session_timeout + Duration::from_millis(1500),
+        "lost after {to_lost:?}\n{}",
+        ctx.dump()
+    );
+    proxy.resume();
+    ctx.expect(
+        &states,
+        ConnectionState::Reconnected,
+        Duration::from_secs(20),
+    );
+    assert_ne!(c.session_id(), session);
+    c.exists("/").unwrap();
+    c.close();
+}
+
+#[test]
+fn cut_connections_reconnect_to_the_same_session() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = connect(&proxy.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &c);
+    let states = c.listen();
+    let session = c.session_id();
+    proxy.cut();
+    ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(10));
+    ctx.expect(
+        &states,
+        ConnectionState::Reconnected,
+        Duration::from_secs(20),
+    );
+    assert_eq!(c.session_id(), session, "{}", ctx.dump());
+    c.close();
+}
+
+#[test]
+fn no_call_blocks_past_the_connection_timeout_on_a_silent_partition() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = Client::builder()
+        .connect_string(proxy.connect_string())
+        .session_timeout(Duration::from_secs(20))
+        .connection_timeout(Duration::from_secs(1))
+        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    assert!(c.block_until_connected(Duration::from_secs(20)).unwrap());
+    proxy.pause();
+    let t = Instant::now();
+    let err = c.exists("/").unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "blocked {:?}",
+        t.elapsed()
+    );
+    let t = Instant::now();
+    c.close();
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "close blocked {:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn watches_survive_a_reconnect_and_see_changes_made_meanwhile() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = connect(&proxy.connect_string(), Duration::from_secs(10));
+    let other = connect(&server.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &c);
+    let states = c.listen();
+    let path = unique("watched");
+    other.create().for_path(&path, b"v1").unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let tx2 = tx.clone();
+    c.get_data_watch(&path, move |e| {
+        let _ = tx.send(e);
+    })
+    .unwrap();
+    c.exists_watch(&format!("{path}-later"), move |e| {
+        let _ = tx2.send(e);
+    })
+    .unwrap();
+    // The change happens while the client is cut off; after reconnecting,
+    // the re-armed watches must report it.
+    proxy.pause();
+    ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(15));
+    other.set_data(&path, b"v2", None).unwrap();
+    other
+        .create()
+        .for_path(&format!("{path}-later"), b"")
+        .unwrap();
+    proxy.resume();
+    ctx.expect(
+        &states,
+        ConnectionState::Reconnected,
+        Duration::from_secs(20),
+    );
+    let mut seen: Vec<_> = (0..2)
+        .map(|_| {
+            rx.recv_timeout(Duration::from_secs(10))
+                .expect("watch fired")
+        })
+        .map(|e| e.event_type)
+        .collect();
+    seen.sort_by_key(|e| format!("{e:?}"));
+    assert_eq!(
+        seen,
+        vec![EventType::NodeCreated, EventType::NodeDataChanged]
+    );
+    c.close();
+    other.close();
+}
+
+#[test]
+fn auth_is_sent_again_after_a_reconnect() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = Client::builder()
+        .connect_string(proxy.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .authorization("digest", b"alice:secret")
+        .acl_provider(FixedAclProvider(Acl::creator_all()))
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    assert!(c.block_until_connected(Duration::from_secs(20)).unwrap());
+    let ctx = Ctx::new(server, &c);
+    let states = c.listen();
+    let path = unique("private");
+    c.create().for_path(&path, b"secret").unwrap();
+    let stranger = connect(&server.connect_string(), Duration::from_secs(10));
+    assert!(stranger.get_data(&path).unwrap_err().is(ErrorCode::NoAuth));
+    proxy.cut();
+    ctx.expect(
+        &states,
+        ConnectionState::Reconnected,
+        Duration::from_secs(20),
+    );
+    assert_eq!(c.get_data(&path).unwrap().0, b"secret", "{}", ctx.dump());
+    c.delete().for_path(&path).unwrap();
+    c.close();
+    stranger.close();
+}
+
+#[test]
+fn an_expired_session_is_lost_then_replaced() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &c);
+    let states = c.listen();
+    let session = c.session_id();
+    let eph = c
+        .create()
+        .mode(CreateMode::Ephemeral)
+        .for_path(&unique("eph"), b"")
+        .unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    c.get_data_watch(&eph, move |e| {
+        let _ = tx.send(e);
+    })
+    .unwrap();
+    c.expire_session_for_testing().unwrap();
+    ctx.expect(&states, ConnectionState::Lost, Duration::from_secs(20));
+    // A watch of the old session is woken, not left hanging.
+    assert!(rx.recv_timeout(Duration::from_secs(10)).is_ok());
+    ctx.expect(
+        &states,
+        ConnectionState::Reconnected,
+        Duration::from_secs(20),
+    );
+    assert_ne!(c.session_id(), session);
+    assert!(c.exists(&eph).unwrap().is_none(), "{}", ctx.dump());
+    c.close();
+}
+
+#[test]
+fn listeners_may_call_the_client_and_panicking_watchers_are_contained() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = connect(&proxy.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &c);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (c2, calls2) = (c.clone(), Arc::clone(&calls));
+    let _h = c.add_listener(move |s| {
+        if s == ConnectionState::Reconnected && c2.exists("/").is_ok() {
+            calls2.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let path = unique("panic");
+    c.create().for_path(&path, b"").unwrap();
+    c.get_data_watch(&path, |_| panic!("a watcher that panics"))
+        .unwrap();
+    c.set_data(&path, b"x", None).unwrap();
+    proxy.cut();
+    wait_until(
+        Duration::from_secs(20),
+        || calls.load(Ordering::SeqCst) == 1,
+        || ctx.dump(),
+    );
+    // The client still works after the panicking watcher.
+    c.set_data(&path, b"y", None).unwrap();
+    c.close();
+}
+
+#[test]
+fn guaranteed_delete_finishes_in_the_background() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = Client::builder()
+        .connect_string(proxy.connect_string())
+        .session_timeout(Duration::from_secs(20))
+        .connection_timeout(Duration::from_millis(500))
+        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    assert!(c.block_until_connected(Duration::from_secs(20)).unwrap());
+    let ctx = Ctx::new(server, &c);
+    let path = unique("doomed");
+    c.create().for_path(&path, b"").unwrap();
+    proxy.set_refuse(true);
+    proxy.cut();
+    let err = c.delete().guaranteed().for_path(&path).unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert_eq!(c.pending_background_work(), 1);
+    proxy.set_refuse(false);
+    let observer = connect(&server.connect_string(), Duration::from_secs(10));
+    wait_until(
+        Duration::from_secs(30),
+        || observer.exists(&path).unwrap().is_none(),
+        || ctx.dump(),
+    );
+    wait_until(
+        Duration::from_secs(10),
+        || c.pending_background_work() == 0,
+        || ctx.dump(),
+    );
+    c.close();
+    observer.close();
+}

@@ -1,0 +1,199 @@
+//! Rust and Apache Curator (Java, Debian's libcurator-recipes-java) share
+//! locks on one real server: they exclude each other, queue in order and
+//! see each other's nodes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use latchkey_recipes::{InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2};
+use latchkey_test::peers::{peer_available, Peer, PeerKind};
+
+const STEP: Duration = Duration::from_secs(60);
+
+fn curator() -> Option<Peer> {
+    if let Err(why) = peer_available(PeerKind::Curator) {
+        eprintln!("SKIPPED: Curator peer unavailable: {why}");
+        return None;
+    }
+    Some(
+        Peer::start(PeerKind::Curator, &shared_server().connect_string())
+            .expect("start Curator peer"),
+    )
+}
+
+fn ok(peer: &mut Peer, cmd: &str) -> String {
+    let reply = peer.command(cmd, STEP).expect("peer answered");
+    assert!(reply.starts_with("OK"), "{cmd} -> {reply}");
+    reply
+}
+
+#[test]
+fn rust_and_curator_mutexes_exclude_each_other_and_queue_in_order() {
+    let Some(mut java) = curator() else { return };
+    let path = unique("interop-mutex");
+    let c = connect(&shared_server().connect_string(), Duration::from_secs(10));
+    let m = InterProcessMutex::new(&c, &path).unwrap();
+
+    assert_eq!(
+        ok(&mut java, &format!("mutex {path} acquire 10000")),
+        "OK acquired"
+    );
+    assert!(!m.acquire_timeout(Duration::from_millis(300)).unwrap());
+    let nodes = m.participant_nodes().unwrap();
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    assert!(
+        nodes[0].contains("/_c_") && nodes[0].contains("-lock-"),
+        "{nodes:?}"
+    );
+
+    // Rust queues behind Java; Java sees both nodes, its own first.
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let got = m.acquire_timeout(Duration::from_secs(30)).unwrap();
+            if got {
+                m.release().unwrap();
+            }
+            got
+        });
+        wait_until(
+            Duration::from_secs(10),
+            || m.participant_nodes().unwrap().len() == 2,
+            String::new,
+        );
+        let listed = ok(&mut java, &format!("mutex {path} participants"));
+        let rust_nodes = m.participant_nodes().unwrap();
+        let java_view: Vec<&str> = listed.trim_start_matches("OK ").split(',').collect();
+        let rust_view: Vec<&str> = rust_nodes
+            .iter()
+            .map(|p| p.rsplit('/').next().unwrap())
+            .collect();
+        assert_eq!(
+            java_view, rust_view,
+            "both sides list the queue in the same order"
+        );
+        assert_eq!(
+            ok(&mut java, &format!("mutex {path} release")),
+            "OK released"
+        );
+        assert!(
+            waiter.join().unwrap(),
+            "Rust never got the lock after Java released it"
+        );
+    });
+    let g = m.lock().unwrap();
+    assert_eq!(
+        ok(&mut java, &format!("mutex {path} acquire 300")),
+        "OK timeout"
+    );
+    drop(g);
+    assert_eq!(
+        ok(&mut java, &format!("mutex {path} acquire 10000")),
+        "OK acquired"
+    );
+    ok(&mut java, &format!("mutex {path} release"));
+    ok(&mut java, "quit");
+    c.close();
+}
+
+#[test]
+fn rust_and_curator_read_write_locks_follow_the_rules() {
+    let Some(mut java) = curator() else { return };
+    let path = unique("interop-rw");
+    let c = connect(&shared_server().connect_string(), Duration::from_secs(10));
+    let rw = InterProcessReadWriteLock::new(&c, &path).unwrap();
+
+    // Readers from both sides overlap; writers from either side wait.
+    assert_eq!(
+        ok(&mut java, &format!("read {path} acquire 10000")),
+        "OK acquired"
+    );
+    assert!(rw
+        .read_lock()
+        .acquire_timeout(Duration::from_secs(10))
+        .unwrap());
+    assert!(!rw
+        .write_lock()
+        .acquire_timeout(Duration::from_millis(300))
+        .unwrap());
+    assert_eq!(
+        ok(&mut java, &format!("write {path} acquire 300")),
+        "OK timeout"
+    );
+    ok(&mut java, &format!("read {path} release"));
+    rw.read_lock().release().unwrap();
+
+    // A Rust writer is alone: Java readers and writers wait.
+    rw.write_lock().acquire().unwrap();
+    assert_eq!(
+        ok(&mut java, &format!("read {path} acquire 300")),
+        "OK timeout"
+    );
+    assert_eq!(
+        ok(&mut java, &format!("write {path} acquire 300")),
+        "OK timeout"
+    );
+    let listed = ok(&mut java, &format!("write {path} participants"));
+    assert!(listed.contains("__WRIT__"), "{listed}");
+    rw.write_lock().release().unwrap();
+
+    // A Java writer holds; a Rust reader waits.
+    assert_eq!(
+        ok(&mut java, &format!("write {path} acquire 10000")),
+        "OK acquired"
+    );
+    assert!(!rw
+        .read_lock()
+        .acquire_timeout(Duration::from_millis(300))
+        .unwrap());
+    ok(&mut java, &format!("write {path} release"));
+    assert!(rw
+        .read_lock()
+        .acquire_timeout(Duration::from_secs(10))
+        .unwrap());
+    rw.read_lock().release().unwrap();
+    ok(&mut java, "quit");
+    c.close();
+}
+
+#[test]
+fn rust_and_curator_semaphores_share_one_maximum() {
+    let Some(mut java) = curator() else { return };
+    let path = unique("interop-sem");
+    let c = connect(&shared_server().connect_string(), Duration::from_secs(10));
+    let sem = InterProcessSemaphoreV2::new(&c, &path, 2).unwrap();
+
+    assert_eq!(
+        ok(&mut java, &format!("sem {path} 2 acquire 1 10000")),
+        "OK acquired 1"
+    );
+    let lease = sem
+        .acquire_timeout(Duration::from_secs(10))
+        .unwrap()
+        .expect("second lease");
+    assert!(sem
+        .acquire_timeout(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        ok(&mut java, &format!("sem {path} 2 acquire 1 300")),
+        "OK timeout"
+    );
+    let listed = ok(&mut java, &format!("sem {path} 2 participants"));
+    assert_eq!(
+        listed.trim_start_matches("OK ").split(',').count(),
+        2,
+        "{listed}"
+    );
+    assert_eq!(sem.participant_nodes().unwrap().len(), 2);
+    ok(&mut java, &format!("sem {path} 2 release"));
+    let again = sem.acquire_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        again.is_some(),
+        "the lease Java returned was not available to Rust"
+    );
+    drop((lease, again));
+    ok(&mut java, "quit");
+    c.close();
+}

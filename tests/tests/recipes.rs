@@ -1,0 +1,481 @@
+//! The recipes against a real ZooKeeper server, with an independent oracle
+//! (a shared holder count) deciding whether exclusion held.
+
+mod common;
+
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use latchkey_framework::{Client, ConnectionState, Error};
+use latchkey_recipes::{
+    InterProcessLock, InterProcessMultiLock, InterProcessMutex, InterProcessReadWriteLock,
+    InterProcessSemaphoreMutex, InterProcessSemaphoreV2,
+};
+
+const SESSION: Duration = Duration::from_secs(10);
+
+/// Counts holders; records the most ever seen at once.
+#[derive(Default)]
+struct Oracle {
+    now: AtomicUsize,
+    max: AtomicUsize,
+    total: AtomicUsize,
+}
+
+impl Oracle {
+    fn enter(&self) {
+        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(n, Ordering::SeqCst);
+        self.total.fetch_add(1, Ordering::SeqCst);
+    }
+    fn leave(&self) {
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+    fn max(&self) -> usize {
+        self.max.load(Ordering::SeqCst)
+    }
+}
+
+fn clients(n: usize) -> Vec<Client> {
+    let s = shared_server().connect_string();
+    (0..n).map(|_| connect(&s, SESSION)).collect()
+}
+
+fn children(c: &Client, path: &str) -> Vec<String> {
+    c.get_children(path).unwrap_or_default()
+}
+
+#[test]
+fn mutex_excludes_eight_sessions() {
+    let path = unique("mutex8");
+    let oracle = Arc::new(Oracle::default());
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let cs = clients(8);
+    thread::scope(|s| {
+        for c in &cs {
+            let (oracle, tokens, path) = (Arc::clone(&oracle), Arc::clone(&tokens), path.clone());
+            s.spawn(move || {
+                let m = InterProcessMutex::new(c, &path).unwrap();
+                for _ in 0..15 {
+                    let g = m.lock().unwrap();
+                    oracle.enter();
+                    tokens.lock().unwrap().push(g.fencing_token());
+                    thread::sleep(Duration::from_millis(1));
+                    oracle.leave();
+                }
+            });
+        }
+    });
+    assert_eq!(oracle.max(), 1, "two holders overlapped");
+    assert_eq!(oracle.total.load(Ordering::SeqCst), 120);
+    // Fencing tokens grow with each successive holder.
+    let tokens = tokens.lock().unwrap();
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    assert!(children(&cs[0], &path).is_empty(), "orphaned lock nodes");
+    cs.iter().for_each(Client::close);
+}
+
+#[test]
+fn mutex_excludes_ten_threads_sharing_one_object() {
+    let path = unique("mutex10");
+    let c = &clients(1)[0];
+    let m = InterProcessMutex::new(c, &path).unwrap();
+    let oracle = Oracle::default();
+    thread::scope(|s| {
+        for _ in 0..10 {
+            s.spawn(|| {
+                for _ in 0..10 {
+                    m.acquire().unwrap();
+                    oracle.enter();
+                    assert!(m.is_owned_by_current_thread());
+                    oracle.leave();
+                    m.release().unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(oracle.max(), 1);
+    assert_eq!(oracle.total.load(Ordering::SeqCst), 100);
+    assert!(!m.is_acquired_in_this_process());
+    assert!(children(c, &path).is_empty());
+    c.close();
+}
+
+#[test]
+fn mutex_is_reentrant_per_thread() {
+    let path = unique("reentrant");
+    let c = &clients(1)[0];
+    let m = InterProcessMutex::new(c, &path).unwrap();
+    let g1 = m.lock().unwrap();
+    let g2 = m.lock().unwrap();
+    let g3 = m.lock().unwrap();
+    assert_eq!(
+        m.participant_nodes().unwrap().len(),
+        1,
+        "one node for three holds"
+    );
+    // Another thread of the same process is blocked meanwhile.
+    let other = m.clone();
+    let got = thread::spawn(move || other.acquire_timeout(Duration::from_millis(500)).unwrap())
+        .join()
+        .unwrap();
+    assert!(!got);
+    drop(g3);
+    drop(g2);
+    assert!(m.is_owned_by_current_thread());
+    drop(g1);
+    assert!(!m.is_owned_by_current_thread());
+    let err = m.release().unwrap_err();
+    assert!(matches!(err, Error::IllegalState(_)), "{err}");
+    assert!(children(c, &path).is_empty());
+    c.close();
+}
+
+#[test]
+fn a_timed_out_acquire_leaves_no_node() {
+    let path = unique("timeout");
+    let cs = clients(2);
+    let holder = InterProcessMutex::new(&cs[0], &path).unwrap();
+    let waiter = InterProcessMutex::new(&cs[1], &path).unwrap();
+    let _g = holder.lock().unwrap();
+    assert!(!waiter.acquire_timeout(Duration::from_millis(300)).unwrap());
+    wait_until(
+        Duration::from_secs(10),
+        || children(&cs[0], &path).len() == 1,
+        || format!("{:?}", children(&cs[0], &path)),
+    );
+    drop(_g);
+    cs.iter().for_each(Client::close);
+}
+
+#[test]
+fn waiters_get_the_lock_in_fifo_order_even_when_one_gives_up() {
+    let path = unique("fifo");
+    let cs = clients(5);
+    let holder = InterProcessMutex::new(&cs[0], &path).unwrap();
+    holder.acquire().unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for (i, c) in cs.iter().enumerate().skip(1) {
+        let (c, lock_path, order) = (c.clone(), path.clone(), Arc::clone(&order));
+        handles.push(thread::spawn(move || {
+            let m = InterProcessMutex::new(&c, &lock_path).unwrap();
+            // Waiter 2 gives up while queued; the others must still proceed in order.
+            let timeout = if i == 2 {
+                Duration::from_millis(800)
+            } else {
+                Duration::from_secs(60)
+            };
+            if m.acquire_timeout(timeout).unwrap() {
+                order.lock().unwrap().push(i);
+                thread::sleep(Duration::from_millis(50));
+                m.release().unwrap();
+            }
+        }));
+        // Queue in a known order.
+        let want = i + 1;
+        wait_until(
+            Duration::from_secs(10),
+            || children(&cs[0], &path).len() == want,
+            String::new,
+        );
+    }
+    // Waiter 2 times out and must take its node with it.
+    wait_until(
+        Duration::from_secs(10),
+        || children(&cs[0], &path).len() == 4,
+        String::new,
+    );
+    holder.release().unwrap();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![1, 3, 4]);
+    assert!(children(&cs[0], &path).is_empty());
+    cs.iter().for_each(Client::close);
+}
+
+#[test]
+fn a_holder_that_loses_its_session_learns_it_and_the_next_waiter_gets_in() {
+    let path = unique("expiry");
+    let cs = clients(2);
+    let holder = InterProcessMutex::new(&cs[0], &path).unwrap();
+    let g = holder.lock().unwrap();
+    let states = cs[0].listen();
+    let next = {
+        let (c, path) = (cs[1].clone(), path.clone());
+        thread::spawn(move || {
+            let m = InterProcessMutex::new(&c, &path).unwrap();
+            let got = m.acquire_timeout(Duration::from_secs(30)).unwrap();
+            if got {
+                m.release().unwrap();
+            }
+            got
+        })
+    };
+    wait_until(
+        Duration::from_secs(10),
+        || children(&cs[1], &path).len() == 2,
+        String::new,
+    );
+    cs[0].expire_session_for_testing().unwrap();
+    assert!(next.join().unwrap(), "the waiter never got the lock");
+    let ctx = Ctx::new(shared_server(), &cs[0]);
+    ctx.expect(&states, ConnectionState::Lost, Duration::from_secs(20));
+    assert!(g.is_lost(), "{}", ctx.dump());
+    drop(g); // releasing a lost lock does not fail
+    cs.iter().for_each(Client::close);
+}
+
+#[test]
+fn multi_lock_is_all_or_nothing() {
+    let (a, b) = (unique("multi-a"), unique("multi-b"));
+    let cs = clients(2);
+    let blocker = InterProcessMutex::new(&cs[1], &b).unwrap();
+    let multi = InterProcessMultiLock::from_paths(&cs[0], &[&a, &b]).unwrap();
+    // b is taken elsewhere: a must be rolled back.
+    blocker.acquire().unwrap();
+    assert!(!multi.acquire_timeout(Duration::from_millis(500)).unwrap());
+    assert!(!multi.is_acquired_in_this_process());
+    assert!(children(&cs[0], &a).is_empty(), "a was not rolled back");
+    blocker.release().unwrap();
+    multi.acquire().unwrap();
+    assert!(multi.is_acquired_in_this_process());
+    multi.release().unwrap();
+    assert!(multi.release().is_err(), "double release is refused");
+    assert!(children(&cs[0], &a).is_empty() && children(&cs[0], &b).is_empty());
+    assert!(InterProcessMultiLock::new(Vec::new()).is_err());
+    // Semaphore mutexes combine too.
+    let sm: Vec<Box<dyn InterProcessLock>> = vec![
+        Box::new(InterProcessSemaphoreMutex::new(&cs[0], &unique("multi-s1")).unwrap()),
+        Box::new(InterProcessSemaphoreMutex::new(&cs[0], &unique("multi-s2")).unwrap()),
+    ];
+    let multi = InterProcessMultiLock::new(sm).unwrap();
+    assert!(multi.acquire_timeout(Duration::from_secs(10)).unwrap());
+    multi.release().unwrap();
+    cs.iter().for_each(Client::close);
+}
+
+#[test]
+fn semaphore_mutex_is_not_reentrant_and_releases_from_any_thread() {
+    let path = unique("semmutex");
+    let c = &clients(1)[0];
+    let m = InterProcessSemaphoreMutex::new(c, &path).unwrap();
+    m.acquire().unwrap();
+    assert!(!m.acquire_timeout(Duration::from_millis(300)).unwrap());
+    thread::scope(|s| s.spawn(|| m.release().unwrap()).join().unwrap());
+    assert!(matches!(m.release(), Err(Error::IllegalState(_))));
+    c.close();
+}
+
+#[test]
+fn read_write_lock_rules() {
+    let path = unique("rw");
+    let cs = clients(4);
+    let rws: Vec<_> = cs
+        .iter()
+        .map(|c| InterProcessReadWriteLock::new(c, &path).unwrap())
+        .collect();
+    // Readers overlap.
+    rws[0].read_lock().acquire().unwrap();
+    assert!(rws[1]
+        .read_lock()
+        .acquire_timeout(Duration::from_secs(10))
+        .unwrap());
+    // A writer waits behind earlier readers.
+    assert!(!rws[2]
+        .write_lock()
+        .acquire_timeout(Duration::from_millis(400))
+        .unwrap());
+    rws[0].read_lock().release().unwrap();
+    rws[1].read_lock().release().unwrap();
+    // A writer is alone; a reader waits behind an earlier writer.
+    rws[2].write_lock().acquire().unwrap();
+    assert!(!rws[3]
+        .read_lock()
+        .acquire_timeout(Duration::from_millis(400))
+        .unwrap());
+    assert!(!rws[0]
+        .write_lock()
+        .acquire_timeout(Duration::from_millis(400))
+        .unwrap());
+    // Downgrade: write, then read, then release the write.
+    rws[2].read_lock().acquire().unwrap();
+    rws[2].write_lock().release().unwrap();
+    assert!(rws[3]
+        .read_lock()
+        .acquire_timeout(Duration::from_secs(10))
+        .unwrap());
+    assert!(!rws[0]
+        .write_lock()
+        .acquire_timeout(Duration::from_millis(400))
+        .unwrap());
+    rws[3].read_lock().release().unwrap();
+    // Upgrade is refused.
+    assert!(!rws[2]
+        .write_lock()
+        .acquire_timeout(Duration::from_millis(400))
+        .unwrap());
+    assert_eq!(rws[2].read_lock().participant_nodes().unwrap().len(), 1);
+    rws[2].read_lock().release().unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || children(&cs[0], &path).is_empty(),
+        || format!("{:?}", children(&cs[0], &path)),
+    );
+    cs.iter().for_each(Client::close);
+}
+
+#[test]
+fn read_write_lock_under_contention_keeps_writers_alone() {
+    let path = unique("rw-load");
+    let cs = clients(6);
+    let readers = AtomicI64::new(0);
+    let writers = AtomicI64::new(0);
+    let max_readers = AtomicI64::new(0);
+    let violations = AtomicUsize::new(0);
+    thread::scope(|s| {
+        for (i, c) in cs.iter().enumerate() {
+            let rw = InterProcessReadWriteLock::new(c, &path).unwrap();
+            let (readers, writers, max_readers, violations) =
+                (&readers, &writers, &max_readers, &violations);
+            s.spawn(move || {
+                for round in 0..8 {
+                    if (i + round) % 3 == 0 {
+                        let _g = rw.write_lock().lock().unwrap();
+                        if writers.fetch_add(1, Ordering::SeqCst) != 0
+                            || readers.load(Ordering::SeqCst) != 0
+                        {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        thread::sleep(Duration::from_millis(5));
+                        writers.fetch_sub(1, Ordering::SeqCst);
+                    } else {
+                        let _g = rw.read_lock().lock().unwrap();
+                        let n = readers.fetch_add(1, Ordering::SeqCst) + 1;
+                        max_readers.fetch_max(n, Ordering::SeqCst);
+                        if writers.load(Ordering::SeqCst) != 0 {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        thread::sleep(Duration::from_millis(20));
+                        readers.fetch_sub(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(violations.load(Ordering::SeqCst), 0);
+    assert!(
+        max_readers.load(Ordering::SeqCst) >= 2,
+        "readers never overlapped"
+    );
+    assert!(children(&cs[0], &path).is_empty());
+    cs.iter().for_each(Client::close);
+}
+
+fn semaphore_load(threads: usize, max: u32, sessions: usize) {
+    let path = unique(&format!("sem-{threads}-{max}"));
+    let cs = clients(sessions);
+    let oracle = Oracle::default();
+    let start = Barrier::new(threads);
+    thread::scope(|s| {
+        for t in 0..threads {
+            let c = &cs[t % sessions];
+            let (oracle, start, path) = (&oracle, &start, &path);
+            s.spawn(move || {
+                let sem = InterProcessSemaphoreV2::new(c, path, max).unwrap();
+                start.wait();
+                for _ in 0..2 {
+                    let lease = sem.acquire().unwrap();
+                    oracle.enter();
+                    thread::sleep(Duration::from_millis(30));
+                    oracle.leave();
+                    drop(lease);
+                }
+            });
+        }
+    });
+    assert!(
+        oracle.max() <= max as usize,
+        "{} holders for max {max}",
+        oracle.max()
+    );
+    assert_eq!(
+        oracle.max(),
+        (max as usize).min(threads),
+        "the maximum was never reached"
+    );
+    assert!(children(&cs[0], &format!("{path}/leases")).is_empty());
+    cs.iter().for_each(Client::close);
+}
+
+#[test]
+fn semaphore_holders_never_exceed_the_maximum_10_threads() {
+    for max in [1, 3, 11] {
+        semaphore_load(10, max, 5);
+    }
+}
+
+#[test]
+fn semaphore_holders_never_exceed_the_maximum_100_threads() {
+    for max in [1, 3, 11] {
+        semaphore_load(100, max, 10);
+    }
+}
+
+#[test]
+fn semaphore_bad_input_and_lease_lifecycle() {
+    let path = unique("sem-misc");
+    let cs = clients(2);
+    assert!(matches!(
+        InterProcessSemaphoreV2::new(&cs[0], &path, 0),
+        Err(Error::InvalidArgument(_))
+    ));
+    let sem = InterProcessSemaphoreV2::new(&cs[0], &path, 2).unwrap();
+    assert!(matches!(
+        sem.acquire_many(0),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        sem.acquire_many(3),
+        Err(Error::InvalidArgument(_))
+    ));
+    let mut leases = sem.acquire_many(2).unwrap();
+    assert_eq!(sem.participant_nodes().unwrap().len(), 2);
+    // A timed acquire that cannot complete gives back what it took.
+    let other = InterProcessSemaphoreV2::new(&cs[1], &path, 2).unwrap();
+    assert!(other
+        .acquire_timeout(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    sem.return_lease(leases.pop().unwrap()).unwrap();
+    assert!(other
+        .acquire_many_timeout(2, Duration::from_millis(500))
+        .unwrap()
+        .is_none());
+    wait_until(
+        Duration::from_secs(10),
+        || sem.participant_nodes().unwrap().len() == 1,
+        String::new,
+    );
+    // Closing a client frees its leases.
+    let held = other
+        .acquire_timeout(Duration::from_secs(10))
+        .unwrap()
+        .unwrap();
+    assert_eq!(held.data().unwrap(), b"");
+    assert_eq!(sem.participant_nodes().unwrap().len(), 2);
+    cs[1].close();
+    wait_until(
+        Duration::from_secs(10),
+        || sem.participant_nodes().unwrap().len() == 1,
+        String::new,
+    );
+    drop(held);
+    drop(leases);
+    assert!(sem.participant_nodes().unwrap().is_empty());
+    cs[0].close();
+}
