@@ -490,11 +490,25 @@ impl Shared {
         }
     }
 
+    /// One attempt, only if connected right now; no retries, no waiting for
+    /// a connection. For work that has somewhere else to go on failure.
+    pub(crate) fn try_once<T>(
+        &self,
+        attempt: impl FnOnce(&WireSession, Instant) -> Result<T>,
+    ) -> Result<T> {
+        self.check_usable()?;
+        let session = self.session().ok_or(Error::Closed)?;
+        if !session.wait_connected(Instant::now()) {
+            return Err(Error::from_code(ErrorCode::ConnectionLoss));
+        }
+        attempt(&session, Instant::now() + self.cfg.wire.connection_timeout)
+    }
+
     /// The server path for a namespace-relative path, validated.
     pub(crate) fn server_path(&self, path: &str) -> Result<String> {
         paths::validate_path(path).map_err(|e| Error::InvalidPath {
             path: path.to_owned(),
-            reason: e.to_string(),
+            reason: e.kind().to_string(),
         })?;
         Ok(paths::fix_for_namespace(
             self.cfg.namespace.as_deref(),

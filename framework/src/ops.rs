@@ -383,6 +383,7 @@ fn find_protected(
 pub struct DeleteBuilder<'a> {
     client: &'a Client,
     guaranteed: bool,
+    in_background: bool,
     version: Option<i32>,
     children: bool,
 }
@@ -392,6 +393,18 @@ impl DeleteBuilder<'_> {
     /// this call returns an error (a missing node counts as deleted).
     pub fn guaranteed(mut self) -> Self {
         self.guaranteed = true;
+        self
+    }
+
+    /// Curator's `guaranteed().inBackground()`: makes one attempt only if
+    /// connected right now, and otherwise leaves the delete to the
+    /// background (which retries until the node is gone), so the call never
+    /// waits on a broken connection. `Ok` then means deleted or handed over;
+    /// errors that retrying cannot fix (such as `NotEmpty`) still return.
+    /// Implies [`DeleteBuilder::guaranteed`].
+    pub fn in_background(mut self) -> Self {
+        self.guaranteed = true;
+        self.in_background = true;
         self
     }
 
@@ -417,12 +430,16 @@ impl DeleteBuilder<'_> {
                 reason: "cannot delete the root".into(),
             });
         }
-        let result = shared.with_retry(|s, deadline| {
+        let attempt = |s: &WireSession, deadline: Instant| {
             if self.children {
                 delete_children(s, &server_path, deadline)?;
             }
             wire_delete(s, &server_path, self.version, deadline)
-        });
+        };
+        let result = match self.in_background {
+            true => shared.try_once(attempt),
+            false => shared.with_retry(attempt),
+        };
         match result {
             Err(e) if self.guaranteed && e.is(ErrorCode::NoNode) => Ok(()),
             Err(e) if self.guaranteed && (e.is_retryable() || matches!(e, Error::Closed)) => {
@@ -432,7 +449,10 @@ impl DeleteBuilder<'_> {
                         version: self.version,
                     });
                 }
-                Err(e)
+                match self.in_background {
+                    true => Ok(()),
+                    false => Err(e),
+                }
             }
             other => other,
         }
@@ -473,6 +493,7 @@ impl Client {
         DeleteBuilder {
             client: self,
             guaranteed: false,
+            in_background: false,
             version: None,
             children: false,
         }

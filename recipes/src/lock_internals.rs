@@ -122,6 +122,16 @@ impl Signal {
     }
 }
 
+/// Deletes an ephemeral node of session `owner` (see
+/// [`LockInternals::delete_node`]).
+pub(crate) fn delete_ephemeral(client: &Client, path: &str, owner: i64) -> Result<()> {
+    if client.session_id() != owner {
+        log::debug!("{path} ended with its session");
+        return Ok(());
+    }
+    client.delete().in_background().for_path(path)
+}
+
 /// Checks a recipe's base path: a valid ZooKeeper path other than the root,
 /// whose children a recipe would share with everything else there.
 pub(crate) fn validate_recipe_path(path: &str) -> Result<()> {
@@ -259,12 +269,12 @@ impl LockInternals {
                     }))
                 }
                 Ok(false) => {
-                    self.delete_node(&path);
+                    self.delete_node(&path, stat.ephemeral_owner);
                     return Ok(None);
                 }
                 Err(e) if e.is(ErrorCode::NoNode) => {
                     // Our node vanished (session lost): queue again if allowed.
-                    self.delete_node(&path);
+                    self.delete_node(&path, stat.ephemeral_owner);
                     let policy = self.client.retry_policy();
                     match policy.allow_retry(retries, started.elapsed()) {
                         Some(sleep) if deadline.is_none_or(|d| Instant::now() + sleep < d) => {
@@ -275,18 +285,20 @@ impl LockInternals {
                     }
                 }
                 Err(e) => {
-                    self.delete_node(&path);
+                    self.delete_node(&path, stat.ephemeral_owner);
                     return Err(e);
                 }
             }
         }
     }
 
-    /// Removes a lock node for good: retried in the background until it is
-    /// gone, so an abandoned attempt never blocks the queue.
-    pub fn delete_node(&self, path: &str) {
-        if let Err(e) = self.client.delete().guaranteed().for_path(path) {
-            log::debug!("deleting lock node {path} continues in the background: {e}");
+    /// Removes a lock node of session `owner` for good without waiting on a
+    /// broken connection: one attempt now, then the background retries until
+    /// it is gone, so an abandoned attempt never blocks the queue. A node of
+    /// a session the client has already replaced went with that session.
+    pub fn delete_node(&self, path: &str, owner: i64) {
+        if let Err(e) = delete_ephemeral(&self.client, path, owner) {
+            log::warn!("cannot delete lock node {path}: {e}");
         }
     }
 

@@ -182,7 +182,7 @@ impl InterProcessMutex {
             holds.remove(&me).map(|h| h.node)
         };
         if let Some(node) = node {
-            self.inner.internals.delete_node(&node.path);
+            self.inner.internals.delete_node(&node.path, node.owner);
         }
         Ok(())
     }
@@ -269,7 +269,19 @@ impl InterProcessMutex {
 }
 
 /// Holds an [`InterProcessMutex`] until dropped. Not `Send`: the thread that
-/// took the lock releases it.
+/// took the lock releases it, so dropping a guard on another thread is
+/// refused at compile time:
+///
+/// ```compile_fail
+/// # fn f(mutex: &latchkey_recipes::InterProcessMutex) -> latchkey_framework::Result<()> {
+/// let guard = mutex.lock()?;
+/// std::thread::scope(|s| {
+///     s.spawn(move || drop(guard));
+/// });
+/// # Ok(()) }
+/// ```
+///
+/// To release from another thread, use [`crate::InterProcessSemaphoreMutex`].
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct MutexGuard<'a> {
     mutex: &'a InterProcessMutex,

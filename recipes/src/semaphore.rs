@@ -9,7 +9,7 @@ use latchkey_framework::paths;
 use latchkey_framework::{Client, CreateMode, Error, Result};
 use parking_lot::Mutex;
 
-use crate::lock_internals::{validate_recipe_path, Signal};
+use crate::lock_internals::{delete_ephemeral, validate_recipe_path, Signal};
 use crate::multi_lock::InterProcessLock;
 use crate::mutex::InterProcessMutex;
 
@@ -264,30 +264,22 @@ impl Lease {
         self.client.session_id() != self.owner
     }
 
-    /// Gives the lease back. Deleting the node is guaranteed: if ZooKeeper
-    /// cannot be reached the client keeps trying in the background and this
-    /// returns the error.
+    /// Gives the lease back (as dropping it does, but with the error). Deleting the node is
+    /// guaranteed and never waits on a broken connection: if ZooKeeper
+    /// cannot be reached now, the client keeps trying in the background; a
+    /// lease lost with its session has nothing left to delete.
+    /// Errors are those retrying cannot fix, such as missing permissions.
     pub fn return_lease(mut self) -> Result<()> {
         self.returned = true;
-        self.delete()
-    }
-
-    fn delete(&self) -> Result<()> {
-        match self.client.delete().guaranteed().for_path(&self.path) {
-            Err(Error::Closed) => Ok(()), // the session, and the node, ended with the client
-            other => other,
-        }
+        delete_ephemeral(&self.client, &self.path, self.owner)
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
         if !self.returned {
-            if let Err(e) = self.delete() {
-                log::warn!(
-                    "returning lease {} continues in the background: {e}",
-                    self.path
-                );
+            if let Err(e) = delete_ephemeral(&self.client, &self.path, self.owner) {
+                log::warn!("cannot return lease {}: {e}", self.path);
             }
         }
     }

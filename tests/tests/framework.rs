@@ -517,3 +517,54 @@ fn guaranteed_delete_finishes_in_the_background() {
     c.close();
     observer.close();
 }
+
+/// `in_background` never waits on a broken connection, even with a retry
+/// policy that would keep a plain call busy for a long time.
+#[test]
+fn background_delete_returns_at_once_when_disconnected() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = Client::builder()
+        .connect_string(proxy.connect_string())
+        .session_timeout(Duration::from_secs(20))
+        .connection_timeout(Duration::from_secs(5))
+        .retry_policy(RetryNTimes::new(100, Duration::from_millis(100)))
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    assert!(c.block_until_connected(Duration::from_secs(20)).unwrap());
+    let ctx = Ctx::new(server, &c);
+    let path = unique("doomed-bg");
+    c.create()
+        .mode(CreateMode::Ephemeral)
+        .for_path(&path, b"")
+        .unwrap();
+    let states = c.listen();
+    proxy.set_refuse(true);
+    proxy.cut();
+    ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(10));
+    let started = Instant::now();
+    c.delete().in_background().for_path(&path).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(c.pending_background_work(), 1);
+    // Still there while the client is away, gone once it is back.
+    let observer = connect(&server.connect_string(), Duration::from_secs(10));
+    assert!(observer.exists(&path).unwrap().is_some());
+    proxy.set_refuse(false);
+    wait_until(
+        Duration::from_secs(30),
+        || observer.exists(&path).unwrap().is_none() && c.pending_background_work() == 0,
+        || ctx.dump(),
+    );
+    assert!(
+        c.state().is_some_and(ConnectionState::is_connected),
+        "{}",
+        ctx.dump()
+    );
+    c.close();
+    observer.close();
+}
