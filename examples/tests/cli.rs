@@ -679,3 +679,52 @@ fn ctrl_c_while_waiting_leaves_no_node() {
     assert!(!ran.exists(), "the command ran after Ctrl-C");
     c.close();
 }
+
+/// Against a three-member ensemble: the lock survives the loss of the
+/// leader while a command runs under it, and a second `lock` then gets in.
+#[test]
+fn works_against_an_ensemble_through_a_leader_kill() {
+    let mut cluster = latchkey_test::TestingCluster::start(3).expect("ensemble");
+    let cs = cluster.connect_string();
+    let path = unique();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    let stop = scratch.file("stop");
+    let script = format!(
+        "echo $$ > {}; i=0; while [ ! -e {} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done",
+        pidfile.display(),
+        stop.display()
+    );
+    let args = [
+        "--connect",
+        &cs,
+        "--session-timeout",
+        "10",
+        &path,
+        "--",
+        "sh",
+        "-c",
+    ];
+    let holder = lock(&[&args[..], &[script.as_str()]].concat());
+    wait_until(QUICK, "the command runs", || read_pid(&pidfile).is_some());
+    let leader = cluster.leader().expect("a leader");
+    cluster.kill(leader).expect("kill the leader");
+    // A second lock waits while the first command still holds.
+    let waiter = lock(&["--connect", &cs, "--timeout", "60", &path, "--", "true"]);
+    let c = Client::builder()
+        .connect_string(&cs)
+        .session_timeout(Duration::from_secs(10))
+        .build()
+        .expect("build client");
+    c.start().expect("start client");
+    assert!(c.block_until_connected(QUICK).unwrap());
+    wait_until(QUICK, "the second lock queues", || {
+        participants(&c, &path).len() == 2
+    });
+    cluster.restart(leader).expect("restart the old leader");
+    std::fs::write(&stop, b"").unwrap();
+    holder.wait(Duration::from_secs(60)).expect_code(0);
+    waiter.wait(Duration::from_secs(60)).expect_code(0);
+    wait_until(QUICK, "no node left", || participants(&c, &path).is_empty());
+    c.close();
+}

@@ -599,9 +599,16 @@ fn a_server_down_past_the_session_timeout_means_lost_then_locks_work_again() {
 fn misuse_gets_clear_errors_and_leaves_nothing_behind() {
     let server = shared_server();
     let c = fault_client(&server.connect_string(), Duration::from_secs(10));
+    let figs = Figures::default();
+    // Each misuse is one "fault"; its error must name what was wrong.
+    let case = |result: Result<(), Error>, want: &str| {
+        let err = result.expect_err(want);
+        assert!(err.to_string().contains(want), "{err} lacks {want:?}");
+        figs.faults.fetch_add(1, Ordering::SeqCst);
+    };
     for bad in ["", "relative", "/trailing/", "/a//b", "/"] {
-        assert!(InterProcessMutex::new(&c, bad).is_err(), "{bad:?}");
-        assert!(InterProcessSemaphoreV2::new(&c, bad, 1).is_err(), "{bad:?}");
+        case(InterProcessMutex::new(&c, bad).map(drop), bad);
+        case(InterProcessSemaphoreV2::new(&c, bad, 1).map(drop), bad);
     }
     // A lock path under an ephemeral node.
     let eph = c
@@ -615,19 +622,29 @@ fn misuse_gets_clear_errors_and_leaves_nothing_behind() {
         err.is(latchkey_framework::ErrorCode::NoChildrenForEphemerals),
         "{err}"
     );
+    figs.faults.fetch_add(1, Ordering::SeqCst);
     assert!(c.get_children(&eph).unwrap().is_empty());
     // Release without holding, and twice.
     let path = unique("misuse");
     let m = InterProcessMutex::new(&c, &path).unwrap();
-    assert!(matches!(m.release(), Err(Error::IllegalState(_))));
+    case(m.release(), "does not hold");
     m.acquire().unwrap();
     m.release().unwrap();
-    assert!(matches!(m.release(), Err(Error::IllegalState(_))));
-    // Zero leases.
-    assert!(matches!(
-        InterProcessSemaphoreV2::new(&c, &path, 0),
-        Err(Error::InvalidArgument(_))
-    ));
+    case(m.release(), "does not hold");
+    // Zero leases, or more than the maximum, asked of a semaphore.
+    case(
+        InterProcessSemaphoreV2::new(&c, &path, 0).map(drop),
+        "max_leases",
+    );
+    let sem = InterProcessSemaphoreV2::new(&c, &path, 2).unwrap();
+    case(sem.acquire_many(0).map(drop), "zero leases");
+    case(sem.acquire_many(3).map(drop), "only 2");
+    case(
+        sem.acquire_many_timeout(3, Duration::from_secs(1))
+            .map(drop),
+        "only 2",
+    );
+    assert_eq!(count_nodes(&c, &path), 0, "a refused request left a node");
     // A lock path deleted (with its nodes) while a waiter waits: the waiter
     // queues again instead of hanging, and gets the lock.
     let holder_client = fault_client(&server.connect_string(), Duration::from_secs(10));
@@ -654,6 +671,7 @@ fn misuse_gets_clear_errors_and_leaves_nothing_behind() {
         .for_path(&path)
         .unwrap();
     assert!(waiter.join().unwrap());
+    figs.faults.fetch_add(1, Ordering::SeqCst);
     holder.release().unwrap();
     // A closed client refuses politely.
     c.close();
@@ -661,11 +679,12 @@ fn misuse_gets_clear_errors_and_leaves_nothing_behind() {
         InterProcessMutex::new(&c, "/x").unwrap().acquire(),
         Err(Error::Closed)
     ));
+    figs.faults.fetch_add(1, Ordering::SeqCst);
     wait_until(
         Duration::from_secs(10),
         || count_nodes(&holder_client, &path) == 0,
         String::new,
     );
-    Figures::default().report("misuse", count_nodes(&holder_client, &path));
+    figs.report("misuse", count_nodes(&holder_client, &path));
     holder_client.close();
 }

@@ -568,3 +568,66 @@ fn background_delete_returns_at_once_when_disconnected() {
     c.close();
     observer.close();
 }
+
+/// A member that loses its quorum serves reads only (`readonlymode.enabled`):
+/// a client that allows it reports `ReadOnly`, can read but not write, and
+/// goes back to read-write once the quorum returns.
+#[test]
+fn read_only_state_when_the_quorum_is_gone() {
+    let config = latchkey_test::ServerConfig {
+        system_properties: vec![("readonlymode.enabled".into(), "true".into())],
+        // A read-only server refuses global sessions, old and new alike
+        // (new ones get NOTREADONLY); it serves local sessions only.
+        extra: vec![("localSessionsEnabled".into(), "true".into())],
+        ..Default::default()
+    };
+    let mut cluster = latchkey_test::TestingCluster::start_with(3, config).unwrap();
+    let c = Client::builder()
+        .connect_string(cluster.member_connect_string(0))
+        .session_timeout(Duration::from_secs(4))
+        .connection_timeout(Duration::from_secs(2))
+        .retry_policy(RetryNTimes::new(3, Duration::from_millis(200)))
+        .can_be_read_only(true)
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    assert!(c.block_until_connected(Duration::from_secs(30)).unwrap());
+    let dump = |c: &Client, cluster: &latchkey_test::TestingCluster| {
+        format!(
+            "client states: {:?}\nmember 0:\n{}",
+            c.state_history(),
+            cluster.log_tail(0, 20)
+        )
+    };
+    let path = unique("ro");
+    c.create().for_path(&path, b"before").unwrap();
+    let states = c.listen();
+    cluster.kill(1).unwrap();
+    cluster.kill(2).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        match states.recv_deadline(deadline) {
+            Ok(ConnectionState::ReadOnly) => break,
+            Ok(_) => {}
+            Err(_) => panic!("no ReadOnly\n{}", dump(&c, &cluster)),
+        }
+    }
+    // Reads are served; writes are refused with ZooKeeper's code.
+    assert_eq!(c.get_data(&path).unwrap().0, b"before");
+    let err = c.set_data(&path, b"after", None).unwrap_err();
+    assert!(err.is(ErrorCode::NotReadOnly), "{err}");
+    cluster.restart(1).unwrap();
+    cluster.restart(2).unwrap();
+    wait_until(
+        Duration::from_secs(60),
+        || c.set_data(&path, b"after", None).is_ok(),
+        || dump(&c, &cluster),
+    );
+    assert_eq!(
+        c.state(),
+        Some(ConnectionState::Reconnected),
+        "{}",
+        dump(&c, &cluster)
+    );
+    c.close();
+}
