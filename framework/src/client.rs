@@ -565,7 +565,13 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
                         let timeout = shared
                             .session()
                             .map_or(shared.cfg.wire.session_timeout, |s| s.negotiated_timeout());
-                        lost_at = Some(Instant::now() + timeout.saturating_sub(silent_for));
+                        // Lost must come no later than the server's expiry,
+                        // which is at least the session timeout after our last
+                        // reply (the server heard our request before it
+                        // answered). This loop checks once a tick, so aim
+                        // two ticks early.
+                        let left = timeout.saturating_sub(silent_for).saturating_sub(tick * 2);
+                        lost_at = Some(Instant::now() + left);
                         shared.board.post(ConnectionState::Suspended);
                     }
                 }

@@ -24,6 +24,8 @@ struct Figures {
     cycles: AtomicU64,
     /// Cycles per contender, to see that every session makes progress.
     per_session: Mutex<Vec<u64>>,
+    /// Scenario-specific figures, appended to the report as they are.
+    extra: Mutex<String>,
     faults: AtomicU64,
     violations: AtomicU64,
     longest_stall_ms: AtomicU64,
@@ -51,12 +53,13 @@ impl Figures {
             None => String::new(),
         };
         let line = format!(
-            "RELIABILITY {scenario}: cycles={} faults={} violations={} orphaned_nodes={} longest_stall_ms={}{per}\n",
+            "RELIABILITY {scenario}: cycles={} faults={} violations={} orphaned_nodes={} longest_stall_ms={}{per}{}\n",
             self.cycles.load(Ordering::SeqCst),
             self.faults.load(Ordering::SeqCst),
             self.violations.load(Ordering::SeqCst),
             orphans,
             self.longest_stall_ms.load(Ordering::SeqCst),
+            self.extra.lock().unwrap(),
         );
         let _ = std::io::stderr().write_all(line.as_bytes());
     }
@@ -374,6 +377,12 @@ fn a_partitioned_holder_learns_it_lost_the_lock_before_anyone_else_takes_it() {
     );
     assert!(suspended - silent_since <= session * 2 / 3 + Duration::from_millis(1500));
     assert!(lost - silent_since <= session + Duration::from_millis(1500));
+    *figs.extra.lock().unwrap() = format!(
+        " suspended_after_ms={} lost_after_ms={} lost_ms_before_another_holder={}",
+        (suspended - silent_since).as_millis(),
+        (lost - silent_since).as_millis(),
+        (other_got_it - lost).as_millis()
+    );
     assert!(g.is_lost());
     figs.longest_stall_ms.store(
         (other_got_it - silent_since).as_millis() as u64,
