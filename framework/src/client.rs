@@ -15,7 +15,6 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::paths;
 use crate::retry::{ExponentialBackoffRetry, RetryPolicy};
 use crate::state::{ConnectionState, ListenerHandle, StateBoard};
-use crate::wire::session::close_session_by_credentials;
 use crate::wire::{WireConfig, WireEvent, WireSession};
 
 /// Builds a [`Client`]; Curator's `CuratorFrameworkFactory.builder()`.
@@ -385,16 +384,7 @@ impl Client {
     /// its id and password and closes it. For tests.
     pub fn expire_session_for_testing(&self) -> Result<()> {
         let session = self.shared.session().ok_or(Error::Closed)?;
-        let (id, passwd) = session.credentials();
-        if id == 0 {
-            return Err(Error::IllegalState("not connected yet".into()));
-        }
-        close_session_by_credentials(
-            &self.shared.cfg.wire.hosts,
-            id,
-            &passwd,
-            self.shared.cfg.wire.connection_timeout,
-        )
+        session.expire_for_testing(self.shared.cfg.wire.connection_timeout)
     }
 }
 

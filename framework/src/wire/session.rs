@@ -88,6 +88,9 @@ struct Inner {
     watches: Mutex<Watches>,
     last_zxid: AtomicI64,
     closed: AtomicBool,
+    /// Set while a test expires this session from another connection: the
+    /// I/O loop must not reconnect (and so revive the session) meanwhile.
+    hold_reconnect: AtomicBool,
     events: EventSink,
     watch_events: Sender<(Vec<WatchFn>, WatchedEvent)>,
 }
@@ -124,6 +127,7 @@ impl WireSession {
             watches: Mutex::new(Watches::default()),
             last_zxid: AtomicI64::new(0),
             closed: AtomicBool::new(false),
+            hold_reconnect: AtomicBool::new(false),
             events,
             watch_events: watch_tx,
         });
@@ -214,6 +218,20 @@ impl WireSession {
     }
 
     /// The id and password a second connection needs to take over this session.
+    /// Expires this session on the server the way a real expiry looks to
+    /// the client: another connection closes it while this one may not
+    /// reconnect; the next reconnect then hears that the session expired.
+    pub(crate) fn expire_for_testing(&self, timeout: Duration) -> Result<(), Error> {
+        let (id, passwd) = self.credentials();
+        if id == 0 {
+            return Err(Error::IllegalState("not connected yet".into()));
+        }
+        self.inner.hold_reconnect.store(true, Ordering::Release);
+        let closed = close_session_by_credentials(&self.inner.cfg.hosts, id, &passwd, timeout);
+        self.inner.hold_reconnect.store(false, Ordering::Release);
+        closed
+    }
+
     pub(crate) fn credentials(&self) -> (i64, Vec<u8>) {
         let c = self.inner.creds.lock();
         (c.session_id, c.passwd.clone())
@@ -357,6 +375,10 @@ impl Inner {
         };
         let mut next = 0usize;
         while !self.closed.load(Ordering::Acquire) {
+            if self.hold_reconnect.load(Ordering::Acquire) {
+                thread::sleep(Duration::from_millis(5));
+                continue;
+            }
             if hosts.is_empty() {
                 hosts = resolve(&self.cfg.hosts);
             }
