@@ -326,12 +326,21 @@ impl Client {
     }
 
     /// A channel that receives every new state, in order.
+    /// The listener goes away with the receiver (at the next state change
+    /// after it is dropped).
     pub fn listen(&self) -> Receiver<ConnectionState> {
         let (tx, rx) = unbounded();
-        self.add_listener(move |s| {
-            let _ = tx.send(s);
-        })
-        .forget();
+        let board = Arc::downgrade(&self.shared.board);
+        let own_id = Arc::new(std::sync::OnceLock::new());
+        let id_slot = Arc::clone(&own_id);
+        let id = self.shared.board.add_listener(Arc::new(move |s| {
+            if tx.send(s).is_err() {
+                if let (Some(board), Some(id)) = (board.upgrade(), id_slot.get()) {
+                    board.remove(*id);
+                }
+            }
+        }));
+        let _ = own_id.set(id);
         rx
     }
 
@@ -606,6 +615,17 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dropped_listen_channel_unregisters_itself() {
+        let c = Client::new("127.0.0.1:1").unwrap();
+        let kept = c.listen();
+        drop(c.listen());
+        assert_eq!(c.shared.board.listener_count(), 2);
+        c.shared.board.post(ConnectionState::Suspended);
+        assert_eq!(c.shared.board.listener_count(), 1);
+        assert_eq!(kept.try_recv(), Ok(ConnectionState::Suspended));
+    }
 
     #[test]
     fn connect_strings() {

@@ -163,6 +163,11 @@ impl StateBoard {
         id
     }
 
+    #[cfg(test)]
+    pub(crate) fn listener_count(&self) -> usize {
+        self.inner.lock().listeners.len()
+    }
+
     pub(crate) fn remove(&self, id: u64) {
         let mut b = self.inner.lock();
         b.listeners.retain(|(i, _)| *i != id);
