@@ -197,3 +197,71 @@ fn rust_and_curator_semaphores_share_one_maximum() {
     ok(&mut java, "quit");
     c.close();
 }
+
+/// Rust sessions and two Curator JVMs hammer one mutex; an oracle in this
+/// process counts holders. A Java hold is counted from its "acquired"
+/// reply to the moment we ask it to release, a window inside its real hold,
+/// so any overlap the oracle sees is a real one.
+#[test]
+fn rust_and_curator_mutexes_never_overlap_under_contention() {
+    let Some(java_a) = curator() else { return };
+    let java_b = Peer::start(PeerKind::Curator, &shared_server().connect_string())
+        .expect("start a second Curator peer");
+    let path = unique("interop-contended");
+    let holders = std::sync::atomic::AtomicUsize::new(0);
+    let overlaps = std::sync::atomic::AtomicUsize::new(0);
+    let java_cycles = std::sync::atomic::AtomicUsize::new(0);
+    let rust_cycles = std::sync::atomic::AtomicUsize::new(0);
+    let enter_and_leave = || {
+        use std::sync::atomic::Ordering::SeqCst;
+        if holders.fetch_add(1, SeqCst) != 0 {
+            overlaps.fetch_add(1, SeqCst);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        holders.fetch_sub(1, SeqCst);
+    };
+    const CYCLES: usize = 25;
+    std::thread::scope(|s| {
+        for mut java in [java_a, java_b] {
+            let (path, enter_and_leave, java_cycles) = (&path, &enter_and_leave, &java_cycles);
+            s.spawn(move || {
+                for _ in 0..CYCLES {
+                    assert_eq!(
+                        ok(&mut java, &format!("mutex {path} acquire 60000")),
+                        "OK acquired"
+                    );
+                    enter_and_leave();
+                    ok(&mut java, &format!("mutex {path} release"));
+                    java_cycles.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                ok(&mut java, "quit");
+            });
+        }
+        for _ in 0..3 {
+            let (path, enter_and_leave, rust_cycles) = (&path, &enter_and_leave, &rust_cycles);
+            s.spawn(move || {
+                let c = connect(&shared_server().connect_string(), Duration::from_secs(10));
+                let m = InterProcessMutex::new(&c, path).unwrap();
+                for _ in 0..CYCLES {
+                    let g = m.try_lock_for(Duration::from_secs(60)).unwrap();
+                    assert!(g.is_some(), "a Rust contender starved");
+                    enter_and_leave();
+                    drop(g);
+                    rust_cycles.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                c.close();
+            });
+        }
+    });
+    use std::sync::atomic::Ordering::SeqCst;
+    assert_eq!(java_cycles.load(SeqCst), 2 * CYCLES);
+    assert_eq!(rust_cycles.load(SeqCst), 3 * CYCLES);
+    assert_eq!(overlaps.load(SeqCst), 0, "Rust and Java holders overlapped");
+    let observer = connect(&shared_server().connect_string(), Duration::from_secs(10));
+    let left = InterProcessMutex::new(&observer, &path)
+        .unwrap()
+        .participant_nodes()
+        .unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    observer.close();
+}
