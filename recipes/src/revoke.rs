@@ -11,6 +11,30 @@ pub const REVOKE_MESSAGE: &[u8] = b"__REVOKE__";
 pub(crate) type RevocationListener = Arc<dyn Fn() + Send + Sync>;
 
 /// Asks the holder of a lock node to release it (Curator's `Revoker`).
+///
+/// The holder must have made its mutex revocable; its listener runs and
+/// should arrange the release, typically by telling the holding thread.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::sync::Arc;
+/// use latchkey_recipes::{InterProcessMutex, Revoker};
+///
+/// // The holder: asked to let go, it sets a flag its work loop checks.
+/// let mutex = InterProcessMutex::new(client, "/locks/leader")?;
+/// let asked = Arc::new(AtomicBool::new(false));
+/// let flag = Arc::clone(&asked);
+/// mutex.make_revocable(move || flag.store(true, Ordering::SeqCst));
+/// let guard = mutex.lock()?;
+///
+/// // Anyone else: ask whoever holds the lock to release it.
+/// if let Some(holder) = mutex.participant_nodes()?.first() {
+///     Revoker::attempt_revoke(client, holder)?;
+/// }
+/// # drop(guard);
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Revoker;
 
