@@ -73,20 +73,17 @@ struct Oracle {
 }
 
 fn fault_client(connect_string: &str, session: Duration) -> Client {
-    let c = Client::builder()
-        .connect_string(connect_string)
-        .session_timeout(session)
-        .connection_timeout(Duration::from_secs(3))
-        .retry_policy(ExponentialBackoffRetry::with_max_sleep(
-            Duration::from_millis(50),
-            29,
-            Duration::from_millis(500),
-        ))
-        .build()
-        .unwrap();
-    c.start().unwrap();
-    assert!(c.block_until_connected(Duration::from_secs(30)).unwrap());
-    c
+    start_connected(
+        Client::builder()
+            .connect_string(connect_string)
+            .session_timeout(session)
+            .connection_timeout(Duration::from_secs(3))
+            .retry_policy(ExponentialBackoffRetry::with_max_sleep(
+                Duration::from_millis(50),
+                29,
+                Duration::from_millis(500),
+            )),
+    )
 }
 
 /// Work is done only while the client is connected and the lock not lost:

@@ -143,13 +143,11 @@ fn bad_input_is_refused_before_sending() {
 fn namespace_is_applied_and_stripped() {
     let server = shared_server();
     let ns = unique("ns").trim_start_matches('/').to_owned();
-    let c = Client::builder()
-        .connect_string(server.connect_string())
-        .namespace(ns.clone())
-        .build()
-        .unwrap();
-    c.start().unwrap();
-    assert!(c.block_until_connected(Duration::from_secs(20)).unwrap());
+    let c = start_connected(
+        Client::builder()
+            .connect_string(server.connect_string())
+            .namespace(ns.clone()),
+    );
     let p = c
         .create()
         .creating_parents_if_needed()
@@ -312,15 +310,13 @@ fn cut_connections_reconnect_to_the_same_session() {
 fn no_call_blocks_past_the_connection_timeout_on_a_silent_partition() {
     let server = shared_server();
     let proxy = FaultProxy::start(server.addr()).unwrap();
-    let c = Client::builder()
-        .connect_string(proxy.connect_string())
-        .session_timeout(Duration::from_secs(20))
-        .connection_timeout(Duration::from_secs(1))
-        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
-        .build()
-        .unwrap();
-    c.start().unwrap();
-    assert!(c.block_until_connected(Duration::from_secs(20)).unwrap());
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(20))
+            .connection_timeout(Duration::from_secs(1))
+            .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
+    );
     proxy.pause();
     let t = Instant::now();
     let err = c.exists("/").unwrap_err();
@@ -394,15 +390,13 @@ fn watches_survive_a_reconnect_and_see_changes_made_meanwhile() {
 fn auth_is_sent_again_after_a_reconnect() {
     let server = shared_server();
     let proxy = FaultProxy::start(server.addr()).unwrap();
-    let c = Client::builder()
-        .connect_string(proxy.connect_string())
-        .session_timeout(Duration::from_secs(10))
-        .authorization("digest", b"alice:secret")
-        .acl_provider(FixedAclProvider(Acl::creator_all()))
-        .build()
-        .unwrap();
-    c.start().unwrap();
-    assert!(c.block_until_connected(Duration::from_secs(20)).unwrap());
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(10))
+            .authorization("digest", b"alice:secret")
+            .acl_provider(FixedAclProvider(Acl::creator_all())),
+    );
     let ctx = Ctx::new(server, &c);
     let states = c.listen();
     let path = unique("private");
@@ -485,15 +479,13 @@ fn listeners_may_call_the_client_and_panicking_watchers_are_contained() {
 fn guaranteed_delete_finishes_in_the_background() {
     let server = shared_server();
     let proxy = FaultProxy::start(server.addr()).unwrap();
-    let c = Client::builder()
-        .connect_string(proxy.connect_string())
-        .session_timeout(Duration::from_secs(20))
-        .connection_timeout(Duration::from_millis(500))
-        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
-        .build()
-        .unwrap();
-    c.start().unwrap();
-    assert!(c.block_until_connected(Duration::from_secs(20)).unwrap());
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(20))
+            .connection_timeout(Duration::from_millis(500))
+            .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
+    );
     let ctx = Ctx::new(server, &c);
     let path = unique("doomed");
     c.create().for_path(&path, b"").unwrap();
@@ -524,15 +516,13 @@ fn guaranteed_delete_finishes_in_the_background() {
 fn background_delete_returns_at_once_when_disconnected() {
     let server = shared_server();
     let proxy = FaultProxy::start(server.addr()).unwrap();
-    let c = Client::builder()
-        .connect_string(proxy.connect_string())
-        .session_timeout(Duration::from_secs(20))
-        .connection_timeout(Duration::from_secs(5))
-        .retry_policy(RetryNTimes::new(100, Duration::from_millis(100)))
-        .build()
-        .unwrap();
-    c.start().unwrap();
-    assert!(c.block_until_connected(Duration::from_secs(20)).unwrap());
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(20))
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(RetryNTimes::new(100, Duration::from_millis(100))),
+    );
     let ctx = Ctx::new(server, &c);
     let path = unique("doomed-bg");
     c.create()
@@ -582,16 +572,14 @@ fn read_only_state_when_the_quorum_is_gone() {
         ..Default::default()
     };
     let mut cluster = latchkey_test::TestingCluster::start_with(3, config).unwrap();
-    let c = Client::builder()
-        .connect_string(cluster.member_connect_string(0))
-        .session_timeout(Duration::from_secs(4))
-        .connection_timeout(Duration::from_secs(2))
-        .retry_policy(RetryNTimes::new(3, Duration::from_millis(200)))
-        .can_be_read_only(true)
-        .build()
-        .unwrap();
-    c.start().unwrap();
-    assert!(c.block_until_connected(Duration::from_secs(30)).unwrap());
+    let c = start_connected(
+        Client::builder()
+            .connect_string(cluster.member_connect_string(0))
+            .session_timeout(Duration::from_secs(4))
+            .connection_timeout(Duration::from_secs(2))
+            .retry_policy(RetryNTimes::new(3, Duration::from_millis(200)))
+            .can_be_read_only(true),
+    );
     let dump = |c: &Client, cluster: &latchkey_test::TestingCluster| {
         format!(
             "client states: {:?}\nmember 0:\n{}",

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use latchkey_framework::{Client, ConnectionState, ExponentialBackoffRetry};
+use latchkey_framework::{Client, ClientBuilder, ConnectionState, ExponentialBackoffRetry};
 use latchkey_test::TestingServer;
 
 /// The server this test binary shares; tests that stop or restart a server
@@ -20,17 +20,23 @@ pub fn shared_server() -> &'static TestingServer {
 
 /// A started, connected client.
 pub fn connect(connect_string: &str, session_timeout: Duration) -> Client {
-    let c = Client::builder()
-        .connect_string(connect_string)
-        .session_timeout(session_timeout)
-        .connection_timeout(Duration::from_secs(5))
-        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10))
-        .build()
-        .expect("build client");
+    start_connected(
+        Client::builder()
+            .connect_string(connect_string)
+            .session_timeout(session_timeout)
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10)),
+    )
+}
+
+/// Builds and starts a client, and waits (30 s at most) until it connects.
+pub fn start_connected(builder: ClientBuilder) -> Client {
+    let c = builder.build().expect("build client");
     c.start().expect("start client");
     assert!(
         c.block_until_connected(Duration::from_secs(30)).unwrap(),
-        "could not connect to {connect_string}"
+        "could not connect: {:?}",
+        c.state_history()
     );
     c
 }
