@@ -12,10 +12,37 @@ use crate::background::Job;
 use crate::client::{Client, Shared};
 use crate::error::{Error, ErrorCode, Result};
 use crate::paths;
-use crate::wire::jute::Reader;
+use crate::wire::jute::{Reader, Writer};
 use crate::wire::proto::{self, op};
-use crate::wire::{WatchKind, WatchRegistration, WireSession};
+use crate::wire::{WatchKind, WatchRegistration, Watcher, WireSession};
 use crate::{CreateMode, Stat, WatchedEvent};
+
+/// A create request's op code, and what writes its body.
+fn create_request<'a>(
+    path: &'a str,
+    data: &'a [u8],
+    acl: &'a [Acl],
+    mode: CreateMode,
+) -> (i32, impl Fn(&mut Writer) + 'a) {
+    let opcode = if mode == CreateMode::Container {
+        op::CREATE_CONTAINER
+    } else {
+        op::CREATE2
+    };
+    let body = move |w: &mut Writer| {
+        w.string(path).bytes(data);
+        proto::write_acls(w, acl);
+        w.i32(mode.flags());
+    };
+    (opcode, body)
+}
+
+/// The created node's path and stat from a create's reply.
+fn created(path: &str, reply: Result<Vec<u8>>) -> Result<(String, Stat)> {
+    let body = reply.map_err(|e| e.with_path(path))?;
+    let mut r = Reader::new(&body);
+    Ok((r.string()?, proto::read_stat(&mut r)?))
+}
 
 pub(crate) fn wire_create(
     s: &WireSession,
@@ -25,25 +52,30 @@ pub(crate) fn wire_create(
     mode: CreateMode,
     deadline: Instant,
 ) -> Result<(String, Stat)> {
-    let opcode = if mode == CreateMode::Container {
-        op::CREATE_CONTAINER
-    } else {
-        op::CREATE2
+    let (opcode, body) = create_request(path, data, acl, mode);
+    created(path, s.call(opcode, body, None, deadline))
+}
+
+/// [`wire_create`] with the parent's children listed in the same round trip
+/// (the listing is taken just after the create). The listing is `None` if
+/// it failed; the create's outcome stands either way.
+fn wire_create_listing_parent(
+    s: &WireSession,
+    path: &str,
+    data: &[u8],
+    acl: &[Acl],
+    mode: CreateMode,
+    parent: &str,
+    deadline: Instant,
+) -> Result<(String, Stat, Option<Vec<String>>)> {
+    let (opcode, body) = create_request(path, data, acl, mode);
+    let list = |w: &mut Writer| {
+        w.string(parent).bool(false);
     };
-    let body = s
-        .call(
-            opcode,
-            |w| {
-                w.string(path).bytes(data);
-                proto::write_acls(w, acl);
-                w.i32(mode.flags());
-            },
-            None,
-            deadline,
-        )
-        .map_err(|e| e.with_path(path))?;
-    let mut r = Reader::new(&body);
-    Ok((r.string()?, proto::read_stat(&mut r)?))
+    let (create, listed) = s.call_pair((opcode, &body), (op::GET_CHILDREN, &list), deadline);
+    let (name, stat) = created(path, create)?;
+    let children = listed.ok().and_then(|b| Reader::new(&b).strings().ok());
+    Ok((name, stat, children))
 }
 
 pub(crate) fn wire_delete(
@@ -170,6 +202,7 @@ impl Shared {
         on_ok: WatchKind,
         on_no_node: Option<WatchKind>,
         watcher: &SharedWatcher,
+        waker: bool,
     ) -> WatchRegistration {
         let slot = Arc::clone(watcher);
         let ns = self.cfg.namespace.clone();
@@ -177,14 +210,17 @@ impl Shared {
             path: server_path.to_owned(),
             on_ok,
             on_no_node,
-            watcher: Box::new(move |ev: WatchedEvent| {
-                if let Some(f) = slot.lock().take() {
-                    f(WatchedEvent {
-                        event_type: ev.event_type,
-                        path: paths::strip_namespace(ns.as_deref(), &ev.path),
-                    });
-                }
-            }),
+            watcher: Watcher {
+                run: Box::new(move |ev: WatchedEvent| {
+                    if let Some(f) = slot.lock().take() {
+                        f(WatchedEvent {
+                            event_type: ev.event_type,
+                            path: paths::strip_namespace(ns.as_deref(), &ev.path),
+                        });
+                    }
+                }),
+                waker,
+            },
         }
     }
 
@@ -279,6 +315,31 @@ impl CreateBuilder<'_> {
 
     /// Creates the node and returns its path and stat.
     pub fn for_path_with_stat(self, path: &str, data: &[u8]) -> Result<(String, Stat)> {
+        self.create(path, data, false).map(|(p, stat, _)| (p, stat))
+    }
+
+    /// Like [`CreateBuilder::for_path_with_stat`], and lists the new node's
+    /// parent in the same round trip: the listing is sent right behind the
+    /// create and ZooKeeper answers a session's requests in order, so it
+    /// shows the children just after the create (the new node among them).
+    /// The listing is `None` when it could not ride along (say, the create
+    /// was retried); list the parent yourself then.
+    ///
+    /// A lock recipe needs both to queue, so this saves it a round trip.
+    pub fn for_path_listing_parent(
+        self,
+        path: &str,
+        data: &[u8],
+    ) -> Result<(String, Stat, Option<Vec<String>>)> {
+        self.create(path, data, true)
+    }
+
+    fn create(
+        self,
+        path: &str,
+        data: &[u8],
+        list_parent: bool,
+    ) -> Result<(String, Stat, Option<Vec<String>>)> {
         let shared = &self.client.shared;
         let valid = if self.mode.is_sequential() {
             paths::validate_path_sequential(path)
@@ -313,23 +374,30 @@ impl CreateBuilder<'_> {
         let (parent, _) = split_parent(&server_path);
         let prefix = protection.as_ref().map(|id| paths::protected_prefix(id));
         let mut first = true;
+        let create = |s: &WireSession, deadline| match list_parent {
+            true => {
+                wire_create_listing_parent(s, &server_path, data, &acl, self.mode, parent, deadline)
+            }
+            false => wire_create(s, &server_path, data, &acl, self.mode, deadline)
+                .map(|(p, stat)| (p, stat, None)),
+        };
         let result = shared.with_retry(|s, deadline| {
             if let (false, Some(prefix)) = (first, &prefix) {
-                if let Some(found) = find_protected(s, parent, prefix, deadline)? {
-                    return Ok(found);
+                if let Some((found, stat)) = find_protected(s, parent, prefix, deadline)? {
+                    return Ok((found, stat, None));
                 }
             }
             first = false;
-            match wire_create(s, &server_path, data, &acl, self.mode, deadline) {
+            match create(s, deadline) {
                 Err(e) if e.is(ErrorCode::NoNode) && self.parents => {
                     shared.create_parents(s, &server_path, self.parent_containers, deadline)?;
-                    wire_create(s, &server_path, data, &acl, self.mode, deadline)
+                    create(s, deadline)
                 }
                 other => other,
             }
         });
         match result {
-            Ok((created, stat)) => Ok((shared.user_path(&created), stat)),
+            Ok((node, stat, children)) => Ok((shared.user_path(&node), stat, children)),
             Err(e) => {
                 if let (Some(prefix), true) = (prefix, e.is_retryable()) {
                     shared.background.push(Job::DeleteProtected {
@@ -514,13 +582,37 @@ impl Client {
         path: &str,
         watcher: impl FnOnce(WatchedEvent) + Send + 'static,
     ) -> Result<Option<Stat>> {
+        self.exists_watching(path, Box::new(watcher), false)
+    }
+
+    /// For recipe authors: [`Client::exists_watch`] with a waker (see
+    /// [`Client::get_data_watch_waker`]). Wakers on one session run in the
+    /// order ZooKeeper sent their events, which a waiter may rely on.
+    pub fn exists_watch_waker(
+        &self,
+        path: &str,
+        wake: impl FnOnce(WatchedEvent) + Send + 'static,
+    ) -> Result<Option<Stat>> {
+        self.exists_watching(path, Box::new(wake), true)
+    }
+
+    fn exists_watching(
+        &self,
+        path: &str,
+        watcher: Box<dyn FnOnce(WatchedEvent) + Send>,
+        waker: bool,
+    ) -> Result<Option<Stat>> {
         let sp = self.shared.server_path(path)?;
-        let w: SharedWatcher = Arc::new(Mutex::new(Some(Box::new(watcher))));
+        let w: SharedWatcher = Arc::new(Mutex::new(Some(watcher)));
         self.shared
             .with_retry(|s, d| {
-                let reg =
-                    self.shared
-                        .registration(&sp, WatchKind::Data, Some(WatchKind::Exist), &w);
+                let reg = self.shared.registration(
+                    &sp,
+                    WatchKind::Data,
+                    Some(WatchKind::Exist),
+                    &w,
+                    waker,
+                );
                 wire_exists(s, &sp, Some(reg), d)
             })
             .map_err(|e| self.relative(e))
@@ -542,11 +634,36 @@ impl Client {
         path: &str,
         watcher: impl FnOnce(WatchedEvent) + Send + 'static,
     ) -> Result<(Vec<u8>, Stat)> {
+        self.get_data_watching(path, Box::new(watcher), false)
+    }
+
+    /// For recipe authors: [`Client::get_data_watch`] with a waker instead
+    /// of a watcher. A waker runs on the session's I/O thread as soon as the
+    /// event is read, a thread hop sooner than a watcher (which runs on the
+    /// watcher thread), so it must return at once and must not call the
+    /// client: set a flag, notify a condvar. A lock waiter wakes this way
+    /// when its predecessor goes.
+    pub fn get_data_watch_waker(
+        &self,
+        path: &str,
+        wake: impl FnOnce(WatchedEvent) + Send + 'static,
+    ) -> Result<(Vec<u8>, Stat)> {
+        self.get_data_watching(path, Box::new(wake), true)
+    }
+
+    fn get_data_watching(
+        &self,
+        path: &str,
+        watcher: Box<dyn FnOnce(WatchedEvent) + Send>,
+        waker: bool,
+    ) -> Result<(Vec<u8>, Stat)> {
         let sp = self.shared.server_path(path)?;
-        let w: SharedWatcher = Arc::new(Mutex::new(Some(Box::new(watcher))));
+        let w: SharedWatcher = Arc::new(Mutex::new(Some(watcher)));
         self.shared
             .with_retry(|s, d| {
-                let reg = self.shared.registration(&sp, WatchKind::Data, None, &w);
+                let reg = self
+                    .shared
+                    .registration(&sp, WatchKind::Data, None, &w, waker);
                 wire_get_data(s, &sp, Some(reg), d)
             })
             .map_err(|e| self.relative(e))
@@ -579,7 +696,9 @@ impl Client {
         let w: SharedWatcher = Arc::new(Mutex::new(Some(Box::new(watcher))));
         self.shared
             .with_retry(|s, d| {
-                let reg = self.shared.registration(&sp, WatchKind::Child, None, &w);
+                let reg = self
+                    .shared
+                    .registration(&sp, WatchKind::Child, None, &w, false);
                 wire_children(s, &sp, Some(reg), d)
             })
             .map_err(|e| self.relative(e))

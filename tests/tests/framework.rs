@@ -619,3 +619,36 @@ fn read_only_state_when_the_quorum_is_gone() {
     );
     c.close();
 }
+
+/// A waker runs on the session's I/O thread as the event is read, gets the
+/// event like a watcher does, and a panicking one does not stop the session.
+#[test]
+fn data_watch_wakers_run_on_the_io_thread() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), Duration::from_secs(10));
+    let other = connect(&server.connect_string(), Duration::from_secs(10));
+    let path = unique("waker");
+    other.create().for_path(&path, b"").unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    c.get_data_watch_waker(&path, move |e| {
+        let _ = tx.send((e, std::thread::current().name().map(str::to_owned)));
+    })
+    .unwrap();
+    other.delete().for_path(&path).unwrap();
+    let (event, thread) = rx.recv_timeout(Duration::from_secs(10)).expect("woken");
+    assert_eq!(event.event_type, latchkey_framework::EventType::NodeDeleted);
+    assert_eq!(event.path, path);
+    assert_eq!(thread.as_deref(), Some("latchkey-io"));
+
+    other.create().for_path(&path, b"").unwrap();
+    c.get_data_watch_waker(&path, |_| panic!("a waker that panics"))
+        .unwrap();
+    other.set_data(&path, b"x", None).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || c.get_data(&path).is_ok_and(|(d, _)| d == b"x"),
+        String::new,
+    );
+    c.close();
+    other.close();
+}

@@ -8,4 +8,4 @@ pub(crate) mod session;
 pub(crate) mod watches;
 
 pub(crate) use session::{WireConfig, WireEvent, WireSession};
-pub(crate) use watches::{WatchKind, WatchRegistration};
+pub(crate) use watches::{WatchKind, WatchRegistration, Watcher};

@@ -16,7 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use backoff::backoff::Backoff;
-use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{unbounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use super::jute::{Reader, Writer};
@@ -60,10 +60,60 @@ pub(crate) type EventSink = Box<dyn Fn(WireEvent) + Send + Sync>;
 /// A successful reply's body.
 pub(crate) type Reply = Vec<u8>;
 
+/// A request to send: its op code and what writes its body.
+pub(crate) type Request<'a> = (i32, &'a dyn Fn(&mut Writer));
+
 struct Pending {
     xid: i32,
-    reply: Sender<Result<Reply, Error>>,
+    reply: Option<Arc<ReplySlot>>,
     watch: Option<WatchRegistration>,
+}
+
+impl Pending {
+    fn answer(mut self, result: Result<Reply, Error>) {
+        if let Some(slot) = self.reply.take() {
+            slot.put(result);
+        }
+    }
+}
+
+impl Drop for Pending {
+    /// A request dropped unanswered (its session ended) lost its connection.
+    fn drop(&mut self) {
+        if let Some(slot) = self.reply.take() {
+            slot.put(Err(Error::from_code(ErrorCode::ConnectionLoss)));
+        }
+    }
+}
+
+/// Where one request's reply is left for its caller. The caller parks at
+/// once: a reply takes a network round trip, so spinning for it (as a
+/// channel's receive does first) only burns CPU that the server and the
+/// other clients on the machine could use.
+#[derive(Default)]
+struct ReplySlot {
+    value: Mutex<Option<Result<Reply, Error>>>,
+    ready: Condvar,
+}
+
+impl ReplySlot {
+    fn put(&self, result: Result<Reply, Error>) {
+        *self.value.lock() = Some(result);
+        self.ready.notify_one();
+    }
+
+    /// The reply, or `None` if none came by `deadline`.
+    fn wait_until(&self, deadline: Instant) -> Option<Result<Reply, Error>> {
+        let mut value = self.value.lock();
+        loop {
+            if let Some(result) = value.take() {
+                return Some(result);
+            }
+            if self.ready.wait_until(&mut value, deadline).timed_out() {
+                return value.take();
+            }
+        }
+    }
 }
 
 struct Io {
@@ -148,51 +198,92 @@ impl WireSession {
     pub(crate) fn call(
         &self,
         opcode: i32,
-        build: impl FnOnce(&mut Writer),
+        build: impl Fn(&mut Writer),
         watch: Option<WatchRegistration>,
         deadline: Instant,
     ) -> Result<Reply, Error> {
-        let rx = self.send(opcode, build, watch)?;
-        match rx.recv_deadline(deadline) {
-            Ok(reply) => reply,
-            Err(RecvTimeoutError::Timeout) => Err(Error::from_code(ErrorCode::OperationTimeout)),
-            Err(RecvTimeoutError::Disconnected) => Err(Error::from_code(ErrorCode::ConnectionLoss)),
-        }
+        let slot = self.send(opcode, build, watch)?;
+        slot.wait_until(deadline)
+            .unwrap_or_else(|| Err(Error::from_code(ErrorCode::OperationTimeout)))
+    }
+
+    /// Sends two requests in one write and waits for both replies until
+    /// `deadline`. ZooKeeper handles a session's requests in order, so the
+    /// second sees what the first did: one round trip instead of two.
+    pub(crate) fn call_pair(
+        &self,
+        first: Request<'_>,
+        second: Request<'_>,
+        deadline: Instant,
+    ) -> (Result<Reply, Error>, Result<Reply, Error>) {
+        let slots = match self.send_all(&[first, second], None) {
+            Ok(slots) => slots,
+            Err(e) => return (Err(e), Err(Error::from_code(ErrorCode::ConnectionLoss))),
+        };
+        let wait = |slot: &ReplySlot| {
+            slot.wait_until(deadline)
+                .unwrap_or_else(|| Err(Error::from_code(ErrorCode::OperationTimeout)))
+        };
+        (wait(&slots[0]), wait(&slots[1]))
     }
 
     fn send(
         &self,
         opcode: i32,
-        build: impl FnOnce(&mut Writer),
+        build: impl Fn(&mut Writer),
         watch: Option<WatchRegistration>,
-    ) -> Result<Receiver<Result<Reply, Error>>, Error> {
+    ) -> Result<Arc<ReplySlot>, Error> {
+        let mut slots = self.send_all(&[(opcode, &build)], watch)?;
+        Ok(slots.remove(0))
+    }
+
+    /// Writes the requests in one write; `watch` goes with the last one.
+    fn send_all(
+        &self,
+        requests: &[Request<'_>],
+        mut watch: Option<WatchRegistration>,
+    ) -> Result<Vec<Arc<ReplySlot>>, Error> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::Acquire) {
             // This session is over; the client retries on its successor.
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
         }
-        let (tx, rx) = bounded(1);
         let mut io = inner.io.lock();
-        let xid = io.next_xid;
-        io.next_xid = if xid == i32::MAX { 1 } else { xid + 1 };
-        let mut w = proto::request(xid, opcode);
-        build(&mut w);
-        let frame = w.finish_frame();
+        let first_xid = io.next_xid;
+        let mut frames = Vec::new();
+        for (opcode, build) in requests {
+            let xid = io.next_xid;
+            io.next_xid = if xid == i32::MAX { 1 } else { xid + 1 };
+            let mut w = proto::request(xid, *opcode);
+            build(&mut w);
+            frames.extend_from_slice(&w.finish_frame());
+        }
         let Some(stream) = io.stream.as_mut() else {
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
         };
-        if let Err(e) = stream.write_all(&frame) {
+        if let Err(e) = stream.write_all(&frames) {
             log::debug!("write failed, dropping connection: {e}");
             let _ = stream.shutdown(Shutdown::Both);
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
         }
         io.last_send = Instant::now();
-        io.pending.push_back(Pending {
-            xid,
-            reply: tx,
-            watch,
-        });
-        Ok(rx)
+        let mut xid = first_xid;
+        let mut slots = Vec::with_capacity(requests.len());
+        for i in 0..requests.len() {
+            let slot = Arc::new(ReplySlot::default());
+            io.pending.push_back(Pending {
+                xid,
+                reply: Some(Arc::clone(&slot)),
+                watch: if i + 1 == requests.len() {
+                    watch.take()
+                } else {
+                    None
+                },
+            });
+            slots.push(slot);
+            xid = if xid == i32::MAX { 1 } else { xid + 1 };
+        }
+        Ok(slots)
     }
 
     /// Waits until the session is connected, or the deadline passes.
@@ -248,8 +339,8 @@ impl WireSession {
         if self.inner.closed.load(Ordering::Acquire) {
             return;
         }
-        if let Ok(rx) = self.send(op::CLOSE_SESSION, |_| {}, None) {
-            let _ = rx.recv_timeout(timeout);
+        if let Ok(slot) = self.send(op::CLOSE_SESSION, |_| {}, None) {
+            let _ = slot.wait_until(Instant::now() + timeout);
         }
         self.abandon();
     }
@@ -343,12 +434,17 @@ fn read_frame(s: &mut TcpStream) -> io::Result<Vec<u8>> {
 fn run_watchers(rx: Receiver<(Vec<WatchFn>, WatchedEvent)>) {
     for (watchers, event) in rx {
         for w in watchers {
-            let ev = event.clone();
-            // A panicking watcher must not take the session's other watchers with it.
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w(ev))).is_err() {
-                log::error!("a watcher panicked on {:?}", event);
-            }
+            run_watcher(w, &event);
         }
+    }
+}
+
+fn run_watcher(w: WatchFn, event: &WatchedEvent) {
+    let ev = event.clone();
+    // A panicking watcher must not take the session's other watchers (or
+    // its I/O thread) with it.
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w(ev))).is_err() {
+        log::error!("a watcher panicked on {:?}", event);
     }
 }
 
@@ -438,7 +534,7 @@ impl Inner {
                 event_type: EventType::SessionExpired,
                 path,
             };
-            let _ = self.watch_events.send((vec![w], ev));
+            let _ = self.watch_events.send((vec![w.run], ev));
         }
         (self.events)(event);
     }
@@ -449,7 +545,7 @@ impl Inner {
             let _ = s.shutdown(Shutdown::Both);
         }
         for p in io.pending.drain(..) {
-            let _ = p.reply.send(Err(Error::from_code(code)));
+            p.answer(Err(Error::from_code(code)));
         }
     }
 
@@ -598,12 +694,19 @@ impl Inner {
                 let ev = WatcherEvent::read(&mut r)?;
                 let event_type = EventType::from_wire(ev.event_type);
                 let fired = self.watches.lock().triggered(event_type, &ev.path);
-                if !fired.is_empty() {
-                    let event = WatchedEvent {
-                        event_type,
-                        path: ev.path,
-                    };
-                    let _ = self.watch_events.send((fired, event));
+                let event = WatchedEvent {
+                    event_type,
+                    path: ev.path,
+                };
+                let mut watchers = Vec::new();
+                for w in fired {
+                    match w.waker {
+                        true => run_watcher(w.run, &event),
+                        false => watchers.push(w.run),
+                    }
+                }
+                if !watchers.is_empty() {
+                    let _ = self.watch_events.send((watchers, event));
                 }
             }
             xid::PING | xid::SET_WATCHES => {}
@@ -614,7 +717,7 @@ impl Inner {
                 }
             }
             _ => {
-                let Some(pending) = self.io.lock().pending.pop_front() else {
+                let Some(mut pending) = self.io.lock().pending.pop_front() else {
                     return Err(Error::Marshalling("reply with no request waiting"));
                 };
                 if pending.xid != header.xid {
@@ -625,7 +728,7 @@ impl Inner {
                 } else {
                     Err(Error::from_code(ErrorCode::from_wire(header.err)))
                 };
-                if let Some(reg) = pending.watch {
+                if let Some(reg) = pending.watch.take() {
                     let kind = match result {
                         Ok(_) => Some(reg.on_ok),
                         Err(ref e) if e.code() == Some(ErrorCode::NoNode) => reg.on_no_node,
@@ -635,7 +738,7 @@ impl Inner {
                         self.watches.lock().add(kind, reg.path, reg.watcher);
                     }
                 }
-                let _ = pending.reply.send(result);
+                pending.answer(result);
             }
         }
         Ok(None)

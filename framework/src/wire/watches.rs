@@ -8,6 +8,14 @@ use crate::{EventType, WatchedEvent};
 /// A one-shot watch callback.
 pub(crate) type WatchFn = Box<dyn FnOnce(WatchedEvent) + Send>;
 
+/// A registered watch callback, and where it runs.
+pub(crate) struct Watcher {
+    pub run: WatchFn,
+    /// A waker only wakes a thread, so it runs on the I/O thread as the
+    /// event is read, one thread hop sooner than on the watcher thread.
+    pub waker: bool,
+}
+
 /// Which server-side watch table a watch sits in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WatchKind {
@@ -25,18 +33,18 @@ pub(crate) struct WatchRegistration {
     pub on_ok: WatchKind,
     /// exists registers an Exist watch when the node is missing; other reads none.
     pub on_no_node: Option<WatchKind>,
-    pub watcher: WatchFn,
+    pub watcher: Watcher,
 }
 
 #[derive(Default)]
 pub(crate) struct Watches {
-    data: HashMap<String, Vec<WatchFn>>,
-    exist: HashMap<String, Vec<WatchFn>>,
-    child: HashMap<String, Vec<WatchFn>>,
+    data: HashMap<String, Vec<Watcher>>,
+    exist: HashMap<String, Vec<Watcher>>,
+    child: HashMap<String, Vec<Watcher>>,
 }
 
 impl Watches {
-    fn table(&mut self, kind: WatchKind) -> &mut HashMap<String, Vec<WatchFn>> {
+    fn table(&mut self, kind: WatchKind) -> &mut HashMap<String, Vec<Watcher>> {
         match kind {
             WatchKind::Data => &mut self.data,
             WatchKind::Exist => &mut self.exist,
@@ -44,13 +52,13 @@ impl Watches {
         }
     }
 
-    pub(crate) fn add(&mut self, kind: WatchKind, path: String, watcher: WatchFn) {
+    pub(crate) fn add(&mut self, kind: WatchKind, path: String, watcher: Watcher) {
         self.table(kind).entry(path).or_default().push(watcher);
     }
 
     /// Removes and returns the watches an event triggers (ZooKeeper's
     /// `ZKWatchManager.materialize`).
-    pub(crate) fn triggered(&mut self, event: EventType, path: &str) -> Vec<WatchFn> {
+    pub(crate) fn triggered(&mut self, event: EventType, path: &str) -> Vec<Watcher> {
         let kinds: &[WatchKind] = match event {
             EventType::NodeCreated | EventType::NodeDataChanged => {
                 &[WatchKind::Data, WatchKind::Exist]
@@ -70,7 +78,7 @@ impl Watches {
 
     /// The paths to re-arm with SetWatches after a reconnect: data, exist, child.
     pub(crate) fn paths(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
-        let keys = |m: &HashMap<String, Vec<WatchFn>>| m.keys().cloned().collect();
+        let keys = |m: &HashMap<String, Vec<Watcher>>| m.keys().cloned().collect();
         (keys(&self.data), keys(&self.exist), keys(&self.child))
     }
 
@@ -79,7 +87,7 @@ impl Watches {
     }
 
     /// Every watch, removed: the session that held them is gone.
-    pub(crate) fn drain(&mut self) -> Vec<(String, WatchFn)> {
+    pub(crate) fn drain(&mut self) -> Vec<(String, Watcher)> {
         let mut all = Vec::new();
         for table in [&mut self.data, &mut self.exist, &mut self.child] {
             for (path, list) in table.drain() {
