@@ -2,6 +2,7 @@
 //! protected ephemeral-sequential node per attempt, the children sorted by
 //! sequence, and a wait on exactly one other node.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -253,14 +254,18 @@ impl LockInternals {
         let started = Instant::now();
         let mut retries = 0u32;
         loop {
-            let (path, stat) = self
+            // The first listing rides along with the create: one round trip.
+            let (path, stat, children) = self
                 .client
                 .create()
                 .creating_parent_containers_if_needed()
                 .with_protection()
                 .mode(CreateMode::EphemeralSequential)
-                .for_path_with_stat(&paths::make_path(&self.base_path, &self.lock_name), data)?;
-            match self.wait_for_lock(&path, stat.ephemeral_owner, deadline) {
+                .for_path_listing_parent(
+                    &paths::make_path(&self.base_path, &self.lock_name),
+                    data,
+                )?;
+            match self.wait_for_lock(&path, stat.ephemeral_owner, children, deadline) {
                 Ok(true) => {
                     return Ok(Some(LockNode {
                         path,
@@ -302,26 +307,26 @@ impl LockInternals {
         }
     }
 
-    fn wait_for_lock(&self, our_path: &str, owner: i64, deadline: Option<Instant>) -> Result<bool> {
+    fn wait_for_lock(
+        &self,
+        our_path: &str,
+        owner: i64,
+        listed: Option<Vec<String>>,
+        deadline: Option<Instant>,
+    ) -> Result<bool> {
         let ours = paths::get_node_from_path(our_path).to_owned();
         let signal = Arc::new(Signal::default());
         let waker_signal = Arc::clone(&signal);
         let _waker = self.client.add_waker(move || waker_signal.notify(None));
-        let mut children = self.sorted_children()?;
-        if self.driver.decide(&children, &ours, self.max_leases)? != Decision::Acquired {
-            // We will wait: also watch our own node, so that losing it (someone
-            // deleted it) wakes us to re-list instead of taking the fast path.
-            let own_signal = Arc::clone(&signal);
-            let own = self
-                .client
-                .exists_watch(our_path, move |ev| own_signal.notify(Some(ev)))?;
-            if own.is_none() {
-                return Err(Error::Zk {
-                    code: ErrorCode::NoNode,
-                    path: Some(our_path.to_owned()),
-                });
+        // Whether a watch on our own node is armed (it is one-shot).
+        let own_armed = Arc::new(AtomicBool::new(false));
+        let mut children = match listed {
+            Some(mut children) => {
+                self.sort(&mut children);
+                children
             }
-        }
+            None => self.sorted_children()?,
+        };
         loop {
             if self.client.is_closed() {
                 return Err(Error::Closed);
@@ -340,11 +345,40 @@ impl LockInternals {
                     Decision::Acquired => return Ok(true),
                     Decision::WaitFor { node, only_blocker } => (node, only_blocker),
                 };
+            if only_blocker && !own_armed.swap(true, Ordering::AcqRel) {
+                // The fast path below must not take the lock for a node that
+                // someone deleted meanwhile, so its waiter also watches its
+                // own node (armed after `epoch`: any change of it counts as a
+                // second wake-up). Both watches are wakers, run in the order
+                // the server sent their events, so a deletion of our node
+                // always counts before the predecessor's that follows it.
+                // A waiter further back re-lists on every wake-up anyway and
+                // needs no such watch: that saves it a request, and the event
+                // its own delete would fire.
+                let (own_signal, armed) = (Arc::clone(&signal), Arc::clone(&own_armed));
+                let own = self.client.exists_watch_waker(our_path, move |ev| {
+                    armed.store(false, Ordering::Release);
+                    own_signal.notify(Some(ev));
+                });
+                match own {
+                    Ok(Some(_)) => {}
+                    Ok(None) => {
+                        return Err(Error::Zk {
+                            code: ErrorCode::NoNode,
+                            path: Some(our_path.to_owned()),
+                        })
+                    }
+                    Err(e) => {
+                        own_armed.store(false, Ordering::Release);
+                        return Err(e);
+                    }
+                }
+            }
             let watched = paths::make_path(&self.base_path, &node);
             let watch_signal = Arc::clone(&signal);
             match self
                 .client
-                .get_data_watch(&watched, move |ev| watch_signal.notify(Some(ev)))
+                .get_data_watch_waker(&watched, move |ev| watch_signal.notify(Some(ev)))
             {
                 Ok(_) => match signal.wait(epoch, deadline) {
                     None => return Ok(false),

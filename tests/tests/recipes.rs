@@ -151,6 +151,54 @@ fn a_timed_out_acquire_leaves_no_node() {
     cs.iter().for_each(Client::close);
 }
 
+/// The waiter next in line takes the lock without listing again when the
+/// holder's node goes; if someone deleted the waiter's own node meanwhile,
+/// it must notice, queue again and never claim a lock it has no node for.
+#[test]
+fn a_waiter_whose_node_was_deleted_queues_again() {
+    let path = unique("own-node");
+    let cs = clients(3);
+    let holder = InterProcessMutex::new(&cs[0], &path).unwrap();
+    holder.acquire().unwrap();
+    let waiter = InterProcessMutex::new(&cs[1], &path).unwrap();
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            assert!(waiter.acquire_timeout(Duration::from_secs(30)).unwrap());
+            // Holding: our node is there, the holder's is gone.
+            let nodes = waiter.participant_nodes().unwrap();
+            waiter.release().unwrap();
+            nodes
+        });
+        wait_until(
+            Duration::from_secs(10),
+            || children(&cs[2], &path).len() == 2,
+            || format!("{:?}", children(&cs[2], &path)),
+        );
+        let queue = holder.participant_nodes().unwrap();
+        assert_eq!(queue.len(), 2, "{queue:?}");
+        let doomed = &queue[1];
+        // Once the server shows both of the waiter's watches (on the holder's
+        // node and on its own), pull its node from under it and release at
+        // once: the holder's node goes right after the waiter's.
+        let watched = || shared_server().four_letter("wchp").unwrap_or_default();
+        wait_until(
+            Duration::from_secs(10),
+            || watched().contains(&queue[0]) && watched().contains(doomed.as_str()),
+            watched,
+        );
+        cs[2].delete().for_path(doomed).unwrap();
+        holder.release().unwrap();
+        let nodes = waiting.join().unwrap();
+        assert_eq!(
+            nodes.len(),
+            1,
+            "the waiter held the lock with nodes {nodes:?}"
+        );
+        assert_ne!(&nodes[0], doomed, "it queued again with a new node");
+    });
+    cs.iter().for_each(Client::close);
+}
+
 #[test]
 fn waiters_get_the_lock_in_fifo_order_even_when_one_gives_up() {
     let path = unique("fifo");
