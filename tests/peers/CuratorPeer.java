@@ -16,9 +16,19 @@
 //   sem <path> <max> release                OK released   (one lease)
 //   sem <path> <max> participants           OK <lease,lease,...>
 //   children <path>                         OK <child,child,...> (sorted by name)
+//   bench floor <path> <cycles>             OK <cycles> <total_us> <p50_us> <p99_us>
+//                                           (raw create ephemeral-sequential + getChildren + delete)
 //   bench mutex <path> <cycles>             OK <cycles> <total_us> <p50_us> <p99_us>
-//   bench contended <path> <sessions> <seconds>
+//   bench contended <path> <sessions> <seconds> [mntr_host:port]
 //                                           OK <cycles> <elapsed_us> <handoff_p50_us> <handoff_p99_us>
+//                                              [<window_handoffs> <window_requests> <window_watch_events>]
+//   bench rw <path> <sessions> <seconds> <write_every>
+//                                           OK <ops> <elapsed_us> <acquire_p50_us> <acquire_p99_us> <writes>
+//   bench sem <path> <sessions> <max_leases> <seconds>
+//                                           OK <ops> <elapsed_us> <acquire_p50_us> <acquire_p99_us>
+//   bench hold <path> <sessions>            OK <sessions>  (each its own session holding <path>/s<i>)
+//   bench unhold                            OK released
+//   version                                 OK <curator version> java-<java version>
 //   ping                                    OK pong
 //   quit                                    OK bye (then exits)
 //
@@ -26,14 +36,27 @@
 // "OK " (with the space). Every lock object is created once per (kind, path)
 // and reused, so Curator's per-thread reentrancy applies; all commands run
 // on the main thread. The peer exits when its parent process dies.
+//
+// Timed benches ("contended", "rw", "sem") run one session and one thread
+// per contender and fail (ERR) if two threads ever hold an exclusive lock at
+// once, a reader overlaps a writer, or more than max_leases leases are out:
+// a fast but wrong run cannot pass. With mntr_host:port, "contended" also
+// reads the server's mntr counters at 1/4 and 3/4 of the run and reports
+// the handoffs, requests received (zk_packets_received) and watch events
+// fired (zk_sum_node_*_watch_count) between the two readings.
 // Environment: PEER_SESSION_MS (session timeout, default 10000),
 // PEER_CONNECT_MS (wait for the first connection, default 30000).
 
 import java.io.BufferedReader;
 import java.io.FileDescriptor;
 import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.InputStream;
 import java.io.InputStreamReader;
+import java.io.OutputStream;
 import java.io.PrintStream;
+import java.net.InetSocketAddress;
+import java.net.Socket;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
@@ -43,8 +66,10 @@ import java.util.Deque;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 
@@ -55,6 +80,7 @@ import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.zookeeper.CreateMode;
 import org.apache.zookeeper.KeeperException;
 
 public final class CuratorPeer {
@@ -64,6 +90,14 @@ public final class CuratorPeer {
     private static final long BENCH_ACQUIRE_MS = 30_000;
     /** Extra time a contended bench's threads get to finish after the run. */
     private static final long BENCH_JOIN_GRACE_MS = 60_000;
+    /** Bound on the mntr four-letter word's connect and read. */
+    private static final int MNTR_TIMEOUT_MS = 5_000;
+    /** The mntr summaries whose sums count watch events fired. */
+    private static final List<String> WATCH_SUMS = List.of(
+            "zk_sum_node_created_watch_count",
+            "zk_sum_node_deleted_watch_count",
+            "zk_sum_node_changed_watch_count",
+            "zk_sum_node_children_watch_count");
 
     private final String connectString;
     private final int sessionMs;
@@ -75,6 +109,8 @@ public final class CuratorPeer {
     private final Map<String, InterProcessSemaphoreV2> semaphores = new HashMap<>();
     private final Map<String, Integer> semaphoreMax = new HashMap<>();
     private final Map<String, Deque<Lease>> leases = new HashMap<>();
+    /** Sessions opened by "bench hold", each holding one mutex. */
+    private final List<CuratorFramework> held = new ArrayList<>();
 
     /** A command's reply; thrown exceptions become "ERR <class>: <message>". */
     private static final class Usage extends Exception {
@@ -199,6 +235,7 @@ public final class CuratorPeer {
     }
 
     private void shutdown() {
+        unhold();
         for (Deque<Lease> stack : leases.values()) {
             while (!stack.isEmpty()) {
                 try {
@@ -219,6 +256,9 @@ public final class CuratorPeer {
             case "ping":
                 need(w, 1, 1);
                 return "OK pong";
+            case "version":
+                need(w, 1, 1);
+                return "OK " + curatorVersion() + " java-" + System.getProperty("java.version");
             case "children":
                 need(w, 2, 2);
                 return list(sorted(client.getChildren().forPath(w[1])));
@@ -236,15 +276,32 @@ public final class CuratorPeer {
                 return semCommand(w);
             case "bench":
                 need(w, 2, 6);
-                if (w[1].equals("mutex")) {
-                    need(w, 4, 4);
-                    return benchMutex(w[2], parseLong(w[3], "cycles"));
+                switch (w[1]) {
+                    case "floor":
+                        need(w, 4, 4);
+                        return benchFloor(w[2], parseLong(w[3], "cycles"));
+                    case "mutex":
+                        need(w, 4, 4);
+                        return benchMutex(w[2], parseLong(w[3], "cycles"));
+                    case "contended":
+                        need(w, 5, 6);
+                        return benchContended(w[2], sessions(w[3]), parseSeconds(w[4]), w.length > 5 ? w[5] : null);
+                    case "rw":
+                        need(w, 6, 6);
+                        return benchRw(w[2], sessions(w[3]), parseSeconds(w[4]), parseLong(w[5], "write_every"));
+                    case "sem":
+                        need(w, 6, 6);
+                        return benchSem(w[2], sessions(w[3]), (int) parseLong(w[4], "max_leases"), parseSeconds(w[5]));
+                    case "hold":
+                        need(w, 4, 4);
+                        return benchHold(w[2], sessions(w[3]));
+                    case "unhold":
+                        need(w, 2, 2);
+                        unhold();
+                        return "OK released";
+                    default:
+                        throw new Usage("unknown bench: " + w[1]);
                 }
-                if (w[1].equals("contended")) {
-                    need(w, 5, 5);
-                    return benchContended(w[2], (int) parseLong(w[3], "sessions"), parseSeconds(w[4]));
-                }
-                throw new Usage("unknown bench: " + w[1]);
             default:
                 throw new Usage("unknown command: " + w[0]);
         }
@@ -421,10 +478,51 @@ public final class CuratorPeer {
         return sortedValues[Math.min(sortedValues.length - 1, Math.max(0, rank - 1))];
     }
 
-    private String benchMutex(String path, long cycles) throws Exception {
+    private static void checkCycles(long cycles) throws Usage {
         if (cycles > 10_000_000) {
             throw new Usage("too many cycles: " + cycles);
         }
+    }
+
+    private static int sessions(String s) throws Usage {
+        long n = parseLong(s, "sessions");
+        if (n < 1 || n > 1000) {
+            throw new Usage("sessions must be 1..1000: " + s);
+        }
+        return (int) n;
+    }
+
+    /** "OK <n> <total_us> <p50_us> <p99_us>" of per-cycle microseconds. */
+    private static String cycleReport(long[] micros, long totalMicros) {
+        Arrays.sort(micros);
+        return "OK " + micros.length + " " + totalMicros + " " + percentile(micros, 0.50) + " " + percentile(micros, 0.99);
+    }
+
+    /**
+     * The floor under a lock cycle on Curator's own client: create an
+     * ephemeral-sequential node, list the children, delete the node.
+     */
+    private String benchFloor(String path, long cycles) throws Exception {
+        checkCycles(cycles);
+        try {
+            client.create().creatingParentContainersIfNeeded().forPath(path);
+        } catch (KeeperException.NodeExistsException e) {
+            // already there
+        }
+        long[] micros = new long[(int) cycles];
+        long start = System.nanoTime();
+        for (int i = 0; i < cycles; i++) {
+            long t0 = System.nanoTime();
+            String node = client.create().withMode(CreateMode.EPHEMERAL_SEQUENTIAL).forPath(path + "/lock-");
+            client.getChildren().forPath(path);
+            client.delete().forPath(node);
+            micros[i] = (System.nanoTime() - t0) / 1000;
+        }
+        return cycleReport(micros, (System.nanoTime() - start) / 1000);
+    }
+
+    private String benchMutex(String path, long cycles) throws Exception {
+        checkCycles(cycles);
         InterProcessMutex m = new InterProcessMutex(client, path);
         long[] micros = new long[(int) cycles];
         long start = System.nanoTime();
@@ -436,9 +534,142 @@ public final class CuratorPeer {
             m.release();
             micros[i] = (System.nanoTime() - t0) / 1000;
         }
-        long total = (System.nanoTime() - start) / 1000;
-        Arrays.sort(micros);
-        return "OK " + cycles + " " + total + " " + percentile(micros, 0.50) + " " + percentile(micros, 0.99);
+        return cycleReport(micros, (System.nanoTime() - start) / 1000);
+    }
+
+    /** The body of one contender's loop; returns false to stop. */
+    private interface Step {
+        boolean run(long leftNanos) throws Exception;
+    }
+
+    /**
+     * One session and one thread per contender, started together and run
+     * until a shared deadline; the first failure of any thread ends the run
+     * and is thrown. Closes the sessions at the end.
+     */
+    private final class Crew implements AutoCloseable {
+        final List<CuratorFramework> clients = new ArrayList<>();
+        final AtomicReference<Throwable> failure = new AtomicReference<>();
+        private final List<Thread> threads = new ArrayList<>();
+        private final CountDownLatch go = new CountDownLatch(1);
+        private volatile long end;
+        long start;
+
+        Crew(int sessions) throws Exception {
+            for (int i = 0; i < sessions; i++) {
+                CuratorFramework c = newClient(connectString, sessionMs);
+                clients.add(c);
+                c.start();
+            }
+            for (CuratorFramework c : clients) {
+                if (!c.blockUntilConnected((int) BENCH_CONNECT_MS, TimeUnit.MILLISECONDS)) {
+                    throw new Usage("bench: a session did not connect within " + BENCH_CONNECT_MS + " ms");
+                }
+            }
+        }
+
+        void add(String name, Step step) {
+            Thread t = new Thread(() -> {
+                try {
+                    go.await();
+                    while (failure.get() == null) {
+                        long left = end - System.nanoTime();
+                        if (left <= 0 || !step.run(left)) {
+                            break;
+                        }
+                    }
+                } catch (Throwable e) {
+                    failure.compareAndSet(null, e);
+                }
+            }, name);
+            t.setDaemon(true);
+            threads.add(t);
+        }
+
+        /** Starts every thread; the run lasts runNanos from now. */
+        void go(long runNanos) {
+            for (Thread t : threads) {
+                t.start();
+            }
+            start = System.nanoTime();
+            end = start + runNanos;
+            go.countDown();
+        }
+
+        /** Waits for every thread; returns the elapsed microseconds or throws the first failure. */
+        long join(String what) throws Usage {
+            long joinDeadline = end + TimeUnit.MILLISECONDS.toNanos(BENCH_JOIN_GRACE_MS);
+            for (Thread t : threads) {
+                long left = joinDeadline - System.nanoTime();
+                if (left > 0) {
+                    try {
+                        TimeUnit.NANOSECONDS.timedJoin(t, left);
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                }
+                if (t.isAlive()) {
+                    failure.compareAndSet(null, new IllegalStateException(t.getName() + " still running after the grace time"));
+                }
+            }
+            long elapsed = (System.nanoTime() - start) / 1000;
+            Throwable e = failure.get();
+            if (e != null) {
+                for (Thread t : threads) {
+                    t.interrupt();
+                }
+                throw new Usage("bench " + what + ": " + e.getClass().getName() + ": " + e.getMessage());
+            }
+            return elapsed;
+        }
+
+        @Override
+        public void close() {
+            for (CuratorFramework c : clients) {
+                c.close();
+            }
+        }
+    }
+
+    /** Sleeps until System.nanoTime() reaches at. */
+    private static void sleepUntil(long at) throws InterruptedException {
+        long left = at - System.nanoTime();
+        if (left > 0) {
+            TimeUnit.NANOSECONDS.sleep(left);
+        }
+    }
+
+    /** [zk_packets_received, watch events fired] from the server's mntr. */
+    private static long[] mntr(String hostPort) throws IOException {
+        int colon = hostPort.lastIndexOf(':');
+        if (colon < 0) {
+            throw new IOException("mntr address needs host:port: " + hostPort);
+        }
+        try (Socket s = new Socket()) {
+            s.connect(new InetSocketAddress(hostPort.substring(0, colon), Integer.parseInt(hostPort.substring(colon + 1))), MNTR_TIMEOUT_MS);
+            s.setSoTimeout(MNTR_TIMEOUT_MS);
+            OutputStream out = s.getOutputStream();
+            out.write("mntr".getBytes(StandardCharsets.US_ASCII));
+            out.flush();
+            String text = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            long packets = -1;
+            long events = 0;
+            for (String line : text.split("\n")) {
+                String[] kv = line.trim().split("\t");
+                if (kv.length != 2) {
+                    continue;
+                }
+                if (kv[0].equals("zk_packets_received")) {
+                    packets = Long.parseLong(kv[1]);
+                } else if (WATCH_SUMS.contains(kv[0])) {
+                    events += Long.parseLong(kv[1]);
+                }
+            }
+            if (packets < 0) {
+                throw new IOException("no zk_packets_received in mntr (is mntr whitelisted?)");
+            }
+            return new long[] {packets, events};
+        }
     }
 
     /**
@@ -449,79 +680,44 @@ public final class CuratorPeer {
      * clamped at 0 (the next holder can see the deletion before the previous
      * holder's release() has returned).
      */
-    private String benchContended(String path, int sessions, double seconds) throws Exception {
-        if (sessions < 1 || sessions > 1000) {
-            throw new Usage("sessions must be 1..1000: " + sessions);
-        }
-        List<CuratorFramework> clients = new ArrayList<>();
-        try {
-            for (int i = 0; i < sessions; i++) {
-                CuratorFramework c = newClient(connectString, sessionMs);
-                clients.add(c);
-                c.start();
-            }
-            for (CuratorFramework c : clients) {
-                if (!c.blockUntilConnected((int) BENCH_CONNECT_MS, TimeUnit.MILLISECONDS)) {
-                    throw new Usage("bench contended: a session did not connect within " + BENCH_CONNECT_MS + " ms");
-                }
-            }
+    private String benchContended(String path, int sessions, double seconds, String mntrAddr) throws Exception {
+        try (Crew crew = new Crew(sessions)) {
             AtomicLong generation = new AtomicLong();
-            AtomicReference<Throwable> failure = new AtomicReference<>();
-            CountDownLatch go = new CountDownLatch(1);
-            long runNanos = (long) (seconds * 1e9);
-            long[] startHolder = new long[1];
+            AtomicInteger holders = new AtomicInteger();
             List<List<long[]>> records = new ArrayList<>();
-            List<Thread> threads = new ArrayList<>();
             for (int i = 0; i < sessions; i++) {
-                InterProcessMutex m = new InterProcessMutex(clients.get(i), path);
+                InterProcessMutex m = new InterProcessMutex(crew.clients.get(i), path);
                 List<long[]> mine = new ArrayList<>();
                 records.add(mine);
-                Thread t = new Thread(() -> {
-                    try {
-                        go.await();
-                        long end = startHolder[0] + runNanos;
-                        while (failure.get() == null) {
-                            long left = end - System.nanoTime();
-                            if (left <= 0 || !m.acquire(left, TimeUnit.NANOSECONDS)) {
-                                break;
-                            }
-                            long acquired = System.nanoTime();
-                            long gen = generation.getAndIncrement();
-                            m.release();
-                            long released = System.nanoTime();
-                            mine.add(new long[] {gen, acquired, released});
-                        }
-                    } catch (Throwable e) {
-                        failure.compareAndSet(null, e);
+                crew.add("bench-contended-" + i, left -> {
+                    if (!m.acquire(left, TimeUnit.NANOSECONDS)) {
+                        return false;
                     }
-                }, "bench-contended-" + i);
-                t.setDaemon(true);
-                threads.add(t);
+                    long acquired = System.nanoTime();
+                    if (holders.incrementAndGet() != 1) {
+                        throw new IllegalStateException("two holders of " + path + " at once");
+                    }
+                    long gen = generation.getAndIncrement();
+                    holders.decrementAndGet();
+                    m.release();
+                    mine.add(new long[] {gen, acquired, System.nanoTime()});
+                    return true;
+                });
             }
-            for (Thread t : threads) {
-                t.start();
+            long runNanos = (long) (seconds * 1e9);
+            crew.go(runNanos);
+            String window = "";
+            if (mntrAddr != null) {
+                // The steady middle of the run: no session set-up or tear-down.
+                sleepUntil(crew.start + runNanos / 4);
+                long g0 = generation.get();
+                long[] m0 = mntr(mntrAddr);
+                sleepUntil(crew.start + runNanos * 3 / 4);
+                long g1 = generation.get();
+                long[] m1 = mntr(mntrAddr);
+                window = " " + (g1 - g0) + " " + (m1[0] - m0[0]) + " " + (m1[1] - m0[1]);
             }
-            long start = System.nanoTime();
-            startHolder[0] = start;
-            go.countDown();
-            long joinDeadline = start + runNanos + TimeUnit.MILLISECONDS.toNanos(BENCH_JOIN_GRACE_MS);
-            for (Thread t : threads) {
-                long left = joinDeadline - System.nanoTime();
-                if (left > 0) {
-                    TimeUnit.NANOSECONDS.timedJoin(t, left);
-                }
-                if (t.isAlive()) {
-                    failure.compareAndSet(null, new IllegalStateException(t.getName() + " still running after the grace time"));
-                }
-            }
-            long elapsed = (System.nanoTime() - start) / 1000;
-            if (failure.get() != null) {
-                for (Thread t : threads) {
-                    t.interrupt();
-                }
-                Throwable e = failure.get();
-                throw new Usage("bench contended: " + e.getClass().getName() + ": " + e.getMessage());
-            }
+            long elapsed = crew.join("contended");
             int total = (int) generation.get();
             long[] acquiredAt = new long[total];
             long[] releasedAt = new long[total];
@@ -536,11 +732,140 @@ public final class CuratorPeer {
                 handoffs[g - 1] = Math.max(0, acquiredAt[g] - releasedAt[g - 1]) / 1000;
             }
             Arrays.sort(handoffs);
-            return "OK " + total + " " + elapsed + " " + percentile(handoffs, 0.50) + " " + percentile(handoffs, 0.99);
-        } finally {
-            for (CuratorFramework c : clients) {
-                c.close();
+            return "OK " + total + " " + elapsed + " " + percentile(handoffs, 0.50) + " " + percentile(handoffs, 0.99) + window;
+        }
+    }
+
+    /** Acquire latencies (µs) of every thread, merged and sorted. */
+    private static long[] merged(List<List<Long>> perThread) {
+        long[] all = perThread.stream().flatMap(List::stream).mapToLong(Long::longValue).toArray();
+        Arrays.sort(all);
+        return all;
+    }
+
+    /**
+     * Read-write lock, mostly readers: every session loops taking the read
+     * lock, and the write lock on every write_every-th turn.
+     */
+    private String benchRw(String path, int sessions, double seconds, long writeEvery) throws Exception {
+        if (writeEvery < 1) {
+            throw new Usage("write_every must be at least 1");
+        }
+        try (Crew crew = new Crew(sessions)) {
+            AtomicInteger readers = new AtomicInteger();
+            AtomicInteger writers = new AtomicInteger();
+            AtomicLong writes = new AtomicLong();
+            List<List<Long>> latencies = new ArrayList<>();
+            for (int i = 0; i < sessions; i++) {
+                InterProcessReadWriteLock rw = new InterProcessReadWriteLock(crew.clients.get(i), path);
+                List<Long> mine = new ArrayList<>();
+                latencies.add(mine);
+                long[] turn = {i};
+                crew.add("bench-rw-" + i, left -> {
+                    boolean write = turn[0]++ % writeEvery == 0;
+                    InterProcessMutex lock = write ? rw.writeLock() : rw.readLock();
+                    long t0 = System.nanoTime();
+                    if (!lock.acquire(left, TimeUnit.NANOSECONDS)) {
+                        return false;
+                    }
+                    mine.add((System.nanoTime() - t0) / 1000);
+                    if (write) {
+                        if (writers.incrementAndGet() != 1 || readers.get() != 0) {
+                            throw new IllegalStateException("a writer of " + path + " is not alone");
+                        }
+                        writes.incrementAndGet();
+                        writers.decrementAndGet();
+                    } else {
+                        readers.incrementAndGet();
+                        if (writers.get() != 0) {
+                            throw new IllegalStateException("a reader of " + path + " overlaps a writer");
+                        }
+                        readers.decrementAndGet();
+                    }
+                    lock.release();
+                    return true;
+                });
             }
+            crew.go((long) (seconds * 1e9));
+            long elapsed = crew.join("rw");
+            long[] all = merged(latencies);
+            return "OK " + all.length + " " + elapsed + " " + percentile(all, 0.50) + " " + percentile(all, 0.99) + " " + writes.get();
+        }
+    }
+
+    /** Semaphore leases: every session loops taking one lease and returning it. */
+    private String benchSem(String path, int sessions, int maxLeases, double seconds) throws Exception {
+        if (maxLeases < 1) {
+            throw new Usage("max_leases must be at least 1");
+        }
+        try (Crew crew = new Crew(sessions)) {
+            AtomicInteger out = new AtomicInteger();
+            List<List<Long>> latencies = new ArrayList<>();
+            for (int i = 0; i < sessions; i++) {
+                InterProcessSemaphoreV2 sem = new InterProcessSemaphoreV2(crew.clients.get(i), path, maxLeases);
+                List<Long> mine = new ArrayList<>();
+                latencies.add(mine);
+                crew.add("bench-sem-" + i, left -> {
+                    long t0 = System.nanoTime();
+                    Lease lease = sem.acquire(left, TimeUnit.NANOSECONDS);
+                    if (lease == null) {
+                        return false;
+                    }
+                    mine.add((System.nanoTime() - t0) / 1000);
+                    if (out.incrementAndGet() > maxLeases) {
+                        throw new IllegalStateException("more than " + maxLeases + " leases of " + path + " out");
+                    }
+                    out.decrementAndGet();
+                    lease.close();
+                    return true;
+                });
+            }
+            crew.go((long) (seconds * 1e9));
+            long elapsed = crew.join("sem");
+            long[] all = merged(latencies);
+            return "OK " + all.length + " " + elapsed + " " + percentile(all, 0.50) + " " + percentile(all, 0.99);
+        }
+    }
+
+    /** Opens sessions that each take and keep a mutex (for memory readings). */
+    private String benchHold(String path, int sessions) throws Exception {
+        unhold();
+        for (int i = 0; i < sessions; i++) {
+            CuratorFramework c = newClient(connectString, sessionMs);
+            held.add(c);
+            c.start();
+        }
+        for (int i = 0; i < sessions; i++) {
+            CuratorFramework c = held.get(i);
+            if (!c.blockUntilConnected((int) BENCH_CONNECT_MS, TimeUnit.MILLISECONDS)) {
+                throw new Usage("bench hold: a session did not connect within " + BENCH_CONNECT_MS + " ms");
+            }
+            if (!new InterProcessMutex(c, path + "/s" + i).acquire(BENCH_ACQUIRE_MS, TimeUnit.MILLISECONDS)) {
+                throw new Usage("bench hold: " + path + "/s" + i + " not acquired within " + BENCH_ACQUIRE_MS + " ms");
+            }
+        }
+        return "OK " + sessions;
+    }
+
+    private void unhold() {
+        for (CuratorFramework c : held) {
+            c.close();
+        }
+        held.clear();
+    }
+
+    /** Curator's version from the recipes jar's Maven properties. */
+    private static String curatorVersion() {
+        String resource = "/META-INF/maven/org.apache.curator/curator-recipes/pom.properties";
+        try (InputStream in = InterProcessMutex.class.getResourceAsStream(resource)) {
+            if (in == null) {
+                return "unknown";
+            }
+            Properties p = new Properties();
+            p.load(in);
+            return p.getProperty("version", "unknown");
+        } catch (IOException e) {
+            return "unknown";
         }
     }
 }

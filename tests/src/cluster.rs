@@ -227,7 +227,7 @@ impl TestingCluster {
             &m.dir,
             Some(&m.dir),
             &format!("cluster member {i} {label}"),
-            &self.config.system_properties,
+            &self.config,
         )?;
         *m.process.lock() = Some(p);
         Ok(())

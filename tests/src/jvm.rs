@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::server::ServerConfig;
+
 /// Debian's ZooKeeper server jar.
 pub(crate) const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 
@@ -168,7 +170,7 @@ impl ZkProcess {
         cwd: &Path,
         cleanup_dir: Option<&Path>,
         label: &str,
-        system_properties: &[(String, String)],
+        config: &ServerConfig,
     ) -> io::Result<ZkProcess> {
         let launcher = launcher()?;
         let mut out = OpenOptions::new().create(true).append(true).open(log)?;
@@ -176,7 +178,13 @@ impl ZkProcess {
         let err = out.try_clone()?;
         let child = Command::new(&launcher.java)
             .args(jvm_flags())
-            .args(system_properties.iter().map(|(k, v)| format!("-D{k}={v}")))
+            .args(&config.jvm_args)
+            .args(
+                config
+                    .system_properties
+                    .iter()
+                    .map(|(k, v)| format!("-D{k}={v}")),
+            )
             .arg("-cp")
             .arg(&launcher.classpath)
             .arg(MAIN_CLASS)

@@ -27,8 +27,13 @@
 //! | `sem <path> <max> release` | `OK released` (returns one lease) |
 //! | `sem <path> <max> participants` | `OK <lease,lease,…>` in queue order |
 //! | `children <path>` | `OK <child,child,…>` sorted by name |
+//! | `bench floor <path> <cycles>` | `OK <cycles> <total_us> <p50_us> <p99_us>`: raw create (ephemeral sequential) + getChildren + delete on the peer's own client |
 //! | `bench mutex <path> <cycles>` | `OK <cycles> <total_us> <p50_us> <p99_us>` (per acquire+release cycle) |
-//! | `bench contended <path> <sessions> <seconds>` | `OK <cycles> <elapsed_us> <handoff_p50_us> <handoff_p99_us>` |
+//! | `bench contended <path> <sessions> <seconds> [mntr_host:port]` | `OK <cycles> <elapsed_us> <handoff_p50_us> <handoff_p99_us>`, then with `mntr_host:port` ` <handoffs> <requests> <watch_events>` counted between 1/4 and 3/4 of the run from the server's `mntr` (`zk_packets_received`, `zk_sum_node_*_watch_count`) |
+//! | `bench rw <path> <sessions> <seconds> <write_every>` | `OK <ops> <elapsed_us> <acquire_p50_us> <acquire_p99_us> <writes>`: read lock, write lock every `write_every`-th turn |
+//! | `bench sem <path> <sessions> <max_leases> <seconds>` | `OK <ops> <elapsed_us> <acquire_p50_us> <acquire_p99_us>`: one lease at a time |
+//! | `bench hold <path> <sessions>` / `bench unhold` | `OK <sessions>` once each new session holds a mutex on `<path>/s<i>` / `OK released` |
+//! | `version` | `OK <library version> <runtime>-<version>` |
 //! | `ping` | `OK pong` |
 //! | `quit` | `OK bye`, then the peer exits |
 //!
@@ -36,7 +41,10 @@
 //! is `OK ` (with the space). Without a timeout an acquire blocks the peer
 //! until it gets the lock. A handoff is the time from one holder's
 //! `release()` returning to the next holder's `acquire()` returning (each
-//! bench session is its own client and session).
+//! bench session is its own client and session). The timed benches
+//! (`contended`, `rw`, `sem`) answer `ERR` if two holders of an exclusive
+//! lock, a reader and a writer, or more than `max_leases` leases are ever
+//! seen at once.
 //!
 //! The Curator peer runs Debian's `libcurator-recipes-java` 5.4 on the Java
 //! found through `LATCHKEY_JAVA`, `JAVA_HOME` or `PATH`; the kazoo peer runs

@@ -51,6 +51,10 @@ pub struct ServerConfig {
     /// Extra Java system properties (`-Dkey=value`), for switches ZooKeeper
     /// reads only there, such as `znode.container.checkIntervalMs`.
     pub system_properties: Vec<(String, String)>,
+    /// Extra JVM arguments, after the harness's own (a later `-XX` flag
+    /// wins): `-XX:TieredStopAtLevel=4`, say, for the full JIT that a
+    /// benchmark wants, where tests prefer the faster start of C1 alone.
+    pub jvm_args: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -64,6 +68,7 @@ impl Default for ServerConfig {
             start_timeout: Duration::from_secs(30),
             extra: Vec::new(),
             system_properties: Vec::new(),
+            jvm_args: Vec::new(),
         }
     }
 }
@@ -102,6 +107,12 @@ impl ServerConfig {
     /// Sets how long starts wait for the server to serve.
     pub fn start_timeout(mut self, d: Duration) -> Self {
         self.start_timeout = d;
+        self
+    }
+
+    /// Appends a JVM argument (see [`ServerConfig::jvm_args`]).
+    pub fn jvm_arg(mut self, arg: impl Into<String>) -> Self {
+        self.jvm_args.push(arg.into());
         self
     }
 
@@ -228,7 +239,7 @@ impl TestingServer {
             &self.root,
             Some(&self.root),
             &format!("server {} {label}", self.addr()),
-            &self.config.system_properties,
+            &self.config,
         )
         .map_err(|e| (e, false))?;
         *self.process.lock() = Some(process);
