@@ -1,0 +1,8 @@
+//! Support for the `bench` program: statistics, `mntr` counters, `/proc`
+//! readings, the results table with its targets, and SVG line charts.
+
+pub mod mntr;
+pub mod procfs;
+pub mod report;
+pub mod stats;
+pub mod svg;

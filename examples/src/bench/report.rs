@@ -1,0 +1,565 @@
+//! Benchmark results: samples per round, medians, ratios, the targets of
+//! issue 8, and the tables that show them.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::stats::median;
+
+/// A library under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Library {
+    /// This project, in the bench process.
+    Latchkey,
+    /// Apache Curator, through the Java peer.
+    Curator,
+    /// kazoo, through the Python peer.
+    Kazoo,
+}
+
+impl Library {
+    /// Every library, in table order.
+    pub const ALL: [Library; 3] = [Library::Latchkey, Library::Curator, Library::Kazoo];
+
+    /// The name shown in tables and legends.
+    pub fn name(self) -> &'static str {
+        match self {
+            Library::Latchkey => "latchkey",
+            Library::Curator => "Curator",
+            Library::Kazoo => "kazoo",
+        }
+    }
+
+    /// The color of its lines in plots.
+    pub fn color(self) -> &'static str {
+        match self {
+            Library::Latchkey => "#d62728",
+            Library::Curator => "#1f77b4",
+            Library::Kazoo => "#2ca02c",
+        }
+    }
+}
+
+/// Which way a metric improves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Better {
+    /// Throughput and the like.
+    Higher,
+    /// Latency, cost.
+    Lower,
+}
+
+/// One measured quantity, with one sample per round and library.
+#[derive(Clone, Debug)]
+pub struct Metric {
+    /// A stable key, such as `contended.8.throughput`.
+    pub key: String,
+    /// The row's text.
+    pub label: String,
+    /// The unit shown next to the label.
+    pub unit: String,
+    /// Which way is better.
+    pub better: Better,
+    samples: BTreeMap<Library, Vec<f64>>,
+}
+
+impl Metric {
+    /// The median over rounds for `lib`.
+    pub fn median(&self, lib: Library) -> Option<f64> {
+        self.samples.get(&lib).and_then(|v| median(v))
+    }
+
+    /// The samples for `lib`, one per round, in order.
+    pub fn samples(&self, lib: Library) -> &[f64] {
+        self.samples.get(&lib).map_or(&[], Vec::as_slice)
+    }
+
+    /// latchkey's median divided by `other`'s.
+    pub fn ratio(&self, other: Library) -> Option<f64> {
+        let ours = self.median(Library::Latchkey)?;
+        let theirs = self.median(other)?;
+        (theirs != 0.0).then(|| ours / theirs)
+    }
+}
+
+/// Every metric of a run, in the order first recorded.
+#[derive(Clone, Debug, Default)]
+pub struct Results {
+    metrics: Vec<Metric>,
+}
+
+impl Results {
+    /// Records one round's `value` of metric `key` for `lib`.
+    pub fn add(
+        &mut self,
+        key: &str,
+        label: &str,
+        unit: &str,
+        better: Better,
+        lib: Library,
+        value: f64,
+    ) {
+        let i = match self.metrics.iter().position(|m| m.key == key) {
+            Some(i) => i,
+            None => {
+                self.metrics.push(Metric {
+                    key: key.to_owned(),
+                    label: label.to_owned(),
+                    unit: unit.to_owned(),
+                    better,
+                    samples: BTreeMap::new(),
+                });
+                self.metrics.len() - 1
+            }
+        };
+        self.metrics[i].samples.entry(lib).or_default().push(value);
+    }
+
+    /// The metric with `key`.
+    pub fn get(&self, key: &str) -> Option<&Metric> {
+        self.metrics.iter().find(|m| m.key == key)
+    }
+
+    /// The median of `key` for `lib`.
+    pub fn median(&self, key: &str, lib: Library) -> Option<f64> {
+        self.get(key)?.median(lib)
+    }
+
+    /// Every metric.
+    pub fn metrics(&self) -> &[Metric] {
+        &self.metrics
+    }
+
+    /// The libraries with at least one sample.
+    pub fn libraries(&self) -> Vec<Library> {
+        Library::ALL
+            .into_iter()
+            .filter(|l| self.metrics.iter().any(|m| !m.samples(*l).is_empty()))
+            .collect()
+    }
+}
+
+/// A value with three significant digits (at least the integer part).
+pub fn fmt_value(v: Option<f64>) -> String {
+    match v {
+        None => "–".into(),
+        Some(v) if !v.is_finite() => "–".into(),
+        Some(v) if v.abs() >= 100.0 => format!("{v:.0}"),
+        Some(v) if v.abs() >= 10.0 => format!("{v:.1}"),
+        Some(v) => format!("{v:.2}"),
+    }
+}
+
+/// A ratio as `1.23x` (`120x` when large, `<0.01x` when tiny).
+pub fn fmt_ratio(r: Option<f64>) -> String {
+    match r {
+        Some(r) if r.is_finite() && r >= 100.0 => format!("{r:.0}x"),
+        Some(r) if r.is_finite() && r > 0.0 && r < 0.01 => "<0.01x".into(),
+        Some(r) if r.is_finite() => format!("{r:.2}x"),
+        _ => "–".into(),
+    }
+}
+
+/// The rows of the results table: label, unit, one value per library, then
+/// latchkey's ratio to each other library.
+pub fn rows(results: &Results) -> (Vec<String>, Vec<Vec<String>>) {
+    let libs = results.libraries();
+    let mut header = vec!["scenario".to_string(), "unit".to_string()];
+    header.extend(libs.iter().map(|l| l.name().to_string()));
+    let others: Vec<Library> = libs
+        .iter()
+        .copied()
+        .filter(|l| *l != Library::Latchkey)
+        .collect();
+    if libs.contains(&Library::Latchkey) {
+        header.extend(others.iter().map(|l| format!("latchkey ÷ {}", l.name())));
+    }
+    let rows = results
+        .metrics()
+        .iter()
+        .map(|m| {
+            let arrow = match m.better {
+                Better::Higher => "↑",
+                Better::Lower => "↓",
+            };
+            let mut row = vec![m.label.clone(), format!("{} {arrow}", m.unit)];
+            row.extend(libs.iter().map(|l| fmt_value(m.median(*l))));
+            if libs.contains(&Library::Latchkey) {
+                row.extend(others.iter().map(|l| fmt_ratio(m.ratio(*l))));
+            }
+            row
+        })
+        .collect();
+    (header, rows)
+}
+
+/// A Markdown table.
+pub fn markdown_table(header: &[String], rows: &[Vec<String>]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "| {} |", header.join(" | "));
+    let aligns: Vec<&str> = (0..header.len())
+        .map(|i| if i < 2 { "---" } else { "---:" })
+        .collect();
+    let _ = writeln!(s, "|{}|", aligns.join("|"));
+    for row in rows {
+        let _ = writeln!(s, "| {} |", row.join(" | "));
+    }
+    s
+}
+
+/// The same table as aligned plain text, for the terminal.
+pub fn text_table(header: &[String], rows: &[Vec<String>]) -> String {
+    let width = |i: usize| {
+        std::iter::once(header)
+            .chain(rows.iter().map(Vec::as_slice))
+            .filter_map(|r| r.get(i))
+            .map(|c| c.chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..header.len()).map(width).collect();
+    let line = |r: &[String]| {
+        let cells: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let pad = widths[i].saturating_sub(c.chars().count());
+                if i < 2 {
+                    format!("{c}{}", " ".repeat(pad))
+                } else {
+                    format!("{}{c}", " ".repeat(pad))
+                }
+            })
+            .collect();
+        cells.join("  ").trim_end().to_string()
+    };
+    let mut s = line(header);
+    s.push('\n');
+    for r in rows {
+        s.push_str(&line(r));
+        s.push('\n');
+    }
+    s
+}
+
+/// A Markdown table of every round's sample of the metrics with `keys`
+/// (those recorded), one row per metric and library, then the median.
+pub fn samples_table(results: &Results, keys: &[&str]) -> String {
+    let metrics: Vec<&Metric> = keys.iter().filter_map(|k| results.get(k)).collect();
+    let libs = results.libraries();
+    let rounds = metrics
+        .iter()
+        .flat_map(|m| libs.iter().map(|l| m.samples(*l).len()))
+        .max()
+        .unwrap_or(0);
+    let mut header = vec!["scenario".to_string(), "library".to_string()];
+    header.extend((1..=rounds).map(|r| format!("round {r}")));
+    header.push("median".into());
+    let mut rows = Vec::new();
+    for m in metrics {
+        for &lib in &libs {
+            let samples = m.samples(lib);
+            if samples.is_empty() {
+                continue;
+            }
+            let mut row = vec![format!("{} ({})", m.label, m.unit), lib.name().to_string()];
+            row.extend((0..rounds).map(|r| fmt_value(samples.get(r).copied())));
+            row.push(fmt_value(m.median(lib)));
+            rows.push(row);
+        }
+    }
+    markdown_table(&header, &rows)
+}
+
+/// One of the issue's targets, judged from the medians.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// What is compared.
+    pub what: String,
+    /// The goal, in words.
+    pub goal: String,
+    /// The measured figure.
+    pub measured: String,
+    /// Met, missed, or `None` when it could not be judged (a library or a
+    /// figure is missing).
+    pub met: Option<bool>,
+}
+
+/// The metric keys the targets read.
+pub mod keys {
+    /// Floor: mean microseconds per raw cycle.
+    pub const FLOOR: &str = "floor.cycle";
+    /// Uncontended mutex: mean microseconds per cycle.
+    pub const MUTEX: &str = "mutex.cycle";
+    /// CPU per 1,000 uncontended cycles.
+    pub const CPU: &str = "mutex.cpu";
+    /// Resident memory with the held sessions.
+    pub const MEMORY: &str = "memory.rss";
+
+    /// Contended handoffs per second with `n` sessions.
+    pub fn throughput(n: usize) -> String {
+        format!("contended.{n}.throughput")
+    }
+    /// Contended handoff latency p50 with `n` sessions.
+    pub fn p50(n: usize) -> String {
+        format!("contended.{n}.p50")
+    }
+    /// Contended handoff latency p99 with `n` sessions.
+    pub fn p99(n: usize) -> String {
+        format!("contended.{n}.p99")
+    }
+    /// Requests per handoff with `n` waiters.
+    pub fn requests(n: usize) -> String {
+        format!("herd.{n}.requests")
+    }
+    /// Watch events per handoff with `n` waiters.
+    pub fn events(n: usize) -> String {
+        format!("herd.{n}.events")
+    }
+}
+
+/// How much the requests per handoff may grow from the fewest to the most
+/// waiters and still count as flat.
+pub const FLAT_TOLERANCE: f64 = 1.10;
+
+/// The issue's targets. `waiters` are the contended session counts run,
+/// ascending; `target_sessions` is the count for the throughput and p99
+/// targets (8).
+pub fn targets(results: &Results, waiters: &[usize], target_sessions: usize) -> Vec<Target> {
+    use Library::{Curator, Latchkey};
+    let med = |k: &str, l: Library| results.median(k, l);
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b != 0.0 => Some(a / b),
+        _ => None,
+    };
+    let judge = |r: Option<f64>, ok: &dyn Fn(f64) -> bool| r.map(ok);
+    let mut out = Vec::new();
+
+    let r = ratio(med(keys::MUTEX, Latchkey), med(keys::FLOOR, Latchkey));
+    out.push(Target {
+        what: "uncontended mutex cycle ÷ raw floor (latchkey)".into(),
+        goal: "≤ 1.10x".into(),
+        measured: fmt_ratio(r),
+        met: judge(r, &|r| r <= 1.10),
+    });
+
+    let n = target_sessions;
+    let r = ratio(
+        med(&keys::throughput(n), Latchkey),
+        med(&keys::throughput(n), Curator),
+    );
+    out.push(Target {
+        what: format!("contended throughput, {n} sessions, latchkey ÷ Curator"),
+        goal: "≥ 1.5x".into(),
+        measured: fmt_ratio(r),
+        met: judge(r, &|r| r >= 1.5),
+    });
+
+    let (ours, theirs) = (med(&keys::p99(n), Latchkey), med(&keys::p99(n), Curator));
+    out.push(Target {
+        what: format!("p99 handoff latency, {n} sessions"),
+        goal: "below Curator's".into(),
+        measured: format!(
+            "{} µs vs {} µs ({})",
+            fmt_value(ours),
+            fmt_value(theirs),
+            fmt_ratio(ratio(ours, theirs))
+        ),
+        met: match (ours, theirs) {
+            (Some(a), Some(b)) => Some(a < b),
+            _ => None,
+        },
+    });
+
+    let per_n: Vec<Option<f64>> = waiters
+        .iter()
+        .map(|&n| med(&keys::requests(n), Latchkey))
+        .collect();
+    let known: Vec<f64> = per_n.iter().flatten().copied().collect();
+    let (lo, hi) = (
+        known.iter().copied().fold(f64::INFINITY, f64::min),
+        known.iter().copied().fold(0.0, f64::max),
+    );
+    let spread = (known.len() >= 2 && lo > 0.0).then(|| hi / lo);
+    let listed: Vec<String> = waiters
+        .iter()
+        .zip(&per_n)
+        .map(|(n, v)| format!("{n}: {}", fmt_value(*v)))
+        .collect();
+    out.push(Target {
+        what: format!(
+            "requests per handoff, {} to {} waiters (latchkey)",
+            waiters.first().copied().unwrap_or(0),
+            waiters.last().copied().unwrap_or(0)
+        ),
+        goal: format!("flat (largest ≤ {FLAT_TOLERANCE:.2}x smallest)"),
+        measured: format!("{} (spread {})", listed.join(", "), fmt_ratio(spread)),
+        met: spread.map(|s| s <= FLAT_TOLERANCE),
+    });
+
+    let r = ratio(med(keys::CPU, Latchkey), med(keys::CPU, Curator));
+    out.push(Target {
+        what: "CPU per 1,000 cycles, latchkey ÷ Curator".into(),
+        goal: "≤ 0.20x".into(),
+        measured: fmt_ratio(r),
+        met: judge(r, &|r| r <= 0.20),
+    });
+
+    let r = ratio(med(keys::MEMORY, Latchkey), med(keys::MEMORY, Curator));
+    out.push(Target {
+        what: "resident memory with 100 sessions, latchkey ÷ Curator".into(),
+        goal: "≤ 0.10x".into(),
+        measured: fmt_ratio(r),
+        met: judge(r, &|r| r <= 0.10),
+    });
+    out
+}
+
+/// "met", "MISSED" or "n/a".
+pub fn verdict(met: Option<bool>) -> &'static str {
+    match met {
+        Some(true) => "met",
+        Some(false) => "MISSED",
+        None => "n/a",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Results {
+        let mut r = Results::default();
+        for (lib, floor, mutex, cpu, mem) in [
+            (Library::Latchkey, 1000.0, 1050.0, 40.0, 13.0),
+            (Library::Curator, 1200.0, 1500.0, 400.0, 120.0),
+        ] {
+            for round in 0..3 {
+                let wobble = round as f64;
+                r.add(
+                    keys::FLOOR,
+                    "floor",
+                    "µs",
+                    Better::Lower,
+                    lib,
+                    floor + wobble,
+                );
+                r.add(
+                    keys::MUTEX,
+                    "mutex",
+                    "µs",
+                    Better::Lower,
+                    lib,
+                    mutex + wobble,
+                );
+                r.add(keys::CPU, "cpu", "ms", Better::Lower, lib, cpu);
+                r.add(keys::MEMORY, "rss", "MiB", Better::Lower, lib, mem);
+            }
+        }
+        for (n, ours, theirs) in [(2, 5.0, 5.0), (8, 5.2, 5.0), (64, 5.3, 5.0)] {
+            r.add(
+                &keys::requests(n),
+                "req",
+                "",
+                Better::Lower,
+                Library::Latchkey,
+                ours,
+            );
+            r.add(
+                &keys::requests(n),
+                "req",
+                "",
+                Better::Lower,
+                Library::Curator,
+                theirs,
+            );
+        }
+        r.add(
+            &keys::throughput(8),
+            "tp",
+            "/s",
+            Better::Higher,
+            Library::Latchkey,
+            900.0,
+        );
+        r.add(
+            &keys::throughput(8),
+            "tp",
+            "/s",
+            Better::Higher,
+            Library::Curator,
+            500.0,
+        );
+        r.add(
+            &keys::p99(8),
+            "p99",
+            "µs",
+            Better::Lower,
+            Library::Latchkey,
+            900.0,
+        );
+        r.add(
+            &keys::p99(8),
+            "p99",
+            "µs",
+            Better::Lower,
+            Library::Curator,
+            2000.0,
+        );
+        r
+    }
+
+    #[test]
+    fn medians_ratios_and_targets() {
+        let r = sample();
+        assert_eq!(r.median(keys::FLOOR, Library::Latchkey), Some(1001.0));
+        assert_eq!(r.libraries(), vec![Library::Latchkey, Library::Curator]);
+        let t = targets(&r, &[2, 8, 64], 8);
+        let verdicts: Vec<Option<bool>> = t.iter().map(|t| t.met).collect();
+        assert_eq!(
+            verdicts,
+            vec![
+                Some(true),
+                Some(true),
+                Some(true),
+                Some(true),
+                Some(true),
+                Some(false)
+            ]
+        );
+        assert_eq!(t[1].measured, "1.80x");
+    }
+
+    #[test]
+    fn tables_have_a_cell_per_column() {
+        let r = sample();
+        let (header, rows) = rows(&r);
+        assert_eq!(header.len(), 2 + 2 + 1);
+        assert!(rows.iter().all(|row| row.len() == header.len()));
+        let md = markdown_table(&header, &rows);
+        assert!(md.starts_with("| scenario | unit | latchkey | Curator | latchkey ÷ Curator |"));
+        assert!(
+            md.contains("| floor | µs ↓ | 1001 | 1201 | 0.83x |"),
+            "{md}"
+        );
+        let text = text_table(&header, &rows);
+        assert_eq!(text.lines().count(), rows.len() + 1);
+        let samples = samples_table(&r, &[keys::CPU, "no such key"]);
+        assert!(
+            samples.contains("| round 1 | round 2 | round 3 | median |"),
+            "{samples}"
+        );
+        assert_eq!(samples.lines().count(), 2 + 2, "{samples}");
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(fmt_value(Some(1234.4)), "1234");
+        assert_eq!(fmt_value(Some(12.34)), "12.3");
+        assert_eq!(fmt_value(Some(1.234)), "1.23");
+        assert_eq!(fmt_value(None), "–");
+        assert_eq!(fmt_ratio(Some(0.5)), "0.50x");
+        assert_eq!(fmt_ratio(Some(7220.0)), "7220x");
+        assert_eq!(fmt_ratio(Some(0.002)), "<0.01x");
+    }
+}
