@@ -21,9 +21,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use latchkey_framework::{Client, ExponentialBackoffRetry};
+use latchkey_examples::setup::{new_client, run_example};
+use latchkey_framework::Client;
 use latchkey_recipes::{InterProcessMutex, Revoker};
-use latchkey_test::TestingServer;
 
 /// The workers.
 const WORKERS: [&str; 3] = ["alpha", "beta", "gamma"];
@@ -41,19 +41,7 @@ const PATIENCE: Duration = Duration::from_millis(300);
 const LOCK_WAIT: Duration = Duration::from_secs(15);
 
 fn main() {
-    let outcome = zookeeper().and_then(|zk| {
-        let result = run(&zk.connect);
-        if result.is_err() {
-            if let Some(server) = &zk.server {
-                eprintln!("server log tail:\n{}", server.log_tail(30));
-            }
-        }
-        result
-    });
-    if let Err(e) = outcome {
-        eprintln!("handoff: {e}");
-        std::process::exit(1);
-    }
+    run_example("handoff", run);
 }
 
 /// Counts and checks: never two leaders at once.
@@ -243,61 +231,5 @@ fn ask_for_handover(
         if let Err(e) = Revoker::attempt_revoke(client, holder) {
             say(started, me, format!("could not ask: {e}"));
         }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Where ZooKeeper is: embedded by default, or --connect.
-
-/// The ZooKeeper to use; keeps an embedded server alive while it lives.
-struct Zk {
-    server: Option<TestingServer>,
-    connect: String,
-}
-
-/// `[--connect HOSTS]`: an existing ensemble, else an embedded server.
-fn zookeeper() -> Result<Zk, String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        [] => {
-            println!("starting an embedded ZooKeeper ...");
-            let server =
-                TestingServer::start().map_err(|e| format!("cannot start ZooKeeper: {e}"))?;
-            println!("ZooKeeper is serving at {}", server.connect_string());
-            Ok(Zk {
-                connect: server.connect_string(),
-                server: Some(server),
-            })
-        }
-        ["--connect", hosts] => Ok(Zk {
-            server: None,
-            connect: (*hosts).to_owned(),
-        }),
-        ["-h" | "--help"] => {
-            println!("usage: handoff [--connect HOST:PORT[,HOST:PORT...]]");
-            std::process::exit(0);
-        }
-        _ => Err("usage: handoff [--connect HOST:PORT[,HOST:PORT...]]".into()),
-    }
-}
-
-/// A started client with its own session, connected within 20 s.
-fn new_client(connect: &str) -> Result<Client, String> {
-    let client = Client::builder()
-        .connect_string(connect)
-        .session_timeout(Duration::from_secs(10))
-        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(100), 3))
-        .build()
-        .map_err(|e| e.to_string())?;
-    client.start().map_err(|e| e.to_string())?;
-    match client.block_until_connected(Duration::from_secs(20)) {
-        Ok(true) => Ok(client),
-        Ok(false) => Err(format!("cannot reach ZooKeeper at {connect}")),
-        Err(e) => Err(e.to_string()),
     }
 }

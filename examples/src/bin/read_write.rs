@@ -22,9 +22,9 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use latchkey_framework::{Client, ExponentialBackoffRetry};
+use latchkey_examples::setup::{new_client, run_example};
+use latchkey_framework::Client;
 use latchkey_recipes::{InterProcessMutex, InterProcessReadWriteLock, MutexGuard};
-use latchkey_test::TestingServer;
 
 /// The lock path.
 const PATH: &str = "/examples/read_write/lock";
@@ -34,19 +34,7 @@ const DATA: &str = "/examples/read_write/config";
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 
 fn main() {
-    let outcome = zookeeper().and_then(|zk| {
-        let result = run(&zk.connect);
-        if result.is_err() {
-            if let Some(server) = &zk.server {
-                eprintln!("server log tail:\n{}", server.log_tail(30));
-            }
-        }
-        result
-    });
-    if let Err(e) = outcome {
-        eprintln!("read_write: {e}");
-        std::process::exit(1);
-    }
+    run_example("read_write", run);
 }
 
 /// Who holds the lock right now, as the participants report it.
@@ -307,61 +295,5 @@ fn join_all(handles: Vec<thread::JoinHandle<Result<(), String>>>) -> Result<(), 
         Ok(())
     } else {
         Err(errors.join("; "))
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Where ZooKeeper is: embedded by default, or --connect.
-
-/// The ZooKeeper to use; keeps an embedded server alive while it lives.
-struct Zk {
-    server: Option<TestingServer>,
-    connect: String,
-}
-
-/// `[--connect HOSTS]`: an existing ensemble, else an embedded server.
-fn zookeeper() -> Result<Zk, String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        [] => {
-            println!("starting an embedded ZooKeeper ...");
-            let server =
-                TestingServer::start().map_err(|e| format!("cannot start ZooKeeper: {e}"))?;
-            println!("ZooKeeper is serving at {}", server.connect_string());
-            Ok(Zk {
-                connect: server.connect_string(),
-                server: Some(server),
-            })
-        }
-        ["--connect", hosts] => Ok(Zk {
-            server: None,
-            connect: (*hosts).to_owned(),
-        }),
-        ["-h" | "--help"] => {
-            println!("usage: read_write [--connect HOST:PORT[,HOST:PORT...]]");
-            std::process::exit(0);
-        }
-        _ => Err("usage: read_write [--connect HOST:PORT[,HOST:PORT...]]".into()),
-    }
-}
-
-/// A started client with its own session, connected within 20 s.
-fn new_client(connect: &str) -> Result<Client, String> {
-    let client = Client::builder()
-        .connect_string(connect)
-        .session_timeout(Duration::from_secs(10))
-        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(100), 3))
-        .build()
-        .map_err(|e| e.to_string())?;
-    client.start().map_err(|e| e.to_string())?;
-    match client.block_until_connected(Duration::from_secs(20)) {
-        Ok(true) => Ok(client),
-        Ok(false) => Err(format!("cannot reach ZooKeeper at {connect}")),
-        Err(e) => Err(e.to_string()),
     }
 }

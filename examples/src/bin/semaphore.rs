@@ -13,9 +13,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use latchkey_framework::{Client, ExponentialBackoffRetry};
+use latchkey_examples::setup::{new_client, run_example};
 use latchkey_recipes::InterProcessSemaphoreV2;
-use latchkey_test::TestingServer;
 
 /// How many workers.
 const WORKERS: usize = 5;
@@ -31,19 +30,7 @@ const LEASE_WAIT: Duration = Duration::from_secs(10);
 const PATH: &str = "/examples/semaphore";
 
 fn main() {
-    let outcome = zookeeper().and_then(|zk| {
-        let result = run(&zk.connect);
-        if result.is_err() {
-            if let Some(server) = &zk.server {
-                eprintln!("server log tail:\n{}", server.log_tail(30));
-            }
-        }
-        result
-    });
-    if let Err(e) = outcome {
-        eprintln!("semaphore: {e}");
-        std::process::exit(1);
-    }
+    run_example("semaphore", run);
 }
 
 /// Holders right now, and the most ever seen.
@@ -125,60 +112,4 @@ fn worker(id: usize, connect: &str, started: Instant, count: &Count) -> Result<(
     }
     client.close();
     Ok(())
-}
-
-// ---------------------------------------------------------------------------
-// Where ZooKeeper is: embedded by default, or --connect.
-
-/// The ZooKeeper to use; keeps an embedded server alive while it lives.
-struct Zk {
-    server: Option<TestingServer>,
-    connect: String,
-}
-
-/// `[--connect HOSTS]`: an existing ensemble, else an embedded server.
-fn zookeeper() -> Result<Zk, String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        [] => {
-            println!("starting an embedded ZooKeeper ...");
-            let server =
-                TestingServer::start().map_err(|e| format!("cannot start ZooKeeper: {e}"))?;
-            println!("ZooKeeper is serving at {}", server.connect_string());
-            Ok(Zk {
-                connect: server.connect_string(),
-                server: Some(server),
-            })
-        }
-        ["--connect", hosts] => Ok(Zk {
-            server: None,
-            connect: (*hosts).to_owned(),
-        }),
-        ["-h" | "--help"] => {
-            println!("usage: semaphore [--connect HOST:PORT[,HOST:PORT...]]");
-            std::process::exit(0);
-        }
-        _ => Err("usage: semaphore [--connect HOST:PORT[,HOST:PORT...]]".into()),
-    }
-}
-
-/// A started client with its own session, connected within 20 s.
-fn new_client(connect: &str) -> Result<Client, String> {
-    let client = Client::builder()
-        .connect_string(connect)
-        .session_timeout(Duration::from_secs(10))
-        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(100), 3))
-        .build()
-        .map_err(|e| e.to_string())?;
-    client.start().map_err(|e| e.to_string())?;
-    match client.block_until_connected(Duration::from_secs(20)) {
-        Ok(true) => Ok(client),
-        Ok(false) => Err(format!("cannot reach ZooKeeper at {connect}")),
-        Err(e) => Err(e.to_string()),
-    }
 }
