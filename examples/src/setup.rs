@@ -5,6 +5,7 @@
 //! one kind of client, so that each program's source is about its recipe
 //! and not about getting a session.
 
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use latchkey_framework::{Client, ExponentialBackoffRetry};
@@ -100,5 +101,24 @@ pub fn new_client(connect: &str) -> Result<Client, String> {
         Ok(true) => Ok(client),
         Ok(false) => Err(format!("cannot reach ZooKeeper at {connect}")),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Waits for every thread and gathers their errors into one, so that one
+/// failed worker does not hide another's. `who` names a thread in the
+/// message for one that panicked ("a worker").
+pub fn join_all(handles: Vec<JoinHandle<Result<(), String>>>, who: &str) -> Result<(), String> {
+    let mut errors = Vec::new();
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => errors.push(e),
+            Err(_) => errors.push(format!("{who} panicked")),
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
     }
 }

@@ -494,6 +494,19 @@ struct Timed {
     p99_us: u64,
 }
 
+impl Timed {
+    /// A run of ours: every thread's acquire latencies, and how long it took.
+    fn of(latencies: Vec<Vec<u64>>, elapsed: Duration) -> Timed {
+        let all = sorted_latencies(latencies);
+        Timed {
+            ops: all.len() as u64,
+            elapsed_us: micros(elapsed),
+            p50_us: stats::percentile(&all, 0.50),
+            p99_us: stats::percentile(&all, 0.99),
+        }
+    }
+}
+
 /// One library's way of running each scenario.
 trait Driver {
     fn lib(&self) -> Library;
@@ -1080,13 +1093,7 @@ fn rw_on(clients: &[Client], path: &str, run: Duration, write_every: usize) -> R
         Ok(Some(waited))
     };
     let (outs, elapsed) = run_crew(states, run, step, |_| Ok(()))?;
-    let all = sorted_latencies(outs);
-    Ok(Timed {
-        ops: all.len() as u64,
-        elapsed_us: micros(elapsed),
-        p50_us: stats::percentile(&all, 0.50),
-        p99_us: stats::percentile(&all, 0.99),
-    })
+    Ok(Timed::of(outs, elapsed))
 }
 
 /// Semaphore leases: each session takes one lease and gives it back.
@@ -1116,13 +1123,7 @@ fn sem_on(clients: &[Client], path: &str, leases: usize, run: Duration) -> Res<T
         Ok(Some(waited))
     };
     let (outs, elapsed) = run_crew(sems, run, step, |_| Ok(()))?;
-    let all = sorted_latencies(outs);
-    Ok(Timed {
-        ops: all.len() as u64,
-        elapsed_us: micros(elapsed),
-        p50_us: stats::percentile(&all, 0.50),
-        p99_us: stats::percentile(&all, 0.99),
-    })
+    Ok(Timed::of(outs, elapsed))
 }
 
 // ----- Curator and kazoo, through their peers -------------------------------
@@ -1628,11 +1629,12 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
     line("## Notes");
     line("");
     line(
-        "- latchkey and Curator send the same five requests per handoff: create, list the \
-          children, watch the predecessor, list again when it goes, delete. latchkey sends the \
-          create and the first listing in one round trip, wakes the waiter from the session's I/O \
-          thread, and lets the waiter next in line take the lock on its predecessor's deletion \
-          without listing again.",
+        "- latchkey and Curator both send five requests per handoff. Curator: create, list the \
+          children, watch the predecessor, list again when it goes, delete. latchkey: create and \
+          list in one round trip, watch its own node (so that it can trust the next step), watch \
+          the predecessor, and take the lock on the predecessor's deletion without listing again, \
+          then delete; it wakes the waiter from the session's I/O thread. A waiter further back \
+          skips the watch on its own node and lists again when woken: five as well.",
     );
     line(
         "- The server shares the machine's cores with the clients, so the contended figures \

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use latchkey_examples::setup::{new_client, run_example};
+use latchkey_examples::setup::{join_all, new_client, run_example};
 use latchkey_framework::Client;
 use latchkey_recipes::{InterProcessMutex, Revoker};
 
@@ -74,17 +74,7 @@ fn run(connect: &str) -> Result<(), String> {
             })
         })
         .collect();
-    let mut errors = Vec::new();
-    for h in handles {
-        match h.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => errors.push(e),
-            Err(_) => errors.push("a worker panicked".into()),
-        }
-    }
-    if !errors.is_empty() {
-        return Err(errors.join("; "));
-    }
+    join_all(handles, "a worker")?;
     let overlaps = tally.overlaps.load(Ordering::Relaxed);
     println!(
         "done in {:.1?}: {} terms, {} ended by a revocation request, {} ran their full length; \

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use latchkey_examples::setup::{new_client, run_example};
+use latchkey_examples::setup::{join_all, new_client, run_example};
 use latchkey_recipes::InterProcessMutex;
 
 /// How many clients (sessions) compete, as in Curator's example.
@@ -127,17 +127,7 @@ fn run(connect: &str) -> Result<(), String> {
             })
         })
         .collect();
-    let mut errors = Vec::new();
-    for h in handles {
-        match h.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => errors.push(e),
-            Err(_) => errors.push("a client thread panicked".into()),
-        }
-    }
-    if !errors.is_empty() {
-        return Err(errors.join("; "));
-    }
+    join_all(handles, "a client thread")?;
     println!(
         "done in {:.1?}: the resource was used {} times, never by two clients at once",
         started.elapsed(),

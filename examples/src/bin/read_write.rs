@@ -22,7 +22,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use latchkey_examples::setup::{new_client, run_example};
+use latchkey_examples::setup::{join_all, new_client, run_example};
 use latchkey_framework::Client;
 use latchkey_recipes::{InterProcessMutex, InterProcessReadWriteLock, MutexGuard};
 
@@ -181,7 +181,7 @@ fn run(connect: &str) -> Result<(), String> {
             })
         })
         .collect();
-    join_all(handles)?;
+    join_all(handles, "a participant")?;
     println!(
         "-> at most {} readers held the read lock at the same time",
         board.max_readers.load(Ordering::Relaxed)
@@ -213,7 +213,7 @@ fn run(connect: &str) -> Result<(), String> {
             r.read_for(&board, Duration::from_millis(100))
         }));
     }
-    join_all(handles)?;
+    join_all(handles, "a participant")?;
 
     println!("\n== 3. downgrade: write, then read, then let go of the write ==");
     {
@@ -232,7 +232,7 @@ fn run(connect: &str) -> Result<(), String> {
         // Another reader can now join the downgraded writer.
         let (r, b) = (Arc::clone(&readers[0]), Arc::clone(&board));
         let joiner = thread::spawn(move || r.read_for(&b, Duration::from_millis(200)));
-        join_all(vec![joiner])?;
+        join_all(vec![joiner], "a participant")?;
 
         // Upgrading is refused: a reader asking for the write lock would
         // wait for itself, so the timed attempt gives up.
@@ -279,21 +279,5 @@ fn wait_for_nodes(client: &Client, n: usize) -> Result<(), String> {
             ));
         }
         thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn join_all(handles: Vec<thread::JoinHandle<Result<(), String>>>) -> Result<(), String> {
-    let mut errors = Vec::new();
-    for h in handles {
-        match h.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => errors.push(e),
-            Err(_) => errors.push("a participant panicked".into()),
-        }
-    }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors.join("; "))
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use latchkey_examples::setup::{new_client, run_example};
+use latchkey_examples::setup::{join_all, new_client, run_example};
 use latchkey_recipes::InterProcessSemaphoreV2;
 
 /// How many workers.
@@ -52,17 +52,7 @@ fn run(connect: &str) -> Result<(), String> {
             thread::spawn(move || worker(id, &connect, started, &count))
         })
         .collect();
-    let mut errors = Vec::new();
-    for h in handles {
-        match h.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => errors.push(e),
-            Err(_) => errors.push("a worker panicked".into()),
-        }
-    }
-    if !errors.is_empty() {
-        return Err(errors.join("; "));
-    }
+    join_all(handles, "a worker")?;
     let max = count.max.load(Ordering::Relaxed);
     println!(
         "done in {:.1?}: {} leases taken, at most {max} held at once (the limit is {LEASES})",
