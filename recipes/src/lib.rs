@@ -11,6 +11,10 @@
 //! | [`InterProcessSemaphoreV2`] | `InterProcessSemaphoreV2` |
 //! | [`InterProcessSemaphoreMutex`] | `InterProcessSemaphoreMutex` |
 //! | [`InterProcessMultiLock`] | `InterProcessMultiLock` |
+//! | [`SharedCount`] | `SharedCount` |
+//!
+//! A semaphore's maximum may follow a [`SharedCount`]
+//! ([`InterProcessSemaphoreV2::with_shared_count`]).
 //!
 //! Every waiter watches exactly one node (no herd effect) and re-checks on
 //! every connection-state change. A lock held when the session is lost
@@ -22,6 +26,7 @@ mod mutex;
 mod revoke;
 mod rwlock;
 mod semaphore;
+mod shared_count;
 
 pub use lock_internals::{Decision, LockDriver, LockInternals, LockNode, StandardDriver};
 pub use multi_lock::{InterProcessLock, InterProcessMultiLock};
@@ -29,3 +34,4 @@ pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
 pub use revoke::{Revoker, REVOKE_MESSAGE};
 pub use rwlock::{InterProcessReadWriteLock, READ_LOCK_NAME, WRITE_LOCK_NAME};
 pub use semaphore::{InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, LEASE_NAME};
+pub use shared_count::{SharedCount, VersionedValue};

@@ -12,12 +12,16 @@ use parking_lot::Mutex;
 use crate::lock_internals::{delete_ephemeral, validate_recipe_path, Signal};
 use crate::multi_lock::InterProcessLock;
 use crate::mutex::InterProcessMutex;
+use crate::shared_count::{ChangeHook, SharedCount};
 
 /// Curator's lease node name.
 pub const LEASE_NAME: &str = "lease-";
 
 /// A counting semaphore across processes, sharing its maximum with Curator's
 /// `InterProcessSemaphoreV2` on the same path.
+///
+/// The maximum is fixed ([`new`](Self::new)) or follows a [`SharedCount`]
+/// ([`with_shared_count`](Self::with_shared_count)).
 ///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
@@ -38,8 +42,35 @@ pub struct InterProcessSemaphoreV2 {
     client: Client,
     leases_path: String,
     lock: InterProcessMutex,
-    max_leases: u32,
+    max_leases: MaxLeases,
     data: Vec<u8>,
+}
+
+/// Where a semaphore's maximum comes from.
+#[derive(Clone, Debug)]
+enum MaxLeases {
+    Fixed(u32),
+    Shared(SharedCount),
+}
+
+impl MaxLeases {
+    fn current(&self) -> i64 {
+        match self {
+            MaxLeases::Fixed(n) => i64::from(*n),
+            MaxLeases::Shared(count) => i64::from(count.count()),
+        }
+    }
+
+    /// Wakes `signal` whenever a shared maximum changes.
+    fn wake_on_change(&self, signal: &Arc<Signal>) -> Option<ChangeHook> {
+        match self {
+            MaxLeases::Fixed(_) => None,
+            MaxLeases::Shared(count) => {
+                let signal = Arc::clone(signal);
+                Some(count.on_change(move |_| signal.notify(None)))
+            }
+        }
+    }
 }
 
 /// One lease of a semaphore; returned when dropped. May be moved to and
@@ -78,6 +109,41 @@ impl InterProcessSemaphoreV2 {
                 "a semaphore needs max_leases of at least 1".into(),
             ));
         }
+        Self::build(client, path, MaxLeases::Fixed(max_leases), data)
+    }
+
+    /// A semaphore on `path` whose maximum is `count`'s current value
+    /// (Curator's constructor with a `SharedCountReader`). The count may be
+    /// kept on another path and by another client.
+    ///
+    /// When the count changes, waiters check again at once. As in Curator, a
+    /// lease is granted while the lease nodes (holders plus the one waiter
+    /// whose turn it is) number no more than the count: lowering it takes no
+    /// lease away, but nobody new gets one until enough are returned, and a
+    /// count below 1 lets nobody new in. Asking for more leases than the
+    /// current count is allowed: the caller waits, since the count may grow.
+    /// Leases are taken one at a time, so such a caller keeps the leases it
+    /// has, and its turn, while it waits for the rest (as in Curator).
+    ///
+    /// The semaphore keeps a clone of `count`, so the count stays watched
+    /// while the semaphore lives; closing the count freezes the maximum.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use latchkey_recipes::{InterProcessSemaphoreV2, SharedCount};
+    ///
+    /// let limit = SharedCount::new(client, "/config/db-connections", 2)?;
+    /// let sem = InterProcessSemaphoreV2::with_shared_count(client, "/semaphores/db", &limit)?;
+    /// let lease = sem.acquire()?;
+    /// limit.set_count(5)?; // every process using the count now allows 5
+    /// # drop(lease);
+    /// # Ok(()) }
+    /// ```
+    pub fn with_shared_count(client: &Client, path: &str, count: &SharedCount) -> Result<Self> {
+        Self::build(client, path, MaxLeases::Shared(count.clone()), &[])
+    }
+
+    fn build(client: &Client, path: &str, max_leases: MaxLeases, data: &[u8]) -> Result<Self> {
         validate_recipe_path(path)?;
         Ok(InterProcessSemaphoreV2 {
             client: client.clone(),
@@ -88,9 +154,10 @@ impl InterProcessSemaphoreV2 {
         })
     }
 
-    /// The maximum number of leases.
+    /// The maximum number of leases now: the fixed maximum, or the shared
+    /// count's latest value (0 when the count is below 1).
     pub fn max_leases(&self) -> u32 {
-        self.max_leases
+        u32::try_from(self.max_leases.current()).unwrap_or(0)
     }
 
     /// Waits as long as it takes for one lease.
@@ -147,11 +214,13 @@ impl InterProcessSemaphoreV2 {
         if n == 0 {
             return Err(Error::InvalidArgument("asked for zero leases".into()));
         }
-        if n > self.max_leases {
-            return Err(Error::InvalidArgument(format!(
-                "asked for {n} leases but the semaphore has only {}",
-                self.max_leases
-            )));
+        // A shared maximum may grow, so asking for more than it is now waits.
+        if let MaxLeases::Fixed(max) = self.max_leases {
+            if n > max {
+                return Err(Error::InvalidArgument(format!(
+                    "asked for {n} leases but the semaphore has only {max}"
+                )));
+            }
         }
         let started = Instant::now();
         let mut retries = 0;
@@ -198,7 +267,7 @@ impl InterProcessSemaphoreV2 {
     }
 
     /// Holding the internal lock (so only one waiter watches the leases),
-    /// adds our lease node and waits until it is among the first `max`.
+    /// adds our lease node and waits until there are at most `max` nodes.
     fn wait_for_room(&self, deadline: Option<Instant>) -> Result<Attempt> {
         let (path, stat) = self
             .client
@@ -212,6 +281,7 @@ impl InterProcessSemaphoreV2 {
         let signal = Arc::new(Signal::default());
         let wake = Arc::clone(&signal);
         let _waker = self.client.add_waker(move || wake.notify(None));
+        let _count_hook = self.max_leases.wake_on_change(&signal);
         loop {
             if self.client.session_id() != stat.ephemeral_owner {
                 return Ok(Attempt::NodeMissing);
@@ -224,7 +294,9 @@ impl InterProcessSemaphoreV2 {
             if !children.contains(&name) {
                 return Ok(Attempt::NodeMissing);
             }
-            if children.len() <= self.max_leases as usize {
+            // Read after `epoch`: a change from now on wakes the wait below.
+            let max = self.max_leases.current();
+            if i64::try_from(children.len()).is_ok_and(|len| len <= max) {
                 return Ok(Attempt::Got(lease));
             }
             if signal.wait(epoch, deadline).is_none() {

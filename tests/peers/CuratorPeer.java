@@ -16,6 +16,8 @@
 //   sem <path> <max> release                OK released   (one lease)
 //   sem <path> <max> participants           OK <lease,lease,...>
 //   children <path>                         OK <child,child,...> (sorted by name)
+//   count <path> <seed> get                 OK <count>  (a started SharedCount, seeded if new)
+//   count <path> <seed> set <n>             OK set
 //   bench floor <path> <cycles>             OK <cycles> <total_us> <p50_us> <p99_us>
 //                                           (raw create ephemeral-sequential + getChildren + delete)
 //   bench mutex <path> <cycles>             OK <cycles> <total_us> <p50_us> <p99_us>
@@ -79,6 +81,7 @@ import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.recipes.shared.SharedCount;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 import org.apache.zookeeper.CreateMode;
 import org.apache.zookeeper.KeeperException;
@@ -109,6 +112,7 @@ public final class CuratorPeer {
     private final Map<String, InterProcessSemaphoreV2> semaphores = new HashMap<>();
     private final Map<String, Integer> semaphoreMax = new HashMap<>();
     private final Map<String, Deque<Lease>> leases = new HashMap<>();
+    private final Map<String, SharedCount> counts = new HashMap<>();
     /** Sessions opened by "bench hold", each holding one mutex. */
     private final List<CuratorFramework> held = new ArrayList<>();
 
@@ -245,6 +249,13 @@ public final class CuratorPeer {
                 }
             }
         }
+        for (SharedCount count : counts.values()) {
+            try {
+                count.close();
+            } catch (IOException e) {
+                // closing the client below stops its watch anyway
+            }
+        }
         client.close();
     }
 
@@ -274,6 +285,9 @@ public final class CuratorPeer {
             case "sem":
                 need(w, 4, 6);
                 return semCommand(w);
+            case "count":
+                need(w, 4, 5);
+                return countCommand(w);
             case "bench":
                 need(w, 2, 6);
                 switch (w[1]) {
@@ -372,6 +386,35 @@ public final class CuratorPeer {
                 }
             default:
                 throw new Usage("unknown lock operation: " + w[at]);
+        }
+    }
+
+    /** get | set n, on one started SharedCount per path. */
+    private String countCommand(String[] w) throws Exception {
+        SharedCount count = counts.get(w[1]);
+        if (count == null) {
+            count = new SharedCount(client, w[1], parseInt(w[2], "seed"));
+            count.start();
+            counts.put(w[1], count);
+        }
+        switch (w[3]) {
+            case "get":
+                need(w, 4, 4);
+                return "OK " + count.getCount();
+            case "set":
+                need(w, 5, 5);
+                count.setCount(parseInt(w[4], "count"));
+                return "OK set";
+            default:
+                throw new Usage("unknown count operation: " + w[3]);
+        }
+    }
+
+    private static int parseInt(String s, String what) throws Usage {
+        try {
+            return Integer.parseInt(s);
+        } catch (NumberFormatException e) {
+            throw new Usage("bad " + what + ": " + s);
         }
     }
 

@@ -7,7 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use latchkey_recipes::{InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2};
+use latchkey_recipes::{
+    InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2, SharedCount,
+};
 use latchkey_test::peers::{peer_available, Peer, PeerKind};
 
 const STEP: Duration = Duration::from_secs(60);
@@ -264,4 +266,30 @@ fn rust_and_curator_mutexes_never_overlap_under_contention() {
         .unwrap();
     assert!(left.is_empty(), "{left:?}");
     observer.close();
+}
+
+#[test]
+fn rust_and_curator_shared_counts_see_each_others_sets() {
+    let Some(mut java) = curator() else { return };
+    let path = unique("interop-count");
+    let c = connect(&shared_server().connect_string(), Duration::from_secs(10));
+    // Curator creates the node with its seed; Rust reads Curator's bytes.
+    assert_eq!(ok(&mut java, &format!("count {path} 12 get")), "OK 12");
+    let count = SharedCount::new(&c, &path, 99).unwrap();
+    assert_eq!(count.count(), 12);
+
+    ok(&mut java, &format!("count {path} 12 set -7"));
+    wait_until(
+        Duration::from_secs(10),
+        || count.count() == -7,
+        || format!("Rust sees {count:?}"),
+    );
+    count.set_count(1_234_567).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || ok(&mut java, &format!("count {path} 12 get")) == "OK 1234567",
+        String::new,
+    );
+    ok(&mut java, "quit");
+    c.close();
 }

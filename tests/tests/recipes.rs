@@ -12,7 +12,7 @@ use common::*;
 use latchkey_framework::{Client, ConnectionState, Error};
 use latchkey_recipes::{
     InterProcessLock, InterProcessMultiLock, InterProcessMutex, InterProcessReadWriteLock,
-    InterProcessSemaphoreMutex, InterProcessSemaphoreV2,
+    InterProcessSemaphoreMutex, InterProcessSemaphoreV2, SharedCount, VersionedValue,
 };
 
 const SESSION: Duration = Duration::from_secs(10);
@@ -526,4 +526,316 @@ fn semaphore_bad_input_and_lease_lifecycle() {
     drop(leases);
     assert!(sem.participant_nodes().unwrap().is_empty());
     cs[0].close();
+}
+
+/// Receives from `changes` until `want` arrives (earlier counts may come
+/// first) or 10 s pass.
+fn expect_count(changes: &crossbeam_channel::Receiver<i32>, want: i32) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    while let Ok(count) = changes.recv_deadline(deadline) {
+        if count == want {
+            return;
+        }
+        seen.push(count);
+    }
+    panic!("count {want} never arrived; saw {seen:?}");
+}
+
+#[test]
+fn shared_count_seed_set_and_compare_and_set_across_sessions() {
+    let path = unique("count");
+    let cs = clients(2);
+    let a = SharedCount::new(&cs[0], &path, 7).unwrap();
+    assert_eq!(a.count(), 7);
+    // Curator's format: a 4-byte big-endian int.
+    assert_eq!(cs[0].get_data(&path).unwrap().0, 7i32.to_be_bytes());
+    // The seed only applies to a node that does not exist yet.
+    let b = SharedCount::new(&cs[1], &path, 99).unwrap();
+    assert_eq!(b.count(), 7);
+    assert_eq!(b.versioned_value(), a.versioned_value());
+
+    let changes = b.listen();
+    a.set_count(-3).unwrap();
+    assert_eq!(a.count(), -3);
+    expect_count(&changes, -3);
+    assert_eq!(b.count(), -3);
+
+    // Compare-and-set: a stale version loses, and refreshes the cache.
+    let stale = a.versioned_value();
+    assert!(b.try_set_count(&b.versioned_value(), 40).unwrap());
+    assert!(!a.try_set_count(&stale, 41).unwrap());
+    assert_eq!(
+        a.count(),
+        40,
+        "a lost compare-and-set reads the count again"
+    );
+    assert!(a.try_set_count(&a.versioned_value(), 41).unwrap());
+    expect_count(&changes, 41);
+    assert_eq!(b.count(), 41);
+    assert_eq!(b.versioned_value(), a.versioned_value());
+    assert_eq!(cs[1].get_data(&path).unwrap().0, 41i32.to_be_bytes());
+
+    // A version never read from the node (ZooKeeper's "any") is refused.
+    let any = VersionedValue {
+        version: -1,
+        value: 41,
+    };
+    assert!(matches!(
+        a.try_set_count(&any, 1),
+        Err(Error::InvalidArgument(_))
+    ));
+    // Closed: the last count stays, setting fails; clones share the close.
+    let b2 = b.clone();
+    b.close();
+    assert!(matches!(b2.set_count(1), Err(Error::IllegalState(_))));
+    assert_eq!(b2.count(), 41);
+    assert!(matches!(
+        SharedCount::new(&cs[0], "/", 1),
+        Err(Error::InvalidPath { .. })
+    ));
+    drop(a);
+    cs.iter().for_each(Client::close);
+}
+
+#[test]
+fn shared_count_rejects_malformed_data_and_follows_a_recreated_node() {
+    let path = unique("count-bad");
+    let cs = clients(2);
+    let c = &cs[0];
+    c.create()
+        .creating_parents_if_needed()
+        .for_path(&path, b"12345")
+        .unwrap();
+    match SharedCount::new(c, &path, 1) {
+        Err(Error::IllegalState(m)) => assert!(m.contains("5 bytes"), "{m}"),
+        other => panic!("five bytes read as a count: {other:?}"),
+    }
+    c.set_data(&path, b"", None).unwrap();
+    assert!(matches!(
+        SharedCount::new(c, &path, 1),
+        Err(Error::IllegalState(_))
+    ));
+
+    // Bad data written later leaves the count as it was.
+    c.set_data(&path, &5i32.to_be_bytes(), None).unwrap();
+    let count = SharedCount::new(&cs[1], &path, 1).unwrap();
+    assert_eq!(count.count(), 5);
+    let changes = count.listen();
+    c.set_data(&path, b"xy", None).unwrap();
+    c.set_data(&path, &6i32.to_be_bytes(), None).unwrap();
+    expect_count(&changes, 6);
+    assert_eq!(count.count(), 6);
+
+    // A deleted and re-created node starts again at version 0.
+    c.delete().for_path(&path).unwrap();
+    c.create().for_path(&path, &9i32.to_be_bytes()).unwrap();
+    expect_count(&changes, 9);
+    assert_eq!(
+        count.versioned_value(),
+        VersionedValue {
+            version: 0,
+            value: 9
+        }
+    );
+    cs.iter().for_each(Client::close);
+}
+
+#[test]
+fn a_shared_count_semaphore_waits_for_more_than_the_current_maximum() {
+    let path = unique("sem-count-many");
+    let cs = clients(2);
+    let limit = SharedCount::new(&cs[0], &unique("sem-count-many-max"), 1).unwrap();
+    let sem = InterProcessSemaphoreV2::with_shared_count(&cs[1], &path, &limit).unwrap();
+    assert_eq!(sem.max_leases(), 1);
+    // Two leases of one: a wait that times out, not a refusal.
+    assert!(sem
+        .acquire_many_timeout(2, Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    wait_until(
+        Duration::from_secs(10),
+        || sem.participant_nodes().unwrap().is_empty(),
+        String::new,
+    );
+    thread::scope(|s| {
+        let waiting = s.spawn(|| sem.acquire_many_timeout(2, Duration::from_secs(30)));
+        wait_until(
+            Duration::from_secs(10),
+            || sem.participant_nodes().unwrap().len() == 2,
+            String::new,
+        );
+        limit.set_count(2).unwrap();
+        let leases = waiting
+            .join()
+            .unwrap()
+            .unwrap()
+            .expect("woken by the count");
+        assert_eq!(leases.len(), 2);
+    });
+    assert_eq!(sem.max_leases(), 2);
+    // A count below 1 lets nobody in.
+    limit.set_count(-5).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || sem.max_leases() == 0,
+        String::new,
+    );
+    assert!(sem
+        .acquire_timeout(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    wait_until(
+        Duration::from_secs(10),
+        || sem.participant_nodes().unwrap().is_empty(),
+        String::new,
+    );
+    cs.iter().for_each(Client::close);
+}
+
+/// Holders against a limit the test moves: an entry that makes more holders
+/// than the limit is a violation.
+#[derive(Default)]
+struct LimitOracle {
+    now: AtomicUsize,
+    peak: AtomicUsize,
+    total: AtomicUsize,
+    limit: AtomicUsize,
+    violations: Mutex<Vec<(usize, usize)>>,
+}
+
+impl LimitOracle {
+    fn enter(&self) {
+        let limit = self.limit.load(Ordering::SeqCst);
+        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(n, Ordering::SeqCst);
+        self.total.fetch_add(1, Ordering::SeqCst);
+        if n > limit {
+            self.violations.lock().unwrap().push((n, limit));
+        }
+    }
+    fn leave(&self) {
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+    fn now(&self) -> usize {
+        self.now.load(Ordering::SeqCst)
+    }
+    fn total(&self) -> usize {
+        self.total.load(Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn semaphore_maximum_follows_a_shared_count() {
+    const WORKERS: usize = 5;
+    let path = unique("sem-count");
+    let count_path = unique("sem-count-max");
+    let cs = clients(WORKERS + 1);
+    let admin = SharedCount::new(&cs[0], &count_path, 1).unwrap();
+    // Each session follows the count through its own watch.
+    let counts: Vec<SharedCount> = cs[1..]
+        .iter()
+        .map(|c| SharedCount::new(c, &count_path, 1).unwrap())
+        .collect();
+    let oracle = LimitOracle::default();
+    oracle.limit.store(1, Ordering::SeqCst);
+    // One token lets one holder return its lease.
+    let (release, may_release) = crossbeam_channel::unbounded::<()>();
+    let leases_path = format!("{path}/leases");
+    let dump = || {
+        format!(
+            "holders {}, total {}, leases {:?}, violations {:?}",
+            oracle.now(),
+            oracle.total(),
+            children(&cs[0], &leases_path),
+            oracle.violations.lock().unwrap()
+        )
+    };
+    thread::scope(|s| {
+        // Dropped if this thread panics, so that no worker waits forever.
+        let release = release;
+        for (c, count) in cs[1..].iter().zip(&counts) {
+            let (oracle, may_release, path) = (&oracle, may_release.clone(), &path);
+            s.spawn(move || {
+                let sem = InterProcessSemaphoreV2::with_shared_count(c, path, count).unwrap();
+                let lease = sem
+                    .acquire_timeout(Duration::from_secs(60))
+                    .unwrap()
+                    .expect("a lease within 60 s");
+                oracle.enter();
+                may_release.recv().unwrap();
+                oracle.leave();
+                drop(lease);
+            });
+        }
+        // Maximum 1: one holder, the others wait.
+        wait_until(Duration::from_secs(20), || oracle.now() == 1, dump);
+        wait_until(
+            Duration::from_secs(10),
+            || children(&cs[0], &leases_path).len() == 2,
+            dump,
+        );
+        assert_eq!(oracle.total(), 1, "{}", dump());
+
+        // Raise to 3: nobody returns a lease, so only the count can wake
+        // the waiter.
+        oracle.limit.store(3, Ordering::SeqCst);
+        admin.set_count(3).unwrap();
+        wait_until(Duration::from_secs(20), || oracle.now() == 3, dump);
+        wait_until(
+            Duration::from_secs(10),
+            || children(&cs[0], &leases_path).len() == 4,
+            dump,
+        );
+        assert_eq!(oracle.total(), 3, "{}", dump());
+
+        // Lower to 1 with 3 holders: none loses its lease, and nobody new
+        // gets one until all three are back.
+        oracle.limit.store(1, Ordering::SeqCst);
+        admin.set_count(1).unwrap();
+        // Until a session has heard of the change it may still grant by the
+        // old maximum (so may Curator); the rule holds from then on.
+        wait_until(
+            Duration::from_secs(10),
+            || counts.iter().all(|c| c.count() == 1),
+            dump,
+        );
+        for holders in [2, 1] {
+            release.send(()).unwrap();
+            wait_until(
+                Duration::from_secs(10),
+                || children(&cs[0], &leases_path).len() == holders + 1,
+                dump,
+            );
+            assert_eq!(
+                oracle.total(),
+                3,
+                "a lease beyond the new maximum: {}",
+                dump()
+            );
+        }
+        release.send(()).unwrap();
+        // The last of the three is back: the next waiter gets in, alone.
+        wait_until(
+            Duration::from_secs(20),
+            || oracle.total() == 4 && oracle.now() == 1,
+            dump,
+        );
+        release.send(()).unwrap();
+        wait_until(Duration::from_secs(20), || oracle.total() == 5, dump);
+        release.send(()).unwrap();
+    });
+    assert_eq!(oracle.total(), WORKERS);
+    assert_eq!(oracle.peak.load(Ordering::SeqCst), 3);
+    assert!(
+        oracle.violations.lock().unwrap().is_empty(),
+        "more holders than the maximum: {}",
+        dump()
+    );
+    wait_until(
+        Duration::from_secs(10),
+        || children(&cs[0], &leases_path).is_empty(),
+        dump,
+    );
+    cs.iter().for_each(Client::close);
 }

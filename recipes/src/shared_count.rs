@@ -1,0 +1,474 @@
+//! Curator's `SharedCount`: an `i32` kept in one node as 4 big-endian bytes,
+//! read and set by every process, each copy kept current by a data watch.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver};
+use latchkey_framework::{
+    Client, ConnectionState, Error, ErrorCode, ListenerHandle, Result, Stat, WatchedEvent,
+};
+use parking_lot::Mutex;
+
+use crate::lock_internals::{validate_recipe_path, Signal};
+
+/// How long the watch thread waits before reading again after a failed read
+/// (a state change wakes it sooner).
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// A count with the node version it was read at, for
+/// [`SharedCount::try_set_count`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct VersionedValue {
+    /// The node's data version.
+    pub version: i32,
+    /// The count.
+    pub value: i32,
+}
+
+/// A counter shared by every process that uses the same path, wire-compatible
+/// with Curator's `SharedCount` (the node holds the count as a 4-byte
+/// big-endian `i32`).
+///
+/// Each `SharedCount` watches its node from a thread of its own and caches
+/// the latest value it has seen, so [`count`](SharedCount::count) never
+/// waits on ZooKeeper. After a connection-state change it reads the node
+/// again, since a change may have been missed. Data that is not 4 bytes long
+/// leaves the cached value as it was (a warning is logged), and the count
+/// follows again once the node holds a valid count.
+///
+/// Clones share one cache and one watch, which stop when
+/// [`close`](SharedCount::close) is called or the last clone is dropped.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use latchkey_recipes::SharedCount;
+///
+/// let workers = SharedCount::new(client, "/config/workers", 4)?; // 4 if the node is new
+/// let changes = workers.listen();
+/// workers.set_count(workers.count() + 1)?;
+///
+/// // Compare-and-set: only if nobody changed it since we read it.
+/// let seen = workers.versioned_value();
+/// if !workers.try_set_count(&seen, seen.value * 2)? {
+///     println!("someone else changed it first; now {}", workers.count());
+/// }
+/// for count in changes.try_iter() {
+///     println!("count is now {count}");
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SharedCount {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    path: String,
+    cache: Mutex<Cached>,
+    listeners: Arc<Mutex<Listeners>>,
+    /// Wakes the watch thread: a watch fired, the state changed, or closing.
+    signal: Arc<Signal>,
+    /// The session whose watch on the node is set and has not fired; 0 if
+    /// none. Keeps re-reads after state changes from piling up watches.
+    armed: Arc<AtomicI64>,
+    closed: AtomicBool,
+}
+
+/// The newest version of the node seen so far.
+#[derive(Clone, Copy)]
+struct Cached {
+    /// Tells a re-created node (larger czxid, version from 0) from the old one.
+    czxid: i64,
+    version: i32,
+    value: i32,
+    /// Counts changes of the cache, so each is delivered once.
+    seq: u64,
+}
+
+type Listener = Arc<dyn Fn(i32) + Send + Sync>;
+
+#[derive(Default)]
+struct Listeners {
+    next_id: u64,
+    list: Vec<(u64, Listener)>,
+}
+
+impl Listeners {
+    fn add(registry: &Arc<Mutex<Listeners>>, make: impl FnOnce(u64) -> Listener) -> u64 {
+        let mut l = registry.lock();
+        l.next_id += 1;
+        let id = l.next_id;
+        let listener = make(id);
+        l.list.push((id, listener));
+        id
+    }
+
+    fn remove(registry: &Weak<Mutex<Listeners>>, id: u64) {
+        if let Some(r) = registry.upgrade() {
+            r.lock().list.retain(|(i, _)| *i != id);
+        }
+    }
+}
+
+/// Unregisters a change hook when dropped.
+pub(crate) struct ChangeHook {
+    registry: Weak<Mutex<Listeners>>,
+    id: u64,
+}
+
+impl Drop for ChangeHook {
+    fn drop(&mut self) {
+        Listeners::remove(&self.registry, self.id);
+    }
+}
+
+impl SharedCount {
+    /// Opens the count at `path`, creating the node (and its parents, as
+    /// containers, as Curator does) with `seed` if it does not exist, and
+    /// starts watching it.
+    ///
+    /// Fails if the client is not started or ZooKeeper cannot be reached,
+    /// and with [`Error::IllegalState`] if the node holds something other
+    /// than a 4-byte count.
+    pub fn new(client: &Client, path: &str, seed: i32) -> Result<SharedCount> {
+        validate_recipe_path(path)?;
+        let created = client
+            .create()
+            .creating_parent_containers_if_needed()
+            .for_path(path, &seed.to_be_bytes());
+        match created {
+            Err(e) if !e.is(ErrorCode::NodeExists) => return Err(e),
+            _ => {}
+        }
+        let inner = Arc::new(Inner {
+            client: client.clone(),
+            path: path.to_owned(),
+            cache: Mutex::new(Cached {
+                czxid: 0,
+                version: -1,
+                value: seed,
+                seq: 0,
+            }),
+            listeners: Arc::default(),
+            signal: Arc::default(),
+            armed: Arc::default(),
+            closed: AtomicBool::new(false),
+        });
+        // Registered before the first read, so no state change is missed.
+        let wake = Arc::clone(&inner.signal);
+        let waker = client.add_waker(move || wake.notify(None));
+        let epoch = inner.signal.epoch();
+        inner.refresh()?;
+        let cached = *inner.cache.lock();
+        if cached.czxid == 0 {
+            // Deleted between our create and our read.
+            return Err(Error::Zk {
+                code: ErrorCode::NoNode,
+                path: Some(path.to_owned()),
+            });
+        }
+        let weak = Arc::downgrade(&inner);
+        let signal = Arc::clone(&inner.signal);
+        std::thread::Builder::new()
+            .name("latchkey-shared-count".into())
+            .spawn(move || watch_loop(&weak, &signal, waker, epoch, cached.seq))?;
+        Ok(SharedCount { inner })
+    }
+
+    /// The path of the count's node.
+    pub fn path(&self) -> &str {
+        &self.inner.path
+    }
+
+    /// The latest count seen (from the cache; never waits).
+    pub fn count(&self) -> i32 {
+        self.inner.cache.lock().value
+    }
+
+    /// The latest count seen, with its node version.
+    pub fn versioned_value(&self) -> VersionedValue {
+        let c = self.inner.cache.lock();
+        VersionedValue {
+            version: c.version,
+            value: c.value,
+        }
+    }
+
+    /// Sets the count, whatever it was. Fails with `NoNode` if the node was
+    /// deleted, and with [`Error::IllegalState`] after
+    /// [`close`](SharedCount::close).
+    pub fn set_count(&self, count: i32) -> Result<()> {
+        self.check_open()?;
+        let stat = self.write(count, None)?;
+        self.inner.update(&stat, count);
+        Ok(())
+    }
+
+    /// Sets the count only if the node is still at `previous.version`
+    /// (compare-and-set). `Ok(false)` if someone changed it since; the
+    /// cache is then read again, so [`versioned_value`](Self::versioned_value)
+    /// gives a fresh value to retry with. A negative version (which
+    /// ZooKeeper would take as "any version") is refused.
+    pub fn try_set_count(&self, previous: &VersionedValue, count: i32) -> Result<bool> {
+        self.check_open()?;
+        if previous.version < 0 {
+            return Err(Error::InvalidArgument(format!(
+                "version {} was never read from a node",
+                previous.version
+            )));
+        }
+        match self.write(count, Some(previous.version)) {
+            Ok(stat) => {
+                self.inner.update(&stat, count);
+                Ok(true)
+            }
+            Err(e) if e.is(ErrorCode::BadVersion) => {
+                if let Err(e) = self.inner.read(false) {
+                    log::debug!("re-reading {}: {e}", self.inner.path);
+                }
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A channel that receives every new count, in the order they were seen;
+    /// counts set in quick succession may arrive as only the last one. The
+    /// listener goes away with the receiver (at the next change after it is
+    /// dropped). Connection states come from [`Client::listen`].
+    pub fn listen(&self) -> Receiver<i32> {
+        let (tx, rx) = unbounded();
+        let registry = Arc::downgrade(&self.inner.listeners);
+        Listeners::add(&self.inner.listeners, |id| {
+            Arc::new(move |count: i32| {
+                if tx.send(count).is_err() {
+                    Listeners::remove(&registry, id);
+                }
+            })
+        });
+        rx
+    }
+
+    /// Stops watching the node; [`count`](Self::count) keeps the last value
+    /// and setting fails from now on. Idempotent; affects every clone.
+    pub fn close(&self) {
+        self.inner.close();
+    }
+
+    /// Calls `hook` with each new count on the watch thread; it must return
+    /// at once. For recipes that wake a waiter on a change.
+    pub(crate) fn on_change(&self, hook: impl Fn(i32) + Send + Sync + 'static) -> ChangeHook {
+        let id = Listeners::add(&self.inner.listeners, |_| Arc::new(hook));
+        ChangeHook {
+            registry: Arc::downgrade(&self.inner.listeners),
+            id,
+        }
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::IllegalState(format!(
+                "the shared count at {} is closed",
+                self.inner.path
+            )));
+        }
+        Ok(())
+    }
+
+    fn write(&self, count: i32, version: Option<i32>) -> Result<Stat> {
+        self.inner
+            .client
+            .set_data(&self.inner.path, &count.to_be_bytes(), version)
+    }
+}
+
+impl std::fmt::Debug for SharedCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = self.versioned_value();
+        f.debug_struct("SharedCount")
+            .field("path", &self.inner.path)
+            .field("value", &v.value)
+            .field("version", &v.version)
+            .finish()
+    }
+}
+
+/// Decodes a count; Curator writes it as a big-endian `i32`.
+fn decode(path: &str, data: &[u8]) -> Result<i32> {
+    let bytes: [u8; 4] = data.try_into().map_err(|_| {
+        Error::IllegalState(format!(
+            "{path} holds {} bytes, not a shared count (a 4-byte big-endian i32)",
+            data.len()
+        ))
+    })?;
+    Ok(i32::from_be_bytes(bytes))
+}
+
+impl Inner {
+    /// Reads the node into the cache, setting a watch if none is set for the
+    /// current session. A deleted node keeps the last value and gets a watch
+    /// for its return.
+    fn refresh(&self) -> Result<()> {
+        loop {
+            let session = self.client.session_id();
+            // Session 0 (not connected yet) never has a watch.
+            let watched = session != 0 && self.armed.load(Ordering::Acquire) == session;
+            match self.read(!watched) {
+                Err(e) if e.is(ErrorCode::NoNode) => {
+                    let wake = self.watch_waker(session);
+                    match self.client.exists_watch_waker(&self.path, wake) {
+                        Ok(None) => return Ok(()),
+                        Ok(Some(_)) => {} // back already: read it
+                        Err(e) => {
+                            self.disarm(session);
+                            return Err(e);
+                        }
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Reads the node into the cache, with a watch if `watch`.
+    fn read(&self, watch: bool) -> Result<()> {
+        let (data, stat) = if watch {
+            let session = self.client.session_id();
+            let wake = self.watch_waker(session);
+            self.client
+                .get_data_watch_waker(&self.path, wake)
+                .inspect_err(|_| self.disarm(session))?
+        } else {
+            self.client.get_data(&self.path)?
+        };
+        let count = decode(&self.path, &data)?;
+        self.update(&stat, count);
+        Ok(())
+    }
+
+    /// Marks a watch as set for `session` and returns its callback, which
+    /// clears the mark and wakes the watch thread.
+    fn watch_waker(&self, session: i64) -> impl FnOnce(WatchedEvent) + Send + 'static {
+        self.armed.store(session, Ordering::Release);
+        let (armed, signal) = (Arc::clone(&self.armed), Arc::clone(&self.signal));
+        move |event| {
+            let _ = armed.compare_exchange(session, 0, Ordering::AcqRel, Ordering::Acquire);
+            signal.notify(Some(event));
+        }
+    }
+
+    fn disarm(&self, session: i64) {
+        let _ = self
+            .armed
+            .compare_exchange(session, 0, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Takes a value if it is newer than the cached one (reads and writes
+    /// from several threads may finish out of order).
+    fn update(&self, stat: &Stat, value: i32) {
+        let mut c = self.cache.lock();
+        if (stat.czxid, stat.version) > (c.czxid, c.version) {
+            *c = Cached {
+                czxid: stat.czxid,
+                version: stat.version,
+                value,
+                seq: c.seq + 1,
+            };
+        }
+    }
+
+    /// Tells the listeners about the cached count if it changed since
+    /// `delivered`. Only the watch thread delivers, so counts arrive in order.
+    fn deliver(&self, delivered: &mut u64) {
+        let c = *self.cache.lock();
+        if c.seq == *delivered {
+            return;
+        }
+        *delivered = c.seq;
+        let listeners: Vec<Listener> = self
+            .listeners
+            .lock()
+            .list
+            .iter()
+            .map(|(_, l)| Arc::clone(l))
+            .collect();
+        for l in listeners {
+            l(c.value);
+        }
+    }
+
+    fn close(&self) {
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            self.signal.notify(None);
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Keeps the cache current: re-reads on every wake-up (watch or state
+/// change) and delivers changes, until closed or the last handle is gone.
+fn watch_loop(
+    weak: &Weak<Inner>,
+    signal: &Signal,
+    _waker: ListenerHandle,
+    mut epoch: u64,
+    mut delivered: u64,
+) {
+    let mut retry_at = None;
+    loop {
+        // A wake-up and the retry deadline both mean: look again.
+        let _ = signal.wait(epoch, retry_at);
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.closed.load(Ordering::Acquire) || inner.client.is_closed() {
+            return;
+        }
+        epoch = signal.epoch();
+        retry_at = None;
+        // While disconnected a read would only wait; the next state change
+        // wakes us.
+        if inner
+            .client
+            .state()
+            .is_some_and(ConnectionState::is_connected)
+        {
+            match inner.refresh() {
+                Ok(()) => {}
+                // Malformed data: the watch is set, the next change is heard.
+                Err(e @ Error::IllegalState(_)) => log::warn!("{e}"),
+                Err(e) => {
+                    log::debug!("reading shared count {}: {e}", inner.path);
+                    retry_at = Some(Instant::now() + RETRY_PAUSE);
+                }
+            }
+        }
+        inner.deliver(&mut delivered);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_four_big_endian_bytes() {
+        assert_eq!(decode("/c", &[0, 0, 1, 2]).unwrap(), 258);
+        assert_eq!(decode("/c", &[0xff; 4]).unwrap(), -1);
+        assert_eq!(decode("/c", &i32::MIN.to_be_bytes()).unwrap(), i32::MIN);
+        for bad in [&b""[..], b"abc", b"abcde"] {
+            match decode("/c", bad) {
+                Err(Error::IllegalState(m)) => {
+                    assert!(m.contains(&format!("{} bytes", bad.len())), "{m}")
+                }
+                other => panic!("{bad:?} decoded as {other:?}"),
+            }
+        }
+    }
+}
