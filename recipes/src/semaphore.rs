@@ -124,6 +124,9 @@ impl InterProcessSemaphoreV2 {
     /// current count is allowed: the caller waits, since the count may grow.
     /// Leases are taken one at a time, so such a caller keeps the leases it
     /// has, and its turn, while it waits for the rest (as in Curator).
+    /// Each process learns of a change through its own watch, so for a
+    /// moment after the count is lowered a process that has not seen it yet
+    /// may still grant a lease by the old value (so may Curator).
     ///
     /// The semaphore keeps a clone of `count`, so the count stays watched
     /// while the semaphore lives; closing the count freezes the maximum.
