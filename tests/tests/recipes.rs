@@ -6,7 +6,7 @@ mod common;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use latchkey_framework::{Client, ConnectionState, Error};
@@ -429,6 +429,7 @@ fn semaphore_load(threads: usize, max: u32, sessions: usize) {
     let cs = clients(sessions);
     let oracle = Oracle::default();
     let start = Barrier::new(threads);
+    let target = (max as usize).min(threads);
     thread::scope(|s| {
         for t in 0..threads {
             let c = &cs[t % sessions];
@@ -439,7 +440,15 @@ fn semaphore_load(threads: usize, max: u32, sessions: usize) {
                 for _ in 0..2 {
                     let lease = sem.acquire().unwrap();
                     oracle.enter();
+                    // Hold on until `target` holders were seen at once (or a
+                    // deadline): on a slow machine grants can be slower than
+                    // a fixed hold, and the maximum would then go unreached
+                    // for reasons that are not the semaphore's.
+                    let until = Instant::now() + Duration::from_secs(10);
                     thread::sleep(Duration::from_millis(30));
+                    while oracle.max() < target && Instant::now() < until {
+                        thread::sleep(Duration::from_millis(5));
+                    }
                     oracle.leave();
                     drop(lease);
                 }
@@ -451,11 +460,7 @@ fn semaphore_load(threads: usize, max: u32, sessions: usize) {
         "{} holders for max {max}",
         oracle.max()
     );
-    assert_eq!(
-        oracle.max(),
-        (max as usize).min(threads),
-        "the maximum was never reached"
-    );
+    assert_eq!(oracle.max(), target, "the maximum was never reached");
     assert!(children(&cs[0], &format!("{path}/leases")).is_empty());
     cs.iter().for_each(Client::close);
 }
