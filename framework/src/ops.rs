@@ -582,7 +582,8 @@ impl Client {
         path: &str,
         watcher: impl FnOnce(WatchedEvent) + Send + 'static,
     ) -> Result<Option<Stat>> {
-        self.exists_watching(path, Box::new(watcher), false)
+        let tables = (WatchKind::Data, Some(WatchKind::Exist));
+        self.watched_read(path, Box::new(watcher), false, tables, wire_exists)
     }
 
     /// For recipe authors: [`Client::exists_watch`] with a waker (see
@@ -593,29 +594,8 @@ impl Client {
         path: &str,
         wake: impl FnOnce(WatchedEvent) + Send + 'static,
     ) -> Result<Option<Stat>> {
-        self.exists_watching(path, Box::new(wake), true)
-    }
-
-    fn exists_watching(
-        &self,
-        path: &str,
-        watcher: Box<dyn FnOnce(WatchedEvent) + Send>,
-        waker: bool,
-    ) -> Result<Option<Stat>> {
-        let sp = self.shared.server_path(path)?;
-        let w: SharedWatcher = Arc::new(Mutex::new(Some(watcher)));
-        self.shared
-            .with_retry(|s, d| {
-                let reg = self.shared.registration(
-                    &sp,
-                    WatchKind::Data,
-                    Some(WatchKind::Exist),
-                    &w,
-                    waker,
-                );
-                wire_exists(s, &sp, Some(reg), d)
-            })
-            .map_err(|e| self.relative(e))
+        let tables = (WatchKind::Data, Some(WatchKind::Exist));
+        self.watched_read(path, Box::new(wake), true, tables, wire_exists)
     }
 
     /// The node's data and stat.
@@ -634,7 +614,8 @@ impl Client {
         path: &str,
         watcher: impl FnOnce(WatchedEvent) + Send + 'static,
     ) -> Result<(Vec<u8>, Stat)> {
-        self.get_data_watching(path, Box::new(watcher), false)
+        let tables = (WatchKind::Data, None);
+        self.watched_read(path, Box::new(watcher), false, tables, wire_get_data)
     }
 
     /// For recipe authors: [`Client::get_data_watch`] with a waker instead
@@ -648,25 +629,8 @@ impl Client {
         path: &str,
         wake: impl FnOnce(WatchedEvent) + Send + 'static,
     ) -> Result<(Vec<u8>, Stat)> {
-        self.get_data_watching(path, Box::new(wake), true)
-    }
-
-    fn get_data_watching(
-        &self,
-        path: &str,
-        watcher: Box<dyn FnOnce(WatchedEvent) + Send>,
-        waker: bool,
-    ) -> Result<(Vec<u8>, Stat)> {
-        let sp = self.shared.server_path(path)?;
-        let w: SharedWatcher = Arc::new(Mutex::new(Some(watcher)));
-        self.shared
-            .with_retry(|s, d| {
-                let reg = self
-                    .shared
-                    .registration(&sp, WatchKind::Data, None, &w, waker);
-                wire_get_data(s, &sp, Some(reg), d)
-            })
-            .map_err(|e| self.relative(e))
+        let tables = (WatchKind::Data, None);
+        self.watched_read(path, Box::new(wake), true, tables, wire_get_data)
     }
 
     /// Sets the node's data, if `version` is `None` or matches.
@@ -692,14 +656,28 @@ impl Client {
         path: &str,
         watcher: impl FnOnce(WatchedEvent) + Send + 'static,
     ) -> Result<Vec<String>> {
+        let tables = (WatchKind::Child, None);
+        self.watched_read(path, Box::new(watcher), false, tables, wire_children)
+    }
+
+    /// Runs `read` on `path` leaving a one-shot watch: in the `tables.0`
+    /// table when the read succeeds, in `tables.1` (if any) when the node is
+    /// missing. A retried read registers the same watcher again; it runs at
+    /// most once.
+    fn watched_read<T>(
+        &self,
+        path: &str,
+        watcher: Box<dyn FnOnce(WatchedEvent) + Send>,
+        waker: bool,
+        (on_ok, on_no_node): (WatchKind, Option<WatchKind>),
+        read: impl Fn(&WireSession, &str, Option<WatchRegistration>, Instant) -> Result<T>,
+    ) -> Result<T> {
         let sp = self.shared.server_path(path)?;
-        let w: SharedWatcher = Arc::new(Mutex::new(Some(Box::new(watcher))));
+        let w: SharedWatcher = Arc::new(Mutex::new(Some(watcher)));
         self.shared
             .with_retry(|s, d| {
-                let reg = self
-                    .shared
-                    .registration(&sp, WatchKind::Child, None, &w, false);
-                wire_children(s, &sp, Some(reg), d)
+                let reg = self.shared.registration(&sp, on_ok, on_no_node, &w, waker);
+                read(s, &sp, Some(reg), d)
             })
             .map_err(|e| self.relative(e))
     }

@@ -124,6 +124,15 @@ struct Io {
     last_send: Instant,
 }
 
+impl Io {
+    /// The next request's xid; positive ones are for requests, so it wraps to 1.
+    fn take_xid(&mut self) -> i32 {
+        let xid = self.next_xid;
+        self.next_xid = if xid == i32::MAX { 1 } else { xid + 1 };
+        xid
+    }
+}
+
 struct Credentials {
     session_id: i64,
     passwd: Vec<u8>,
@@ -252,14 +261,14 @@ impl WireSession {
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
         }
         let mut io = inner.io.lock();
-        let first_xid = io.next_xid;
+        let mut xids = Vec::with_capacity(requests.len());
         let mut frames = Vec::new();
         for (opcode, build) in requests {
-            let xid = io.next_xid;
-            io.next_xid = if xid == i32::MAX { 1 } else { xid + 1 };
+            let xid = io.take_xid();
             let mut w = proto::request(xid, *opcode);
             build(&mut w);
             frames.extend_from_slice(&w.finish_frame());
+            xids.push(xid);
         }
         let Some(stream) = io.stream.as_mut() else {
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
@@ -270,21 +279,16 @@ impl WireSession {
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
         }
         io.last_send = Instant::now();
-        let mut xid = first_xid;
-        let mut slots = Vec::with_capacity(requests.len());
-        for i in 0..requests.len() {
+        let last = xids.len().saturating_sub(1);
+        let mut slots = Vec::with_capacity(xids.len());
+        for (i, xid) in xids.into_iter().enumerate() {
             let slot = Arc::new(ReplySlot::default());
             io.pending.push_back(Pending {
                 xid,
                 reply: Some(Arc::clone(&slot)),
-                watch: if i + 1 == requests.len() {
-                    watch.take()
-                } else {
-                    None
-                },
+                watch: if i == last { watch.take() } else { None },
             });
             slots.push(slot);
-            xid = if xid == i32::MAX { 1 } else { xid + 1 };
         }
         Ok(slots)
     }
