@@ -26,10 +26,12 @@ struct Oracle {
 }
 
 impl Oracle {
-    fn enter(&self) {
+    /// Counts a new holder; returns how many hold now.
+    fn enter(&self) -> usize {
         let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
         self.max.fetch_max(n, Ordering::SeqCst);
         self.total.fetch_add(1, Ordering::SeqCst);
+        n
     }
     fn leave(&self) {
         self.now.fetch_sub(1, Ordering::SeqCst);
@@ -702,9 +704,7 @@ fn a_shared_count_semaphore_waits_for_more_than_the_current_maximum() {
 /// than the limit is a violation.
 #[derive(Default)]
 struct LimitOracle {
-    now: AtomicUsize,
-    peak: AtomicUsize,
-    total: AtomicUsize,
+    holders: Oracle,
     limit: AtomicUsize,
     violations: Mutex<Vec<(usize, usize)>>,
 }
@@ -712,21 +712,19 @@ struct LimitOracle {
 impl LimitOracle {
     fn enter(&self) {
         let limit = self.limit.load(Ordering::SeqCst);
-        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
-        self.peak.fetch_max(n, Ordering::SeqCst);
-        self.total.fetch_add(1, Ordering::SeqCst);
+        let n = self.holders.enter();
         if n > limit {
             self.violations.lock().unwrap().push((n, limit));
         }
     }
     fn leave(&self) {
-        self.now.fetch_sub(1, Ordering::SeqCst);
+        self.holders.leave();
     }
     fn now(&self) -> usize {
-        self.now.load(Ordering::SeqCst)
+        self.holders.now.load(Ordering::SeqCst)
     }
     fn total(&self) -> usize {
-        self.total.load(Ordering::SeqCst)
+        self.holders.total.load(Ordering::SeqCst)
     }
 }
 
@@ -773,26 +771,25 @@ fn semaphore_maximum_follows_a_shared_count() {
                 drop(lease);
             });
         }
+        // `holders` hold, none has returned a lease yet, and one more waits
+        // with its node among the leases.
+        let settled = |holders: usize| {
+            wait_until(Duration::from_secs(20), || oracle.now() == holders, dump);
+            wait_until(
+                Duration::from_secs(10),
+                || children(&cs[0], &leases_path).len() == holders + 1,
+                dump,
+            );
+            assert_eq!(oracle.total(), holders, "{}", dump());
+        };
         // Maximum 1: one holder, the others wait.
-        wait_until(Duration::from_secs(20), || oracle.now() == 1, dump);
-        wait_until(
-            Duration::from_secs(10),
-            || children(&cs[0], &leases_path).len() == 2,
-            dump,
-        );
-        assert_eq!(oracle.total(), 1, "{}", dump());
+        settled(1);
 
         // Raise to 3: nobody returns a lease, so only the count can wake
         // the waiter.
         oracle.limit.store(3, Ordering::SeqCst);
         admin.set_count(3).unwrap();
-        wait_until(Duration::from_secs(20), || oracle.now() == 3, dump);
-        wait_until(
-            Duration::from_secs(10),
-            || children(&cs[0], &leases_path).len() == 4,
-            dump,
-        );
-        assert_eq!(oracle.total(), 3, "{}", dump());
+        settled(3);
 
         // Lower to 1 with 3 holders: none loses its lease, and nobody new
         // gets one until all three are back.
@@ -831,7 +828,7 @@ fn semaphore_maximum_follows_a_shared_count() {
         release.send(()).unwrap();
     });
     assert_eq!(oracle.total(), WORKERS);
-    assert_eq!(oracle.peak.load(Ordering::SeqCst), 3);
+    assert_eq!(oracle.holders.max(), 3);
     assert!(
         oracle.violations.lock().unwrap().is_empty(),
         "more holders than the maximum: {}",
