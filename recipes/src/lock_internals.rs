@@ -17,7 +17,10 @@ pub enum Decision {
     Acquired,
     /// Wait until this child (a name under the lock path) changes.
     /// `only_blocker` says that its deletion alone grants the lock, so the
-    /// waiter need not list the children again.
+    /// waiter need not list the children again. Say so only when no node
+    /// can join ahead of ours while this one exists: sequential nodes never
+    /// do, but a Curator 5.5+ downgrade read node joins beside its write
+    /// holder's node, ahead of later writers.
     WaitFor {
         /// The child to watch.
         node: String,
@@ -46,7 +49,9 @@ impl LockDriver for StandardDriver {
         }
         Ok(Decision::WaitFor {
             node: children[index - max_leases].clone(),
-            // Nodes only join above us, so once this one goes we are within max_leases.
+            // Sequential nodes only join behind us, so once this one goes we
+            // are within max_leases (a driver whose lock can gain nodes ahead
+            // of the queue must not say so; see the read-write lock's).
             only_blocker: index == max_leases,
         })
     }
@@ -387,7 +392,8 @@ impl LockInternals {
                             && ev.event_type == EventType::NodeDeleted
                             && ev.path == watched =>
                     {
-                        // Nodes only join above us: with our sole blocker gone, we hold it.
+                        // The driver vouched that no node can join ahead of
+                        // ours: with our sole blocker gone, we hold it.
                         return Ok(true);
                     }
                     Some(_) => {}

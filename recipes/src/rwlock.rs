@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use latchkey_framework::{Client, Result};
 
-use crate::lock_internals::{our_index, Decision, LockDriver};
+use crate::lock_internals::{our_index, Decision, LockDriver, StandardDriver};
 use crate::mutex::InterProcessMutex;
 
 /// Curator's lock name for readers.
@@ -54,7 +54,7 @@ impl InterProcessReadWriteLock {
             WRITE_LOCK_NAME,
             &names,
             1,
-            Arc::new(crate::lock_internals::StandardDriver),
+            Arc::new(WriteDriver),
             data,
         )?;
         let read = InterProcessMutex::with_driver(
@@ -82,6 +82,26 @@ impl InterProcessReadWriteLock {
     }
 }
 
+/// Curator's rule for writers (the node just before ours blocks us), with
+/// one difference in when a waiter may skip listing again: a write holder
+/// that downgrades the way Curator 5.5+ does adds a read node that sorts
+/// with its write node, i.e. ahead of us. So the deletion of a write node
+/// never grants the lock by itself; the deletion of a read node may, since
+/// only a write holder can add a node ahead of the queue.
+struct WriteDriver;
+
+impl LockDriver for WriteDriver {
+    fn decide(&self, children: &[String], ours: &str, max_leases: usize) -> Result<Decision> {
+        Ok(match StandardDriver.decide(children, ours, max_leases)? {
+            Decision::WaitFor { node, only_blocker } => Decision::WaitFor {
+                only_blocker: only_blocker && !node.contains(WRITE_LOCK_NAME),
+                node,
+            },
+            acquired => acquired,
+        })
+    }
+}
+
 /// Readers hold the lock unless a writer queues before them.
 struct ReadDriver {
     write: InterProcessMutex,
@@ -104,5 +124,40 @@ impl LockDriver for ReadDriver {
                 only_blocker: earlier_writers.len() == 1,
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_writer_behind_a_write_node_lists_again_after_it_goes() {
+        let children = names(&["_c_a-__WRIT__0000000001", "_c_b-__WRIT__0000000002"]);
+        let d = WriteDriver.decide(&children, &children[1], 1).unwrap();
+        assert_eq!(
+            d,
+            Decision::WaitFor {
+                node: children[0].clone(),
+                only_blocker: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_writer_behind_a_lone_read_node_may_skip_the_listing() {
+        let children = names(&["_c_a-__READ__0000000001", "_c_b-__WRIT__0000000002"]);
+        let d = WriteDriver.decide(&children, &children[1], 1).unwrap();
+        assert_eq!(
+            d,
+            Decision::WaitFor {
+                node: children[0].clone(),
+                only_blocker: true
+            }
+        );
     }
 }
