@@ -19,8 +19,8 @@ pub enum Decision {
     /// `only_blocker` says that its deletion alone grants the lock, so the
     /// waiter need not list the children again. Say so only when no node
     /// can join ahead of ours while this one exists: sequential nodes never
-    /// do, but a Curator 5.5+ downgrade read node joins beside its write
-    /// holder's node, ahead of later writers.
+    /// do, but a downgrade read node joins beside its write holder's node,
+    /// ahead of later writers (see [`LockDriver::sorting_sequence`]).
     WaitFor {
         /// The child to watch.
         node: String,
@@ -34,6 +34,17 @@ pub enum Decision {
 pub trait LockDriver: Send + Sync {
     /// `children` are sorted; `ours` is our node's name.
     fn decide(&self, children: &[String], ours: &str, max_leases: usize) -> Result<Decision>;
+
+    /// Curator's `getSortingSequence`: `Some(seq)` makes the next node of
+    /// the calling thread an EPHEMERAL (not sequential) node named
+    /// `<lock name><seq>`, which sorts wherever `seq` puts it. The
+    /// read-write lock's read side answers its write node's sequence while
+    /// the calling thread holds the write lock, so that a downgrade read
+    /// node sorts with the write node, ahead of waiting writers. The
+    /// default, `None`, queues at the end as usual.
+    fn sorting_sequence(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Curator's standard rule: the first `max_leases` nodes hold the lock; any
@@ -260,16 +271,17 @@ impl LockInternals {
         let mut retries = 0u32;
         loop {
             // The first listing rides along with the create: one round trip.
+            let (name, mode) = match self.driver.sorting_sequence() {
+                Some(seq) => (format!("{}{seq}", self.lock_name), CreateMode::Ephemeral),
+                None => (self.lock_name.clone(), CreateMode::EphemeralSequential),
+            };
             let (path, stat, children) = self
                 .client
                 .create()
                 .creating_parent_containers_if_needed()
                 .with_protection()
-                .mode(CreateMode::EphemeralSequential)
-                .for_path_listing_parent(
-                    &paths::make_path(&self.base_path, &self.lock_name),
-                    data,
-                )?;
+                .mode(mode)
+                .for_path_listing_parent(&paths::make_path(&self.base_path, &name), data)?;
             match self.wait_for_lock(&path, stat.ephemeral_owner, children, deadline) {
                 Ok(true) => {
                     return Ok(Some(LockNode {

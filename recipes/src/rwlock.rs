@@ -18,8 +18,10 @@ pub const WRITE_LOCK_NAME: &str = "__WRIT__";
 /// A writer waits for the node just before it; a reader holds the lock when
 /// no writer queues before it (or when its own thread holds the write lock)
 /// and otherwise waits for the nearest earlier writer. Downgrading (write,
-/// then read, then release the write) works; upgrading (read, then write)
-/// never succeeds.
+/// then read on the same thread, then release the write) works as in
+/// Curator 5.5+: the read node takes the write node's sequence, so writers
+/// that queued meanwhile still wait for the read to go. Upgrading (read,
+/// then write) never succeeds: the write waits behind its own read.
 ///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
@@ -108,6 +110,15 @@ struct ReadDriver {
 }
 
 impl LockDriver for ReadDriver {
+    /// Under our own write lock, Curator 5.5+'s downgrade: the read node
+    /// takes the write node's sequence, so it sorts with the write node and
+    /// ahead of every writer that queued meanwhile (CURATOR-621).
+    fn sorting_sequence(&self) -> Option<String> {
+        let write_node = self.write.lock_node_path()?;
+        let at = write_node.rfind(WRITE_LOCK_NAME)? + WRITE_LOCK_NAME.len();
+        Some(write_node[at..].to_owned())
+    }
+
     fn decide(&self, children: &[String], ours: &str, _max: usize) -> Result<Decision> {
         let index = our_index(children, ours)?;
         if self.write.is_owned_by_current_thread() {

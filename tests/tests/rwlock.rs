@@ -115,7 +115,7 @@ fn contending_downgrade(p1: &Client, p2: &Client, path: &str, how: Downgrade) ->
 }
 
 /// Who takes the read lock under the write lock.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Downgrade {
     /// latchkey's own read lock.
     Latchkey,
@@ -147,7 +147,12 @@ impl Downgrade {
 
 /// Runs the downgrade scenario `runs` times (at most `budget` long) and
 /// returns how many runs saw the writer overlap the downgraded reader.
-fn downgrade_runs(runs: usize, budget: Duration, same_client: bool) -> (usize, usize) {
+fn downgrade_runs(
+    runs: usize,
+    budget: Duration,
+    same_client: bool,
+    how: Downgrade,
+) -> (usize, usize) {
     let cs = clients(2);
     let p2 = if same_client { &cs[0] } else { &cs[1] };
     let started = std::time::Instant::now();
@@ -155,7 +160,7 @@ fn downgrade_runs(runs: usize, budget: Duration, same_client: bool) -> (usize, u
     let mut overlaps = 0;
     while done < runs && started.elapsed() < budget {
         let path = unique("rw-downgrade");
-        if contending_downgrade(&cs[0], p2, &path, Downgrade::Latchkey) {
+        if contending_downgrade(&cs[0], p2, &path, how) {
             overlaps += 1;
         }
         done += 1;
@@ -167,24 +172,32 @@ fn downgrade_runs(runs: usize, budget: Duration, same_client: bool) -> (usize, u
 /// Curator's `testContendingDowngrading`, on two sessions and on one, a few
 /// dozen times each.
 #[test]
-#[ignore = "the downgrade node still joins at the end of the queue"]
 fn contending_downgrade_keeps_the_queued_writer_out() {
     for same_client in [false, true] {
-        let (runs, overlaps) = downgrade_runs(20, Duration::from_secs(60), same_client);
+        let (runs, overlaps) = downgrade_runs(
+            20,
+            Duration::from_secs(60),
+            same_client,
+            Downgrade::Latchkey,
+        );
         eprintln!("downgrade (same client: {same_client}): {runs} runs, {overlaps} overlaps");
         assert!(runs >= 5, "only {runs} runs in the time budget");
         assert_eq!(overlaps, 0, "{overlaps} of {runs} runs overlapped");
     }
 }
 
-/// The acceptance count: 200 runs. `cargo test --test rwlock -- --ignored`.
+/// The acceptance count: 200 runs against latchkey's downgrade and 200
+/// against the Curator 5.5+ wire emulation.
+/// `cargo test -p latchkey-test --test rwlock -- --ignored`.
 #[test]
 #[ignore]
 fn contending_downgrade_200_runs() {
-    let (runs, overlaps) = downgrade_runs(200, Duration::from_secs(600), false);
-    eprintln!("downgrade: {runs} runs, {overlaps} overlaps");
-    assert_eq!(runs, 200);
-    assert_eq!(overlaps, 0, "{overlaps} of {runs} runs overlapped");
+    for how in [Downgrade::Latchkey, Downgrade::Curator55] {
+        let (runs, overlaps) = downgrade_runs(200, Duration::from_secs(600), false, how);
+        eprintln!("downgrade ({how:?}): {runs} runs, {overlaps} overlaps");
+        assert_eq!(runs, 200);
+        assert_eq!(overlaps, 0, "{how:?}: {overlaps} of {runs} runs overlapped");
+    }
 }
 
 /// A latchkey writer queued behind a write holder that downgrades the way
@@ -192,15 +205,9 @@ fn contending_downgrade_200_runs() {
 /// writer must wait for the read node that joined ahead of it.
 #[test]
 fn a_writer_waits_for_a_curator55_downgrade_node() {
-    let cs = clients(2);
-    let runs = 5;
-    let overlaps = (0..runs)
-        .filter(|_| {
-            let path = unique("rw-curator55");
-            contending_downgrade(&cs[0], &cs[1], &path, Downgrade::Curator55)
-        })
-        .count();
-    cs.iter().for_each(Client::close);
+    let (runs, overlaps) = downgrade_runs(10, Duration::from_secs(60), false, Downgrade::Curator55);
+    eprintln!("downgrade (Curator 5.5+ emulated): {runs} runs, {overlaps} overlaps");
+    assert!(runs >= 3, "only {runs} runs in the time budget");
     assert_eq!(
         overlaps, 0,
         "{overlaps} of {runs} runs: the writer held beside a 5.5 read node"
@@ -219,6 +226,18 @@ fn downgrade_is_reentrant_and_keeps_writers_out() {
     rw.write_lock().acquire().unwrap();
     assert!(rw.read_lock().acquire_timeout(BOUND).unwrap());
     assert!(rw.read_lock().acquire_timeout(BOUND).unwrap());
+    // On the wire as Curator 5.5+: the read node carries the write node's
+    // sequence and is not sequential itself (one node for both holds).
+    let write_node = rw.write_lock().lock_node_path().unwrap();
+    let read_node = rw.read_lock().lock_node_path().unwrap();
+    let seq = &write_node[write_node.rfind(WRITE_LOCK_NAME).unwrap() + WRITE_LOCK_NAME.len()..];
+    assert!(
+        read_node.ends_with(&format!("-{READ_LOCK_NAME}{seq}")) && read_node.contains("/_c_"),
+        "{read_node} beside {write_node}"
+    );
+    let (_, stat) = cs[0].get_data(&read_node).unwrap();
+    assert_eq!(stat.ephemeral_owner, cs[0].session_id());
+    assert_eq!(rw.read_lock().participant_nodes().unwrap(), vec![read_node]);
     rw.write_lock().release().unwrap();
     assert!(rw.read_lock().is_owned_by_current_thread());
     assert!(!other
