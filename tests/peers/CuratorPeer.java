@@ -12,6 +12,8 @@
 //   read|write <path> acquire [timeout_ms]  (InterProcessReadWriteLock)
 //   read|write <path> release
 //   read|write <path> participants
+//   read55 <path> acquire | release         OK acquired <node> | OK released: Curator 5.5+'s
+//                                           downgrade on the wire, for older Curator jars (see below)
 //   sem <path> <max> acquire [n] [timeout_ms]   OK acquired <n> | OK timeout
 //   sem <path> <max> release                OK released   (one lease)
 //   sem <path> <max> participants           OK <lease,lease,...>
@@ -109,6 +111,7 @@ public final class CuratorPeer {
 
     private final Map<String, InterProcessMutex> mutexes = new HashMap<>();
     private final Map<String, InterProcessReadWriteLock> rwLocks = new HashMap<>();
+    private final Map<String, Deque<String>> downgradeNodes = new HashMap<>();
     private final Map<String, InterProcessSemaphoreV2> semaphores = new HashMap<>();
     private final Map<String, Integer> semaphoreMax = new HashMap<>();
     private final Map<String, Deque<Lease>> leases = new HashMap<>();
@@ -282,6 +285,9 @@ public final class CuratorPeer {
             case "write":
                 need(w, 3, 4);
                 return lockCommand(rwLock(w[1]).writeLock(), w, 2);
+            case "read55":
+                need(w, 3, 3);
+                return read55Command(w[1], w[2]);
             case "sem":
                 need(w, 4, 6);
                 return semCommand(w);
@@ -357,6 +363,46 @@ public final class CuratorPeer {
 
     private InterProcessReadWriteLock rwLock(String path) {
         return rwLocks.computeIfAbsent(path, p -> new InterProcessReadWriteLock(client, p));
+    }
+
+    /**
+     * Curator 5.5+'s read lock taken by the thread that holds the write lock
+     * (CURATOR-621), as it appears on the wire: an EPHEMERAL (not sequential)
+     * protected node named __READ__ followed by the sequence of this
+     * thread's write node, so that it sorts with the write node, ahead of
+     * writers queued since. The Curator jars here may predate 5.5, whose read
+     * node would queue at the end; this emulates the newer node beside them.
+     * Only the node is emulated: whoever waits on it follows its own rules.
+     */
+    private String read55Command(String path, String op) throws Exception {
+        Deque<String> nodes = downgradeNodes.computeIfAbsent(path, p -> new ArrayDeque<>());
+        switch (op) {
+            case "acquire": {
+                InterProcessMutex write = rwLock(path).writeLock();
+                if (!write.isOwnedByCurrentThread()) {
+                    throw new Usage("read55 emulates a downgrade: take the write lock on " + path + " first");
+                }
+                java.lang.reflect.Method lockPath = InterProcessMutex.class.getDeclaredMethod("getLockPath");
+                lockPath.setAccessible(true);
+                String writeNode = (String) lockPath.invoke(write);
+                String sequence = writeNode.substring(writeNode.lastIndexOf("__WRIT__") + "__WRIT__".length());
+                String node = client.create()
+                        .creatingParentContainersIfNeeded()
+                        .withProtection()
+                        .withMode(CreateMode.EPHEMERAL)
+                        .forPath(path + "/__READ__" + sequence);
+                nodes.push(node);
+                return "OK acquired " + node.substring(node.lastIndexOf('/') + 1);
+            }
+            case "release":
+                if (nodes.isEmpty()) {
+                    throw new Usage("no read55 node on " + path);
+                }
+                client.delete().guaranteed().forPath(nodes.pop());
+                return "OK released";
+            default:
+                throw new Usage("unknown read55 operation: " + op);
+        }
     }
 
     /** acquire [timeout_ms] | release | participants, on a mutex-shaped lock. */

@@ -293,3 +293,100 @@ fn rust_and_curator_shared_counts_see_each_others_sets() {
     ok(&mut java, "quit");
     c.close();
 }
+
+/// Debian's Curator (5.4) holds the write lock, a Rust writer queues, and
+/// the Java process downgrades the way Curator 5.5+ does (its read node
+/// emulated on the wire by the peer's `read55`): the Rust writer must stay
+/// out while that read node exists. The oracle is a flag in this process,
+/// set from the peer's "acquired" reply to the moment we ask it to release,
+/// a window inside its real read hold.
+#[test]
+fn a_rust_writer_waits_for_a_curator55_downgrade_read() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let Some(mut java) = curator() else { return };
+    let c = connect(&shared_server().connect_string(), Duration::from_secs(10));
+    let started = std::time::Instant::now();
+    let (mut runs, mut overlaps) = (0, 0);
+    while runs < 10 && started.elapsed() < Duration::from_secs(60) {
+        let path = unique("interop-rw55");
+        let reading = AtomicBool::new(false);
+        let overlap = AtomicBool::new(false);
+        ok(&mut java, &format!("write {path} acquire 10000"));
+        std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let (c, path, reading, overlap) = (&c, &path, &reading, &overlap);
+            let writer = s.spawn(move || {
+                let rw = InterProcessReadWriteLock::new(c, path).unwrap();
+                let got = rw.write_lock().acquire_timeout(STEP).unwrap();
+                if got {
+                    overlap.store(reading.load(SeqCst), SeqCst);
+                    let _ = tx.send(());
+                    rw.write_lock().release().unwrap();
+                }
+                got
+            });
+            wait_until(
+                STEP,
+                || c.get_children(path).map(|v| v.len() == 2).unwrap_or(false),
+                || format!("{:?}", c.get_children(path)),
+            );
+            let reply = ok(&mut java, &format!("read55 {path} acquire"));
+            assert!(reply.contains("__READ__"), "{reply}");
+            reading.store(true, SeqCst);
+            ok(&mut java, &format!("write {path} release"));
+            let early = rx.recv_timeout(Duration::from_millis(300)).is_ok();
+            reading.store(false, SeqCst);
+            ok(&mut java, &format!("read55 {path} release"));
+            assert!(early || rx.recv_timeout(STEP).is_ok(), "the writer starved");
+            assert!(writer.join().unwrap());
+        });
+        runs += 1;
+        overlaps += usize::from(overlap.load(SeqCst));
+    }
+    eprintln!("Curator 5.5+ downgrade emulated: {runs} runs, {overlaps} overlaps");
+    assert!(runs >= 3, "only {runs} runs in the time budget");
+    assert_eq!(overlaps, 0, "{overlaps} of {runs} runs overlapped");
+    c.close();
+}
+
+/// The other way round: a Rust holder downgrades while Debian's Curator
+/// writer queues. Curator (any version) sorts the Rust read node with the
+/// Rust write node, so its writer waits for the read to go.
+#[test]
+fn a_curator_writer_waits_for_a_rust_downgrade_read() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let Some(mut java) = curator() else { return };
+    let c = connect(&shared_server().connect_string(), Duration::from_secs(10));
+    for _ in 0..5 {
+        let path = unique("interop-rw-downgrade");
+        let rw = InterProcessReadWriteLock::new(&c, &path).unwrap();
+        let reading = AtomicBool::new(false);
+        rw.write_lock().acquire().unwrap();
+        std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let (java, path, reading) = (&mut java, &path, &reading);
+            s.spawn(move || {
+                let reply = ok(java, &format!("write {path} acquire 60000"));
+                let _ = tx.send((reply, reading.load(SeqCst)));
+                ok(java, &format!("write {path} release"));
+            });
+            wait_until(
+                STEP,
+                || c.get_children(path).map(|v| v.len() == 2).unwrap_or(false),
+                || format!("{:?}", c.get_children(path)),
+            );
+            assert!(rw.read_lock().acquire_timeout(STEP).unwrap());
+            reading.store(true, SeqCst);
+            rw.write_lock().release().unwrap();
+            if let Ok((reply, _)) = rx.recv_timeout(Duration::from_millis(300)) {
+                panic!("the Curator writer got in beside the Rust read: {reply}");
+            }
+            reading.store(false, SeqCst);
+            rw.read_lock().release().unwrap();
+            let (reply, overlapped) = rx.recv_timeout(STEP).expect("the Curator writer starved");
+            assert_eq!(reply, "OK acquired");
+            assert!(!overlapped);
+        });
+    }
+    c.close();
+}
