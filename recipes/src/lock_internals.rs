@@ -80,14 +80,34 @@ pub(crate) fn our_index(children: &[String], ours: &str) -> Result<usize> {
         })
 }
 
-/// The sequence number after the last of `names` in a child's name, as a
-/// signed integer (ZooKeeper's counter may wrap to negative values).
-pub(crate) fn sequence_of(child: &str, names: &[&str]) -> Option<i64> {
-    let start = names
+/// Curator's sort key (`StandardLockInternalsDriver.fixForSorting`, applied
+/// for each of `names` in turn, as the read-write lock's sorter does): what
+/// follows the last occurrence of the name, or the whole child when the
+/// name does not occur.
+pub(crate) fn sort_key<'a>(child: &'a str, names: &[&str]) -> &'a str {
+    names
         .iter()
-        .filter_map(|n| child.rfind(n).map(|i| i + n.len()))
-        .max()?;
-    child.get(start..)?.parse().ok()
+        .fold(child, |rest, name| match rest.rfind(name) {
+            Some(i) => &rest[i + name.len()..],
+            None => rest,
+        })
+}
+
+/// Sorts children into Curator's queue order, so that Java and Rust
+/// processes agree on who is first: by [`sort_key`], compared as text (byte
+/// order, which is Java's UTF-16 order for every character ZooKeeper allows
+/// in a name: it refuses surrogates), in a stable sort that keeps the
+/// server's order for equal keys (a downgrade read node and its write
+/// node). The keys are compared as text, not as numbers: "5" sorts after
+/// "0000000006", and once ZooKeeper's sequence counter wraps to negative
+/// values ("-2147483648"), those sort before every positive one and, among
+/// themselves, newest first, so a new node can sort ahead of older ones;
+/// Curator does the same, and a queue shared with it must agree with it
+/// more than with arithmetic. (The counter wraps only on a lock path that
+/// was never empty for 2^31 creations; an empty container node goes, and
+/// its counter with it.)
+pub(crate) fn sort_children(children: &mut [String], names: &[&str]) {
+    children.sort_by(|a, b| sort_key(a, names).cmp(sort_key(b, names)));
 }
 
 /// Wakes a waiter: a watch fired, the connection state changed, or the
@@ -201,8 +221,8 @@ impl std::fmt::Debug for LockInternals {
 
 impl LockInternals {
     /// A driver for nodes named `lock_name` under `base_path`. `sort_names`
-    /// lists every lock name that shares the path (sorting looks at the
-    /// digits after the last of them).
+    /// lists every lock name that shares the path; children sort by the text
+    /// that follows them, as Curator's sorter does.
     pub fn new(
         client: &Client,
         base_path: &str,
@@ -247,7 +267,7 @@ impl LockInternals {
 
     fn sort(&self, children: &mut [String]) {
         let names: Vec<&str> = self.sort_names.iter().map(String::as_str).collect();
-        children.sort_by_cached_key(|c| (sequence_of(c, &names).ok_or(()), c.clone()));
+        sort_children(children, &names);
     }
 
     /// The participants of this kind, in queue order, as full paths.
@@ -418,5 +438,83 @@ impl LockInternals {
             }
             children = self.sorted_children()?;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sorted(children: &[&str], names: &[&str]) -> Vec<String> {
+        let mut v: Vec<String> = children.iter().map(|s| s.to_string()).collect();
+        sort_children(&mut v, names);
+        v
+    }
+
+    #[test]
+    fn foreign_children_sort_by_their_whole_name_as_text() {
+        let got = sorted(
+            &[
+                "zzz",
+                "_c_a-lock-0000000002",
+                "!x",
+                "_c_f-lock-5",
+                "_c_b-lock-0000000001",
+            ],
+            &["lock-"],
+        );
+        // Keys "!x" < "0000000001" < "0000000002" < "5" < "zzz".
+        let want = [
+            "!x",
+            "_c_b-lock-0000000001",
+            "_c_a-lock-0000000002",
+            "_c_f-lock-5",
+            "zzz",
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_wrapped_counter_sorts_as_curator_sorts_it() {
+        let got = sorted(
+            &[
+                "_c_a-lock-2147483647",
+                "_c_b-lock--2147483648",
+                "_c_c-lock--2147483647",
+                "_c_d-lock--000000001",
+            ],
+            &["lock-"],
+        );
+        let want = [
+            "_c_d-lock--000000001",
+            "_c_c-lock--2147483647",
+            "_c_b-lock--2147483648",
+            "_c_a-lock-2147483647",
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn read_write_names_are_stripped_in_turn() {
+        let names = [READ, WRIT];
+        assert_eq!(sort_key("_c_a-__READ__0000000003", &names), "0000000003");
+        assert_eq!(sort_key("_c_a-__WRIT__0000000003", &names), "0000000003");
+        // After the last __READ__, the rest is searched for __WRIT__.
+        assert_eq!(sort_key("__READ__x__WRIT__5", &names), "5");
+        assert_eq!(sort_key("__WRIT__x__READ__5", &names), "5");
+        // Overlapping names: the __WRIT__ inside "__READ__WRIT__" is not
+        // found after the __READ__ is cut off.
+        assert_eq!(sort_key("__READ__WRIT__", &names), "WRIT__");
+        assert_eq!(sort_key("plain", &names), "plain");
+    }
+    const READ: &str = "__READ__";
+    const WRIT: &str = "__WRIT__";
+
+    #[test]
+    fn equal_keys_keep_the_servers_order() {
+        let a = ["_c_z-__WRIT__0000000005", "_c_a-__READ__0000000005"];
+        assert_eq!(sorted(&a, &[READ, WRIT]), a);
+        let b = [a[1], a[0]];
+        assert_eq!(sorted(&b, &[READ, WRIT]), b);
     }
 }

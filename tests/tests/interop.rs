@@ -390,3 +390,75 @@ fn a_curator_writer_waits_for_a_rust_downgrade_read() {
     }
     c.close();
 }
+
+/// Queue order agrees with Curator's for children latchkey did not make
+/// and for a sequence counter that wrapped (Curator compares the text after
+/// the lock name, not a number). The children are made by hand on a real
+/// server; both libraries list them through their own participant lists.
+#[test]
+fn rust_and_curator_sort_foreign_and_wrapped_children_alike() {
+    let Some(mut java) = curator() else { return };
+    let c = connect(&shared_server().connect_string(), Duration::from_secs(10));
+    let odd_tails = [
+        "0000000002",
+        "5",
+        "-2147483648",
+        "-2147483647",
+        "-000000001",
+        "2147483647",
+        "abc",
+        "",
+        "!",
+        "0",
+        "\u{FF61}",
+        "\u{e9}",
+    ];
+    let lists = |java: &mut Peer, kind: &str, path: &str, rust: Vec<String>| {
+        let reply = ok(java, &format!("{kind} {path} participants"));
+        let theirs: Vec<&str> = reply["OK ".len()..]
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .collect();
+        let ours: Vec<&str> = rust.iter().map(|p| p.rsplit('/').next().unwrap()).collect();
+        assert_eq!(ours, theirs, "{kind} queue order differs from Curator's");
+    };
+
+    let path = unique("interop-sort-mutex");
+    for (i, tail) in odd_tails.iter().enumerate() {
+        c.create()
+            .creating_parents_if_needed()
+            .for_path(&format!("{path}/_c_{i}-lock-{tail}"), &[])
+            .unwrap();
+    }
+    let m = InterProcessMutex::new(&c, &path).unwrap();
+    lists(&mut java, "mutex", &path, m.participant_nodes().unwrap());
+    // "!" sorts first for both: neither takes the lock past it.
+    assert!(!m.acquire_timeout(Duration::from_millis(300)).unwrap());
+    assert_eq!(
+        ok(&mut java, &format!("mutex {path} acquire 300")),
+        "OK timeout"
+    );
+
+    let path = unique("interop-sort-rw");
+    for (i, tail) in odd_tails.iter().enumerate() {
+        let name = if i % 2 == 0 { "__READ__" } else { "__WRIT__" };
+        c.create()
+            .creating_parents_if_needed()
+            .for_path(&format!("{path}/_c_{i}-{name}{tail}"), &[])
+            .unwrap();
+    }
+    let rw = InterProcessReadWriteLock::new(&c, &path).unwrap();
+    lists(
+        &mut java,
+        "read",
+        &path,
+        rw.read_lock().participant_nodes().unwrap(),
+    );
+    lists(
+        &mut java,
+        "write",
+        &path,
+        rw.write_lock().participant_nodes().unwrap(),
+    );
+    c.close();
+}
