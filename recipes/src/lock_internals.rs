@@ -30,7 +30,8 @@ pub enum Decision {
 }
 
 /// Decides, from the sorted children, whether a node holds the lock
-/// (Curator's `LockInternalsDriver.getsTheLock`).
+/// (Curator's `LockInternalsDriver.getsTheLock`). A mutex takes a custom
+/// one through [`crate::InterProcessMutex::with_lock_driver`].
 pub trait LockDriver: Send + Sync {
     /// `children` are sorted; `ours` is our node's name.
     fn decide(&self, children: &[String], ours: &str, max_leases: usize) -> Result<Decision>;

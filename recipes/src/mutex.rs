@@ -79,6 +79,40 @@ impl InterProcessMutex {
         Self::with_driver(client, path, LOCK_NAME, &[LOCK_NAME], 1, driver, data)
     }
 
+    /// A mutex on `path` whose queue follows `driver` (Curator's
+    /// `InterProcessMutex(client, path, driver)`): the driver decides, from
+    /// the sorted children, whether our node holds the lock or which node it
+    /// waits for. Nodes are named as the plain mutex's (`lock-`), and the
+    /// driver is asked with `max_leases` 1.
+    ///
+    /// A driver that lets the first two processes in at once:
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use std::sync::Arc;
+    /// use latchkey_framework::Result;
+    /// use latchkey_recipes::{Decision, InterProcessMutex, LockDriver, StandardDriver};
+    ///
+    /// struct FirstTwo;
+    ///
+    /// impl LockDriver for FirstTwo {
+    ///     fn decide(&self, children: &[String], ours: &str, _max: usize) -> Result<Decision> {
+    ///         StandardDriver.decide(children, ours, 2)
+    ///     }
+    /// }
+    ///
+    /// let pair = InterProcessMutex::with_lock_driver(client, "/locks/pair", Arc::new(FirstTwo))?;
+    /// let _guard = pair.lock()?; // at most two holders now
+    /// # Ok(()) }
+    /// ```
+    pub fn with_lock_driver(
+        client: &Client,
+        path: &str,
+        driver: Arc<dyn LockDriver>,
+    ) -> Result<Self> {
+        Self::with_driver(client, path, LOCK_NAME, &[LOCK_NAME], 1, driver, &[])
+    }
+
     pub(crate) fn with_driver(
         client: &Client,
         path: &str,

@@ -2,7 +2,8 @@
 //! does it: the downgrade read node sorts with the holder's write node, so a
 //! writer queued behind that write node stays out until the read goes.
 //! Ports Curator's downgrade tests (`TestInterProcessReadWriteLock`) and
-//! checks exclusion with an oracle outside ZooKeeper.
+//! checks exclusion with an oracle outside ZooKeeper. Also: a mutex with a
+//! custom lock driver.
 
 mod common;
 
@@ -310,5 +311,44 @@ fn downgrading_respects_threads() {
     });
     assert_eq!(waited.load(Ordering::SeqCst), 1, "the other thread read");
     rw.write_lock().release().unwrap();
+    cs.iter().for_each(Client::close);
+}
+
+/// A custom `LockDriver` (Curator's `InterProcessMutex(client, path,
+/// driver)`): this one lets the first two nodes hold at once; a third
+/// waits until one of them goes.
+#[test]
+fn a_mutex_with_a_custom_driver_follows_it() {
+    use latchkey_framework::Result;
+    use latchkey_recipes::{Decision, InterProcessMutex, LockDriver, StandardDriver};
+
+    struct FirstTwo(AtomicUsize);
+    impl LockDriver for FirstTwo {
+        fn decide(&self, children: &[String], ours: &str, _max: usize) -> Result<Decision> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            StandardDriver.decide(children, ours, 2)
+        }
+    }
+
+    let path = unique("custom-driver");
+    let cs = clients(3);
+    let driver = std::sync::Arc::new(FirstTwo(AtomicUsize::new(0)));
+    let mutexes: Vec<_> = cs
+        .iter()
+        .map(|c| InterProcessMutex::with_lock_driver(c, &path, driver.clone()).unwrap())
+        .collect();
+    assert!(mutexes[0].acquire_timeout(BOUND).unwrap());
+    assert!(mutexes[1].acquire_timeout(BOUND).unwrap());
+    assert!(!mutexes[2]
+        .acquire_timeout(Duration::from_millis(300))
+        .unwrap());
+    mutexes[0].release().unwrap();
+    assert!(mutexes[2].acquire_timeout(BOUND).unwrap());
+    assert!(driver.0.load(Ordering::SeqCst) >= 4);
+    let nodes = mutexes[2].participant_nodes().unwrap();
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
+    assert!(nodes.iter().all(|n| n.contains("-lock-")), "{nodes:?}");
+    mutexes[1].release().unwrap();
+    mutexes[2].release().unwrap();
     cs.iter().for_each(Client::close);
 }
