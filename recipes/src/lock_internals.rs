@@ -198,6 +198,10 @@ pub struct LockNode {
     pub owner: i64,
 }
 
+/// Runs with every new lock node before its wait (the mutex sets its
+/// revocation watch there); an error ends the attempt as a failed wait does.
+pub(crate) type NodeHook = Arc<dyn Fn(&str) -> Result<()> + Send + Sync>;
+
 /// Drives one kind of lock node under one lock path.
 pub struct LockInternals {
     client: Client,
@@ -208,6 +212,7 @@ pub struct LockInternals {
     sort_names: Vec<String>,
     max_leases: usize,
     driver: Arc<dyn LockDriver>,
+    node_hook: Mutex<Option<NodeHook>>,
 }
 
 impl std::fmt::Debug for LockInternals {
@@ -245,7 +250,18 @@ impl LockInternals {
             sort_names: sort_names.iter().map(|s| s.to_string()).collect(),
             max_leases,
             driver,
+            node_hook: Mutex::new(None),
         })
+    }
+
+    /// Sets (or clears) what runs with every new lock node before its wait.
+    pub(crate) fn set_node_hook(&self, hook: Option<NodeHook>) {
+        *self.node_hook.lock() = hook;
+    }
+
+    fn run_node_hook(&self, path: &str) -> Result<()> {
+        let hook = self.node_hook.lock().clone();
+        hook.map_or(Ok(()), |hook| hook(path))
     }
 
     /// The client the lock uses.
@@ -303,7 +319,10 @@ impl LockInternals {
                 .with_protection()
                 .mode(mode)
                 .for_path_listing_parent(&paths::make_path(&self.base_path, &name), data)?;
-            match self.wait_for_lock(&path, stat.ephemeral_owner, children, deadline) {
+            let waited = self
+                .run_node_hook(&path)
+                .and_then(|()| self.wait_for_lock(&path, stat.ephemeral_owner, children, deadline));
+            match waited {
                 Ok(true) => {
                     return Ok(Some(LockNode {
                         path,

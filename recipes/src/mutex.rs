@@ -11,7 +11,7 @@ use latchkey_framework::{Client, ConnectionState, Error, ListenerHandle, Result}
 use parking_lot::Mutex;
 
 use crate::lock_internals::{LockDriver, LockInternals, LockNode, StandardDriver};
-use crate::revoke::{watch_for_revocation, RevocationListener};
+use crate::revoke::Revocation;
 
 /// Curator's lock-node name for a mutex.
 pub const LOCK_NAME: &str = "lock-";
@@ -27,7 +27,7 @@ pub(crate) struct MutexInner {
     internals: LockInternals,
     holds: Mutex<HashMap<ThreadId, Hold>>,
     data: Vec<u8>,
-    revocable: Mutex<Option<RevocationListener>>,
+    revocable: Mutex<Option<Arc<Revocation>>>,
     _state: Mutex<Option<ListenerHandle>>,
 }
 
@@ -181,9 +181,6 @@ impl InterProcessMutex {
         else {
             return Ok(false);
         };
-        if let Some(listener) = self.inner.revocable.lock().clone() {
-            watch_for_revocation(self.inner.internals.client(), &node.path, listener);
-        }
         self.inner.holds.lock().insert(
             me,
             Hold {
@@ -215,6 +212,7 @@ impl InterProcessMutex {
             }
             holds.remove(&me).map(|h| h.node)
         };
+        self.end_revocability();
         if let Some(node) = node {
             self.inner.internals.delete_node(&node.path, node.owner);
         }
@@ -289,11 +287,41 @@ impl InterProcessMutex {
         self.inner.internals.participant_nodes()
     }
 
-    /// Makes future acquisitions revocable: when another process calls
-    /// [`crate::Revoker::attempt_revoke`] on the holder's node, `listener`
-    /// runs (on a client thread); it should arrange for a release.
+    /// Makes the next acquisitions revocable, as Curator's `makeRevocable`:
+    /// when another process calls [`crate::Revoker::attempt_revoke`] on our
+    /// lock node, `listener` runs; it should arrange for a release.
+    ///
+    /// - The watch is set on each new lock node before it waits, so a
+    ///   request made while `acquire` still waits reaches the listener then.
+    /// - The listener runs on a thread of its own (`latchkey-revocation`),
+    ///   never inside `acquire` and never on one of the client's threads, so
+    ///   it may block or call the client. Each request runs it once.
+    /// - Revocability ends with the release of a hold (Curator clears it
+    ///   there too): call `make_revocable` again before the next acquire.
+    /// - If the watch cannot be set on a new node, the acquire fails with
+    ///   that error and leaves no node (a vanished node is queued again as
+    ///   the retry policy allows), rather than holding a lock that silently
+    ///   cannot be revoked. Should re-arming the watch later fail (after a
+    ///   non-revoking change of the node's data), a warning is logged.
     pub fn make_revocable(&self, listener: impl Fn() + Send + Sync + 'static) {
-        *self.inner.revocable.lock() = Some(Arc::new(listener));
+        let revocation = Revocation::new(Arc::new(listener));
+        let (client, watcher) = (
+            self.inner.internals.client().clone(),
+            Arc::clone(&revocation),
+        );
+        if let Some(old) = self.inner.revocable.lock().replace(revocation) {
+            old.end();
+        }
+        self.inner
+            .internals
+            .set_node_hook(Some(Arc::new(move |path| watcher.watch(&client, path))));
+    }
+
+    fn end_revocability(&self) {
+        if let Some(revocation) = self.inner.revocable.lock().take() {
+            revocation.end();
+        }
+        self.inner.internals.set_node_hook(None);
     }
 
     /// The lock path.

@@ -106,13 +106,14 @@ fn worker(
 ) -> Result<(), String> {
     let client = new_client(connect)?;
     let mutex = InterProcessMutex::new(&client, PATH).map_err(|e| e.to_string())?;
-    // Set by the revocation listener, which runs on a client thread.
+    // Set by the revocation listener, which runs on a thread of its own.
     let asked = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&asked);
-    mutex.make_revocable(move || flag.store(true, Ordering::Release));
 
     for term in 1..=TERMS {
         asked.store(false, Ordering::Release);
+        // Revocability ends with each release (as in Curator): renew it.
+        let flag = Arc::clone(&asked);
+        mutex.make_revocable(move || flag.store(true, Ordering::Release));
         say(started, name, "queues for the lock".into());
         // While we wait, someone else leads: ask it to hand over once our
         // patience runs out.
