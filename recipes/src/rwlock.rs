@@ -109,11 +109,23 @@ struct ReadDriver {
     write: InterProcessMutex,
 }
 
+impl ReadDriver {
+    /// Whether the calling thread holds the write lock, and still does: a
+    /// hold lost with its session is no reason to read past the writer
+    /// that may hold now (Curator asks only the first).
+    fn holds_the_write_lock(&self) -> bool {
+        self.write.is_owned_by_current_thread() && !self.write.is_lost()
+    }
+}
+
 impl LockDriver for ReadDriver {
     /// Under our own write lock, Curator 5.5+'s downgrade: the read node
     /// takes the write node's sequence, so it sorts with the write node and
     /// ahead of every writer that queued meanwhile (CURATOR-621).
     fn sorting_sequence(&self) -> Option<String> {
+        if !self.holds_the_write_lock() {
+            return None;
+        }
         let write_node = self.write.lock_node_path()?;
         let at = write_node.rfind(WRITE_LOCK_NAME)? + WRITE_LOCK_NAME.len();
         Some(write_node[at..].to_owned())
@@ -121,7 +133,7 @@ impl LockDriver for ReadDriver {
 
     fn decide(&self, children: &[String], ours: &str, _max: usize) -> Result<Decision> {
         let index = our_index(children, ours)?;
-        if self.write.is_owned_by_current_thread() {
+        if self.holds_the_write_lock() {
             return Ok(Decision::Acquired);
         }
         let earlier_writers: Vec<&String> = children[..index]

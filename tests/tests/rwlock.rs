@@ -352,3 +352,41 @@ fn a_mutex_with_a_custom_driver_follows_it() {
     mutexes[2].release().unwrap();
     cs.iter().for_each(Client::close);
 }
+
+/// A thread whose write hold went with its session is no longer a write
+/// holder: its "downgrade" is an ordinary read that waits for the writer
+/// that took over, instead of sorting ahead of it and reading beside it.
+#[test]
+fn a_lost_write_hold_does_not_downgrade() {
+    let path = unique("rw-lost-downgrade");
+    let cs = clients(2);
+    let rw1 = InterProcessReadWriteLock::new(&cs[0], &path).unwrap();
+    let rw2 = InterProcessReadWriteLock::new(&cs[1], &path).unwrap();
+    rw1.write_lock().acquire().unwrap();
+    let states = cs[0].listen();
+    cs[0].expire_session_for_testing().unwrap();
+    let ctx = Ctx::new(shared_server(), &cs[0]);
+    ctx.expect(&states, latchkey_framework::ConnectionState::Lost, BOUND);
+    assert!(rw1.write_lock().is_lost());
+    assert!(rw2.write_lock().acquire_timeout(BOUND).unwrap());
+    wait_until(
+        BOUND,
+        || {
+            cs[0]
+                .block_until_connected(Duration::from_millis(100))
+                .unwrap_or(false)
+        },
+        || ctx.dump(),
+    );
+    // P2 writes; P1's read must wait.
+    let read = rw1
+        .read_lock()
+        .acquire_timeout(Duration::from_millis(500))
+        .unwrap();
+    assert!(!read, "a lost write hold downgraded beside the new writer");
+    rw2.write_lock().release().unwrap();
+    assert!(rw1.read_lock().acquire_timeout(BOUND).unwrap());
+    rw1.read_lock().release().unwrap();
+    rw1.write_lock().release().unwrap();
+    cs.iter().for_each(Client::close);
+}
