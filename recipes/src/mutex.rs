@@ -11,7 +11,7 @@ use latchkey_framework::{Client, ConnectionState, Error, ListenerHandle, Result}
 use parking_lot::Mutex;
 
 use crate::lock_internals::{LockDriver, LockInternals, LockNode, StandardDriver};
-use crate::revoke::Revocation;
+use crate::revoke::Revocable;
 
 /// Curator's lock-node name for a mutex.
 pub const LOCK_NAME: &str = "lock-";
@@ -27,7 +27,7 @@ pub(crate) struct MutexInner {
     internals: LockInternals,
     holds: Mutex<HashMap<ThreadId, Hold>>,
     data: Vec<u8>,
-    revocable: Mutex<Option<Arc<Revocation>>>,
+    revocable: Revocable,
     _state: Mutex<Option<ListenerHandle>>,
 }
 
@@ -128,7 +128,7 @@ impl InterProcessMutex {
             internals,
             holds: Mutex::new(HashMap::new()),
             data: data.to_vec(),
-            revocable: Mutex::new(None),
+            revocable: Revocable::default(),
             _state: Mutex::new(None),
         }))
     }
@@ -212,7 +212,8 @@ impl InterProcessMutex {
             }
             holds.remove(&me).map(|h| h.node)
         };
-        self.end_revocability();
+        // As Curator's releaseLock: the next hold is not revocable.
+        self.inner.revocable.set(None);
         if let Some(node) = node {
             self.inner.internals.delete_node(&node.path, node.owner);
         }
@@ -298,30 +299,21 @@ impl InterProcessMutex {
     ///   it may block or call the client. Each request runs it once.
     /// - Revocability ends with the release of a hold (Curator clears it
     ///   there too): call `make_revocable` again before the next acquire.
+    ///   A new call replaces the listener, also for nodes already watched.
     /// - If the watch cannot be set on a new node, the acquire fails with
     ///   that error and leaves no node (a vanished node is queued again as
     ///   the retry policy allows), rather than holding a lock that silently
     ///   cannot be revoked. Should re-arming the watch later fail (after a
     ///   non-revoking change of the node's data), a warning is logged.
     pub fn make_revocable(&self, listener: impl Fn() + Send + Sync + 'static) {
-        let revocation = Revocation::new(Arc::new(listener));
-        let (client, watcher) = (
-            self.inner.internals.client().clone(),
-            Arc::clone(&revocation),
-        );
-        if let Some(old) = self.inner.revocable.lock().replace(revocation) {
-            old.end();
-        }
+        let revocable = self.inner.revocable.clone();
+        let client = self.inner.internals.client().clone();
+        revocable.set(Some(Arc::new(listener)));
         self.inner
             .internals
-            .set_node_hook(Some(Arc::new(move |path| watcher.watch(&client, path))));
-    }
-
-    fn end_revocability(&self) {
-        if let Some(revocation) = self.inner.revocable.lock().take() {
-            revocation.end();
-        }
-        self.inner.internals.set_node_hook(None);
+            .set_node_hook(Some(Arc::new(move |path| {
+                revocable.watch_new_node(&client, path)
+            })));
     }
 
     /// The lock path.

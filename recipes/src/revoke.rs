@@ -1,10 +1,10 @@
 //! Curator's lock revocation: another process asks a holder to let go by
 //! writing `__REVOKE__` into the holder's lock node.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use latchkey_framework::{Client, EventType, Result};
+use parking_lot::Mutex;
 
 /// The data that asks a holder to release.
 pub const REVOKE_MESSAGE: &[u8] = b"__REVOKE__";
@@ -50,68 +50,52 @@ impl Revoker {
     }
 }
 
-/// A mutex's revocability (Curator's `RevocationSpec`): the listener, and
-/// whether it still applies. Curator ends it with the release of a hold.
-pub(crate) struct Revocation {
-    listener: RevocationListener,
-    ended: AtomicBool,
-}
+/// A mutex's revocability, Curator's `revocable` reference: the listener
+/// that applies now, if any. Watches read it when their event comes, so a
+/// release (which clears it) or a new `make_revocable` (which replaces it)
+/// applies to them at once, as in Curator.
+#[derive(Clone, Default)]
+pub(crate) struct Revocable(Arc<Mutex<Option<RevocationListener>>>);
 
-impl Revocation {
-    pub(crate) fn new(listener: RevocationListener) -> Arc<Self> {
-        Arc::new(Revocation {
-            listener,
-            ended: AtomicBool::new(false),
-        })
+impl Revocable {
+    pub(crate) fn set(&self, listener: Option<RevocationListener>) {
+        *self.0.lock() = listener;
     }
 
-    /// Later revocation requests are ignored.
-    pub(crate) fn end(&self) {
-        self.ended.store(true, Ordering::Release);
-    }
-
-    fn ended(&self) -> bool {
-        self.ended.load(Ordering::Acquire)
+    fn get(&self) -> Option<RevocationListener> {
+        self.0.lock().clone()
     }
 
     /// Sets the revocation watch on a new lock node, before its wait, as
-    /// Curator does. An error means the node is not revocable; the caller
-    /// gives up the attempt.
-    pub(crate) fn watch(self: &Arc<Self>, client: &Client, path: &str) -> Result<()> {
-        if watch_data(self, client, path)? == REVOKE_MESSAGE {
+    /// Curator does, if the mutex is revocable. An error means the node
+    /// cannot be revoked; the caller gives up the attempt.
+    pub(crate) fn watch_new_node(&self, client: &Client, path: &str) -> Result<()> {
+        if self.get().is_none() {
+            return Ok(());
+        }
+        if self.watch_data(client, path)? == REVOKE_MESSAGE {
             // Revoked between the create and the watch.
-            Arc::clone(self).run_listener();
+            let this = self.clone();
+            off_client_thread(move || this.run_listener());
         }
         Ok(())
     }
 
-    /// Runs the listener on a thread of its own: never on the client's
-    /// threads, never inside an acquire (Curator runs it on its executor).
-    fn run_listener(self: Arc<Self>) {
-        self.off_client_thread(move |this| {
-            if !this.ended() {
-                (this.listener)();
-            }
-        });
-    }
-
-    fn off_client_thread(self: Arc<Self>, job: impl FnOnce(Arc<Self>) + Send + 'static) {
-        let spawned = std::thread::Builder::new()
-            .name("latchkey-revocation".into())
-            .spawn(move || job(self));
-        if let Err(e) = spawned {
-            log::warn!("cannot start a revocation thread: {e}; a revocation request is lost");
+    fn run_listener(&self) {
+        if let Some(listener) = self.get() {
+            listener();
         }
     }
 
     /// The node's data changed: read it again (re-arming the watch) and
-    /// run the listener if it asks for revocation.
-    fn recheck(self: Arc<Self>, client: Client, path: String) {
-        if self.ended() {
+    /// run the listener if it asks for revocation. Runs off the client's
+    /// threads, as the read waits for a reply.
+    fn recheck(&self, client: &Client, path: &str) {
+        if self.get().is_none() {
             return;
         }
-        match watch_data(&self, &client, &path) {
-            Ok(data) if data == REVOKE_MESSAGE && !self.ended() => (self.listener)(),
+        match self.watch_data(client, path) {
+            Ok(data) if data == REVOKE_MESSAGE => self.run_listener(),
             Ok(_) => {}
             Err(e) if e.is(latchkey_framework::ErrorCode::NoNode) => {}
             Err(e) => log::warn!(
@@ -120,17 +104,28 @@ impl Revocation {
             ),
         }
     }
+
+    /// Reads the node's data with a watch that re-checks it on every change.
+    fn watch_data(&self, client: &Client, path: &str) -> Result<Vec<u8>> {
+        let again = (self.clone(), client.clone(), path.to_owned());
+        let (data, _) = client.get_data_watch(path, move |ev| {
+            let (this, client, path) = again;
+            if ev.event_type == EventType::NodeDataChanged && this.get().is_some() {
+                off_client_thread(move || this.recheck(&client, &path));
+            }
+        })?;
+        Ok(data)
+    }
 }
 
-/// Reads the node's data with a watch that re-checks it on every change.
-fn watch_data(rev: &Arc<Revocation>, client: &Client, path: &str) -> Result<Vec<u8>> {
-    let again = (Arc::clone(rev), client.clone(), path.to_owned());
-    let (data, _) = client.get_data_watch(path, move |ev| {
-        let (rev, client, path) = again;
-        if ev.event_type == EventType::NodeDataChanged && !rev.ended() {
-            // Off the client's watcher thread: the re-read waits for a reply.
-            rev.off_client_thread(move |rev| rev.recheck(client, path));
-        }
-    })?;
-    Ok(data)
+/// Runs revocation work on a thread of its own: the listener never runs on
+/// the client's threads or inside an acquire (Curator runs it on its
+/// executor), and may block or call the client.
+fn off_client_thread(job: impl FnOnce() + Send + 'static) {
+    let spawned = std::thread::Builder::new()
+        .name("latchkey-revocation".into())
+        .spawn(job);
+    if let Err(e) = spawned {
+        log::warn!("cannot start a revocation thread ({e}); a revocation request is lost");
+    }
 }

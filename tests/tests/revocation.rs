@@ -267,3 +267,25 @@ fn a_revocation_watch_that_cannot_be_set_fails_the_acquire() {
     );
     c.close();
 }
+
+/// As in Curator, `make_revocable` during a hold replaces the listener
+/// that a later request reaches.
+#[test]
+fn a_new_listener_replaces_the_old_one_for_a_held_node() {
+    let c = client();
+    let path = unique("revoke-replaced");
+    let lock = InterProcessMutex::new(&c, &path).unwrap();
+    let (first, first_calls) = reporting_listener();
+    let (second, second_calls) = reporting_listener();
+    lock.make_revocable(first);
+    lock.acquire().unwrap();
+    lock.make_revocable(second);
+    Revoker::attempt_revoke(&c, &lock.lock_node_path().unwrap()).unwrap();
+    assert!(
+        second_calls.recv_timeout(BOUND).is_ok(),
+        "the new listener never ran"
+    );
+    assert!(first_calls.try_recv().is_err(), "the old listener ran");
+    lock.release().unwrap();
+    c.close();
+}
