@@ -239,6 +239,10 @@ fn downgrade_is_reentrant_and_keeps_writers_out() {
     let (_, stat) = cs[0].get_data(&read_node).unwrap();
     assert_eq!(stat.ephemeral_owner, cs[0].session_id());
     assert_eq!(rw.read_lock().participant_nodes().unwrap(), vec![read_node]);
+    // The write lock is still reentrant beside the read.
+    assert!(rw.write_lock().acquire_timeout(BOUND).unwrap());
+    rw.write_lock().release().unwrap();
+    assert!(rw.write_lock().is_owned_by_current_thread());
     rw.write_lock().release().unwrap();
     assert!(rw.read_lock().is_owned_by_current_thread());
     assert!(!other
@@ -388,5 +392,83 @@ fn a_lost_write_hold_does_not_downgrade() {
     assert!(rw1.read_lock().acquire_timeout(BOUND).unwrap());
     rw1.read_lock().release().unwrap();
     rw1.write_lock().release().unwrap();
+    cs.iter().for_each(Client::close);
+}
+
+/// Readers, writers and downgrading writers on four sessions, mixed: a
+/// writer never overlaps anyone. Each hold is counted from its acquire to
+/// just before its release, a window inside the real hold.
+#[test]
+fn mixed_reads_writes_and_downgrades_never_overlap() {
+    use std::sync::atomic::AtomicI64;
+    let path = unique("rw-mixed");
+    let cs = clients(4);
+    let readers = AtomicI64::new(0);
+    let writers = AtomicI64::new(0);
+    let violations = AtomicUsize::new(0);
+    let downgrades = AtomicUsize::new(0);
+    let started = std::time::Instant::now();
+    let budget = Duration::from_secs(60);
+    thread::scope(|s| {
+        for (i, c) in cs.iter().enumerate() {
+            let (path, readers, writers, violations, downgrades) =
+                (&path, &readers, &writers, &violations, &downgrades);
+            s.spawn(move || {
+                let rw = InterProcessReadWriteLock::new(c, path).unwrap();
+                let read = |held: &dyn Fn()| {
+                    readers.fetch_add(1, Ordering::SeqCst);
+                    if writers.load(Ordering::SeqCst) != 0 {
+                        violations.fetch_add(1, Ordering::SeqCst);
+                    }
+                    held();
+                    readers.fetch_sub(1, Ordering::SeqCst);
+                };
+                for round in 0..12 {
+                    if started.elapsed() > budget {
+                        break;
+                    }
+                    let pause = || thread::sleep(Duration::from_millis(3));
+                    match (i + round) % 3 {
+                        0 => {
+                            assert!(rw.read_lock().acquire_timeout(BOUND).unwrap());
+                            read(&pause);
+                            rw.read_lock().release().unwrap();
+                        }
+                        kind => {
+                            assert!(rw.write_lock().acquire_timeout(BOUND).unwrap());
+                            if writers.fetch_add(1, Ordering::SeqCst) != 0
+                                || readers.load(Ordering::SeqCst) != 0
+                            {
+                                violations.fetch_add(1, Ordering::SeqCst);
+                            }
+                            pause();
+                            if kind == 1 {
+                                // Downgrade: read under the write, drop the
+                                // write, read on alone.
+                                assert!(rw.read_lock().acquire_timeout(BOUND).unwrap());
+                                readers.fetch_add(1, Ordering::SeqCst);
+                                writers.fetch_sub(1, Ordering::SeqCst);
+                                rw.write_lock().release().unwrap();
+                                pause();
+                                readers.fetch_sub(1, Ordering::SeqCst);
+                                rw.read_lock().release().unwrap();
+                                downgrades.fetch_add(1, Ordering::SeqCst);
+                            } else {
+                                writers.fetch_sub(1, Ordering::SeqCst);
+                                rw.write_lock().release().unwrap();
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(violations.load(Ordering::SeqCst), 0, "holders overlapped");
+    assert!(downgrades.load(Ordering::SeqCst) > 0);
+    wait_until(
+        BOUND,
+        || children(&cs[0], &path).is_empty(),
+        || format!("nodes left: {:?}", children(&cs[0], &path)),
+    );
     cs.iter().for_each(Client::close);
 }
