@@ -12,6 +12,7 @@
 //   read|write <path> acquire [timeout_ms]  (InterProcessReadWriteLock)
 //   read|write <path> release
 //   read|write <path> participants
+//   revoke <node path>                      OK revoked  (Curator's Revoker.attemptRevoke)
 //   read55 <path> acquire | release         OK acquired <node> | OK released: Curator 5.5+'s
 //                                           downgrade on the wire, for older Curator jars (see below)
 //   sem <path> <max> acquire [n] [timeout_ms]   OK acquired <n> | OK timeout
@@ -83,6 +84,7 @@ import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.recipes.locks.Revoker;
 import org.apache.curator.framework.recipes.shared.SharedCount;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 import org.apache.zookeeper.CreateMode;
@@ -285,6 +287,10 @@ public final class CuratorPeer {
             case "write":
                 need(w, 3, 4);
                 return lockCommand(rwLock(w[1]).writeLock(), w, 2);
+            case "revoke":
+                need(w, 2, 2);
+                Revoker.attemptRevoke(client, w[1]);
+                return "OK revoked";
             case "read55":
                 need(w, 3, 3);
                 return read55Command(w[1], w[2]);

@@ -23,6 +23,7 @@
 //! | `mutex <path> release` | `OK released` |
 //! | `mutex <path> participants` | `OK <node,node,…>` in queue order |
 //! | `read\|write <path> acquire [timeout_ms]` / `release` / `participants` | as for `mutex`, on one read/write lock per path; participants of one side only |
+//! | `revoke <node path>` | `OK revoked`: Curator's `Revoker.attemptRevoke` (Curator peer only) |
 //! | `read55 <path> acquire` / `release` | `OK acquired <node>` / `OK released`: Curator 5.5+'s downgrade read node on the wire (ephemeral, protected, `__READ__` + the sequence of the peer's write node), for Curator jars older than 5.5; needs the peer to hold the write lock (Curator peer only) |
 //! | `sem <path> <max> acquire [n] [timeout_ms]` | `OK acquired <n>` / `OK timeout` |
 //! | `sem <path> <max> release` | `OK released` (returns one lease) |

@@ -462,3 +462,29 @@ fn rust_and_curator_sort_foreign_and_wrapped_children_alike() {
     );
     c.close();
 }
+
+/// Curator's `Revoker` reaches a revocable Rust holder: the listener runs,
+/// on its own thread, and the holder lets go.
+#[test]
+fn curators_revoker_reaches_a_revocable_rust_holder() {
+    let Some(mut java) = curator() else { return };
+    let c = connect(&shared_server().connect_string(), Duration::from_secs(10));
+    let path = unique("interop-revoke");
+    let m = InterProcessMutex::new(&c, &path).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    m.make_revocable(move || {
+        let _ = tx.lock().unwrap().send(());
+    });
+    m.acquire().unwrap();
+    let node = m.lock_node_path().unwrap();
+    assert_eq!(ok(&mut java, &format!("revoke {node}")), "OK revoked");
+    rx.recv_timeout(STEP).expect("the listener never ran");
+    m.release().unwrap();
+    assert_eq!(
+        ok(&mut java, &format!("mutex {path} acquire 10000")),
+        "OK acquired"
+    );
+    ok(&mut java, &format!("mutex {path} release"));
+    c.close();
+}
