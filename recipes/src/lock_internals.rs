@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use latchkey_framework::paths;
 use latchkey_framework::{Client, CreateMode, Error, ErrorCode, EventType, Result, WatchedEvent};
@@ -133,9 +133,59 @@ pub(crate) fn delete_ephemeral(client: &Client, path: &str, owner: i64) -> Resul
     client.delete().in_background().for_path(path)
 }
 
+/// The most path and node data a recipe sends in one create: ZooKeeper's
+/// default request limit (`jute.maxbuffer`, 1 MiB) less room for the
+/// request's header, ACL and the protected-name prefix. A larger request
+/// would be refused by the server by dropping the connection, which every
+/// other call on the client would feel.
+pub(crate) const MAX_REQUEST_PAYLOAD: usize = 0xfffff - 4096;
+
+/// The deadline `timeout` from now, or `None` (no deadline) when it is too
+/// far away for an `Instant` (such as `Duration::MAX`).
+///
+/// Every timed recipe call turns its timeout into a deadline here, once, and
+/// passes the deadline down; this is the one place where an overall
+/// deadline set on the client would be combined with the call's own
+/// (the earlier of the two wins).
+pub(crate) fn deadline_after(timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(timeout)
+}
+
+/// Checks that a recipe node of `path` holding `data` fits in one request.
+pub(crate) fn validate_node_size(op: &str, path: &str, data: &[u8]) -> Result<()> {
+    if path.len().saturating_add(data.len()) > MAX_REQUEST_PAYLOAD {
+        return Err(Error::InvalidArgument(format!(
+            "{op} at {}: path ({} bytes) and node data ({} bytes) exceed the {} bytes \
+             one ZooKeeper request may carry",
+            shorten(path),
+            path.len(),
+            data.len(),
+            MAX_REQUEST_PAYLOAD
+        )));
+    }
+    Ok(())
+}
+
+/// A path cut to a readable length for messages.
+pub(crate) fn shorten(path: &str) -> String {
+    const SHOWN: usize = 80;
+    match path.char_indices().nth(SHOWN) {
+        Some((i, _)) => format!("{}... ({} bytes)", &path[..i], path.len()),
+        None => path.to_owned(),
+    }
+}
+
 /// Checks a recipe's base path: a valid ZooKeeper path other than the root,
 /// whose children a recipe would share with everything else there.
 pub(crate) fn validate_recipe_path(path: &str) -> Result<()> {
+    if path.len() > MAX_REQUEST_PAYLOAD {
+        return Err(Error::InvalidPath {
+            path: shorten(path),
+            reason: format!(
+                "longer than the {MAX_REQUEST_PAYLOAD} bytes one ZooKeeper request may carry"
+            ),
+        });
+    }
     paths::validate_path(path).map_err(|e| Error::InvalidPath {
         path: path.to_owned(),
         reason: e.kind().to_string(),
@@ -281,8 +331,13 @@ impl LockInternals {
                     // Our node vanished (session lost): queue again if allowed.
                     self.delete_node(&path, stat.ephemeral_owner);
                     let policy = self.client.retry_policy();
+                    let in_time = |sleep: Duration| {
+                        deadline.is_none_or(|d| {
+                            Instant::now().checked_add(sleep).is_some_and(|t| t < d)
+                        })
+                    };
                     match policy.allow_retry(retries, started.elapsed()) {
-                        Some(sleep) if deadline.is_none_or(|d| Instant::now() + sleep < d) => {
+                        Some(sleep) if in_time(sleep) => {
                             std::thread::sleep(sleep);
                             retries += 1;
                         }

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use latchkey_framework::{Client, Error, Result};
 
+use crate::lock_internals::deadline_after;
 use crate::mutex::InterProcessMutex;
 
 /// What a lock offers so that [`InterProcessMultiLock`] can combine it
@@ -86,7 +87,7 @@ impl InterProcessMultiLock {
 
     /// Takes every lock within `timeout` in all, or none of them.
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
-        self.acquire_until(Some(Instant::now() + timeout))
+        self.acquire_until(deadline_after(timeout))
     }
 
     fn acquire_until(&self, deadline: Option<Instant>) -> Result<bool> {

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use latchkey_framework::{Client, ConnectionState, Error, ListenerHandle, Result};
 use parking_lot::Mutex;
 
-use crate::lock_internals::{LockDriver, LockInternals, LockNode, StandardDriver};
+use crate::lock_internals::{
+    deadline_after, validate_node_size, LockDriver, LockInternals, LockNode, StandardDriver,
+};
 use crate::revoke::{watch_for_revocation, RevocationListener};
 
 /// Curator's lock-node name for a mutex.
@@ -88,6 +90,7 @@ impl InterProcessMutex {
         driver: Arc<dyn LockDriver>,
         data: &[u8],
     ) -> Result<Self> {
+        validate_node_size("lock", path, data)?;
         let internals =
             LockInternals::new(client, path, lock_name, sort_names, max_leases, driver)?;
         Ok(Self::wrap(MutexInner {
@@ -128,7 +131,7 @@ impl InterProcessMutex {
     /// Waits at most `timeout`; `Ok(false)` if the lock was not taken (and
     /// no node is left behind).
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
-        self.internal_lock(Some(Instant::now() + timeout))
+        self.internal_lock(deadline_after(timeout))
     }
 
     fn internal_lock(&self, deadline: Option<Instant>) -> Result<bool> {

@@ -9,7 +9,9 @@ use latchkey_framework::paths;
 use latchkey_framework::{Client, CreateMode, Error, Result};
 use parking_lot::Mutex;
 
-use crate::lock_internals::{delete_ephemeral, validate_recipe_path, Signal};
+use crate::lock_internals::{
+    deadline_after, delete_ephemeral, validate_node_size, validate_recipe_path, Signal,
+};
 use crate::multi_lock::InterProcessLock;
 use crate::mutex::InterProcessMutex;
 use crate::shared_count::{ChangeHook, SharedCount};
@@ -148,6 +150,7 @@ impl InterProcessSemaphoreV2 {
 
     fn build(client: &Client, path: &str, max_leases: MaxLeases, data: &[u8]) -> Result<Self> {
         validate_recipe_path(path)?;
+        validate_node_size("semaphore lease", path, data)?;
         Ok(InterProcessSemaphoreV2 {
             client: client.clone(),
             leases_path: paths::make_path(path, "leases"),
@@ -179,14 +182,14 @@ impl InterProcessSemaphoreV2 {
     /// Waits at most `timeout` for one lease.
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
         Ok(self
-            .acquire_leases(1, Some(Instant::now() + timeout))?
+            .acquire_leases(1, deadline_after(timeout))?
             .and_then(|mut v| v.pop()))
     }
 
     /// Waits at most `timeout` for `n` leases; on timeout the leases already
     /// taken are given back and `None` is returned.
     pub fn acquire_many_timeout(&self, n: u32, timeout: Duration) -> Result<Option<Vec<Lease>>> {
-        self.acquire_leases(n, Some(Instant::now() + timeout))
+        self.acquire_leases(n, deadline_after(timeout))
     }
 
     /// Returns a lease (the same as dropping it, but reports errors).
@@ -217,17 +220,22 @@ impl InterProcessSemaphoreV2 {
         if n == 0 {
             return Err(Error::InvalidArgument("asked for zero leases".into()));
         }
-        // A shared maximum may grow, so asking for more than it is now waits.
-        if let MaxLeases::Fixed(max) = self.max_leases {
-            if n > max {
-                return Err(Error::InvalidArgument(format!(
-                    "asked for {n} leases but the semaphore has only {max}"
-                )));
-            }
+        // A shared maximum may grow, so asking for more than it is now
+        // waits; but never beyond what an i32 count can reach.
+        let limit = match self.max_leases {
+            MaxLeases::Fixed(max) => max,
+            MaxLeases::Shared(_) => i32::MAX as u32,
+        };
+        if n > limit {
+            return Err(Error::InvalidArgument(format!(
+                "asked for {n} leases of {} but the semaphore can never have more than {limit}",
+                self.leases_path
+            )));
         }
         let started = Instant::now();
         let mut retries = 0;
-        let mut leases = Vec::with_capacity(n as usize);
+        // Grows as leases arrive: `n` may be far more than will ever be granted.
+        let mut leases = Vec::new();
         while leases.len() < n as usize {
             match self.acquire_one(deadline)? {
                 Attempt::Got(lease) => leases.push(lease),
