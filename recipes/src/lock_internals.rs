@@ -2,8 +2,9 @@
 //! protected ephemeral-sequential node per attempt, the children sorted by
 //! sequence, and a wait on exactly one other node.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use latchkey_framework::paths;
@@ -123,6 +124,148 @@ impl Signal {
     }
 }
 
+/// The watches a recipe object keeps on other nodes: at most one callback
+/// per watched node and kind, however many waiters wait on it (Curator's one
+/// watcher object per lock, which the Java client's watch set keeps once).
+///
+/// A timed attempt that gives up leaves nothing behind but a dead entry in
+/// the node's waiter list, dropped at the next registration: polling a held
+/// lock costs no memory, where a callback per attempt would pile up on the
+/// holder's node until it changes.
+#[derive(Default)]
+pub(crate) struct NodeWatches {
+    by_node: Mutex<HashMap<(WatchOn, String), Watched>>,
+    next_id: AtomicU64,
+}
+
+/// What a watch is set on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum WatchOn {
+    /// The node's data or its deletion (getData).
+    Data,
+    /// The node's children (getChildren).
+    Children,
+}
+
+/// One armed watch and who waits on it.
+struct Watched {
+    /// Tells this arming from an earlier one whose callback may still run.
+    id: u64,
+    /// Watches end with their session.
+    session: i64,
+    waiters: Vec<Weak<Signal>>,
+}
+
+impl NodeWatches {
+    /// Has `signal` woken at the next event of `path`'s data: joins the
+    /// watch already set for this session, or sets one (reading the node).
+    /// Fails with NoNode if the node is gone (then no watch is left).
+    pub(crate) fn watch_data(
+        self: &Arc<Self>,
+        client: &Client,
+        path: &str,
+        signal: &Arc<Signal>,
+    ) -> Result<()> {
+        if self.join(WatchOn::Data, path, client.session_id(), signal) {
+            return Ok(());
+        }
+        let (id, wake) = self.arm(WatchOn::Data, path, client.session_id(), signal);
+        client
+            .get_data_watch_waker(path, wake)
+            .map(|_| ())
+            .inspect_err(|_| self.disarm(WatchOn::Data, path, id, None))
+    }
+
+    /// The children of `path`, with `signal` woken at their next change (see
+    /// [`NodeWatches::watch_data`]).
+    pub(crate) fn watch_children(
+        self: &Arc<Self>,
+        client: &Client,
+        path: &str,
+        signal: &Arc<Signal>,
+    ) -> Result<Vec<String>> {
+        if self.join(WatchOn::Children, path, client.session_id(), signal) {
+            return client.get_children(path);
+        }
+        let (id, wake) = self.arm(WatchOn::Children, path, client.session_id(), signal);
+        client
+            .get_children_watch(path, wake)
+            .inspect_err(|_| self.disarm(WatchOn::Children, path, id, None))
+    }
+
+    /// Adds `signal` to the waiters of a watch set in `session`, if any.
+    fn join(&self, on: WatchOn, path: &str, session: i64, signal: &Arc<Signal>) -> bool {
+        let mut map = self.by_node.lock();
+        match map.get_mut(&(on, path.to_owned())) {
+            Some(w) if w.session == session && session != 0 => {
+                w.waiters.retain(|s| s.strong_count() > 0);
+                w.waiters.push(Arc::downgrade(signal));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Records a new watch with `signal` as its first waiter and returns its
+    /// callback, which wakes every waiter then present.
+    fn arm(
+        self: &Arc<Self>,
+        on: WatchOn,
+        path: &str,
+        session: i64,
+        signal: &Arc<Signal>,
+    ) -> (u64, impl FnOnce(WatchedEvent) + Send + 'static) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let replaced = self.by_node.lock().insert(
+            (on, path.to_owned()),
+            Watched {
+                id,
+                session,
+                waiters: vec![Arc::downgrade(signal)],
+            },
+        );
+        // Waiters of a watch from an earlier session look again.
+        wake_all(replaced, None);
+        let (registry, path) = (Arc::downgrade(self), path.to_owned());
+        let wake = move |event: WatchedEvent| {
+            if let Some(registry) = registry.upgrade() {
+                registry.disarm(on, &path, id, Some(event));
+            }
+        };
+        (id, wake)
+    }
+
+    /// Ends watch `id` (its event came, or setting it failed) and wakes its
+    /// waiters, who look again.
+    fn disarm(&self, on: WatchOn, path: &str, id: u64, event: Option<WatchedEvent>) {
+        let ended = {
+            let mut map = self.by_node.lock();
+            let key = (on, path.to_owned());
+            match map.get(&key) {
+                Some(w) if w.id == id => map.remove(&key),
+                _ => None,
+            }
+        };
+        wake_all(ended, event);
+    }
+}
+
+impl std::fmt::Debug for NodeWatches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeWatches")
+            .field("armed", &self.by_node.lock().len())
+            .finish()
+    }
+}
+
+fn wake_all(watched: Option<Watched>, event: Option<WatchedEvent>) {
+    for waiter in watched.into_iter().flat_map(|w| w.waiters) {
+        if let Some(signal) = waiter.upgrade() {
+            signal.notify(event.clone());
+        }
+    }
+}
+
 /// Deletes an ephemeral node of session `owner` (see
 /// [`LockInternals::delete_node`]).
 pub(crate) fn delete_ephemeral(client: &Client, path: &str, owner: i64) -> Result<()> {
@@ -221,6 +364,8 @@ pub struct LockInternals {
     sort_names: Vec<String>,
     max_leases: usize,
     driver: Arc<dyn LockDriver>,
+    /// One watch per watched node, shared by every waiter of this lock.
+    watches: Arc<NodeWatches>,
 }
 
 impl std::fmt::Debug for LockInternals {
@@ -258,6 +403,7 @@ impl LockInternals {
             sort_names: sort_names.iter().map(|s| s.to_string()).collect(),
             max_leases,
             driver,
+            watches: Arc::default(),
         })
     }
 
@@ -430,11 +576,7 @@ impl LockInternals {
                 }
             }
             let watched = paths::make_path(&self.base_path, &node);
-            let watch_signal = Arc::clone(&signal);
-            match self
-                .client
-                .get_data_watch_waker(&watched, move |ev| watch_signal.notify(Some(ev)))
-            {
+            match self.watches.watch_data(&self.client, &watched, &signal) {
                 Ok(_) => match signal.wait(epoch, deadline) {
                     None => return Ok(false),
                     Some((1, Some(ev)))

@@ -10,7 +10,7 @@ use latchkey_framework::{Client, CreateMode, Error, Result};
 use parking_lot::Mutex;
 
 use crate::lock_internals::{
-    deadline_after, delete_ephemeral, validate_node_size, validate_recipe_path, Signal,
+    deadline_after, delete_ephemeral, validate_node_size, validate_recipe_path, NodeWatches, Signal,
 };
 use crate::multi_lock::InterProcessLock;
 use crate::mutex::InterProcessMutex;
@@ -46,6 +46,8 @@ pub struct InterProcessSemaphoreV2 {
     lock: InterProcessMutex,
     max_leases: MaxLeases,
     data: Vec<u8>,
+    /// One children watch on the leases, however many attempts wait on it.
+    watches: Arc<NodeWatches>,
 }
 
 /// Where a semaphore's maximum comes from.
@@ -157,6 +159,7 @@ impl InterProcessSemaphoreV2 {
             lock: InterProcessMutex::new(client, &paths::make_path(path, "locks"))?,
             max_leases,
             data: data.to_vec(),
+            watches: Arc::default(),
         })
     }
 
@@ -298,10 +301,9 @@ impl InterProcessSemaphoreV2 {
                 return Ok(Attempt::NodeMissing);
             }
             let epoch = signal.epoch();
-            let watch = Arc::clone(&signal);
             let children = self
-                .client
-                .get_children_watch(&self.leases_path, move |ev| watch.notify(Some(ev)))?;
+                .watches
+                .watch_children(&self.client, &self.leases_path, &signal)?;
             if !children.contains(&name) {
                 return Ok(Attempt::NodeMissing);
             }

@@ -20,6 +20,20 @@ const SESSION: Duration = Duration::from_secs(10);
 /// How long any single call of these tests may take before it counts as hung.
 const CALL_BOUND: Duration = Duration::from_secs(20);
 
+/// Tests of this binary run one at a time: the memory test measures the
+/// whole process, and the machine is small.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The process's resident set, in bytes (`/proc/self/statm`).
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("read /proc/self/statm");
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
 fn client() -> Client {
     connect(&shared_server().connect_string(), SESSION)
 }
@@ -72,6 +86,7 @@ fn assert_refused<T: std::fmt::Debug>(what: &str, r: latchkey_framework::Result<
 /// or a correct wait, never a panic, an abort or a hang.
 #[test]
 fn extreme_arguments_never_panic_or_abort() {
+    let _serial = serial();
     let c = client();
     let huge_path = format!("/{}", "x".repeat(2 * 1024 * 1024));
     let bad_paths: Vec<String> = vec![
@@ -219,4 +234,66 @@ fn extreme_arguments_never_panic_or_abort() {
             count.try_set_count(&stale, 1),
         );
     }
+}
+
+/// Polls `attempt` (which must fail: the lock is held elsewhere) `n` times
+/// and returns how much the process grew, in bytes, after a warm-up and
+/// once the client's background deletes are done. Bounded by `within`.
+fn growth_over_failed_attempts(
+    c: &Client,
+    n: usize,
+    within: Duration,
+    mut attempt: impl FnMut() -> bool,
+) -> i64 {
+    let started = std::time::Instant::now();
+    let settle = || {
+        wait_until(
+            Duration::from_secs(30),
+            || c.pending_background_work() == 0,
+            || format!("background work left: {}", c.pending_background_work()),
+        )
+    };
+    for _ in 0..2_000 {
+        assert!(!attempt(), "a held lock was taken");
+    }
+    settle();
+    let before = rss_bytes();
+    for i in 0..n {
+        assert!(!attempt(), "a held lock was taken at attempt {i}");
+        assert!(
+            started.elapsed() < within,
+            "only {i} of {n} attempts within {within:?}"
+        );
+    }
+    settle();
+    let after = rss_bytes();
+    eprintln!(
+        "{n} failed attempts in {:?}: RSS {before} -> {after} bytes",
+        started.elapsed()
+    );
+    after as i64 - before as i64
+}
+
+/// Item: timed attempts against a held lock must not pile up watch
+/// callbacks on the holder's node (Curator keeps one watcher per lock).
+/// Measured as the growth of the resident set over 20,000 attempts.
+#[test]
+fn failed_timed_attempts_do_not_grow_memory() {
+    let _serial = serial();
+    let (holder, poller) = (client(), client());
+    let path = unique("edge-poll");
+    let held = InterProcessMutex::new(&holder, &path).unwrap();
+    held.acquire().unwrap();
+    let m = InterProcessMutex::new(&poller, &path).unwrap();
+    let grew = growth_over_failed_attempts(&poller, 20_000, Duration::from_secs(240), || {
+        m.acquire_timeout(Duration::from_millis(1))
+            .expect("attempt")
+    });
+    assert!(grew < 100 * 1024, "the process grew by {grew} bytes");
+    assert_eq!(
+        m.participant_nodes().unwrap().len(),
+        1,
+        "only the holder is left"
+    );
+    held.release().unwrap();
 }
