@@ -12,7 +12,7 @@ use common::*;
 use latchkey_framework::{Client, Error};
 use latchkey_recipes::{
     InterProcessMultiLock, InterProcessMutex, InterProcessSemaphoreMutex, InterProcessSemaphoreV2,
-    SharedCount,
+    SharedCount, VersionedValue,
 };
 
 const SESSION: Duration = Duration::from_secs(10);
@@ -227,12 +227,19 @@ fn extreme_arguments_never_panic_or_abort() {
         let seen = count.versioned_value();
         assert!(count.try_set_count(&seen, v).unwrap());
     }
-    for version in [-1, i32::MIN] {
-        let stale = latchkey_recipes::VersionedValue { version, value: 0 };
-        assert_refused(
-            &format!("try_set_count version {version}"),
-            count.try_set_count(&stale, 1),
-        );
+    let any = VersionedValue {
+        version: -1,
+        ..count.versioned_value()
+    };
+    assert_refused("try_set_count version -1", count.try_set_count(&any, 1));
+    // Another negative version is a wrapped one: compared, not refused.
+    for (zxid, version) in [(0, i32::MIN), (i64::MIN, 0), (i64::MAX, i32::MAX)] {
+        let stale = VersionedValue {
+            zxid,
+            version,
+            value: 0,
+        };
+        assert!(matches!(count.try_set_count(&stale, 1), Ok(false)));
     }
 }
 
@@ -296,4 +303,121 @@ fn failed_timed_attempts_do_not_grow_memory() {
         "only the holder is left"
     );
     held.release().unwrap();
+}
+
+/// Item: compare-and-set on a node that was deleted and re-created since it
+/// was read must fail, even at the same version, and write nothing.
+#[test]
+fn shared_count_refuses_a_value_from_before_a_recreate() {
+    let _serial = serial();
+    let (mine, other) = (client(), client());
+    let path = unique("edge-count-recreate");
+    let count = SharedCount::new(&mine, &path, 5).unwrap();
+    let stale = count.versioned_value();
+    assert_eq!((stale.version, stale.value), (0, 5));
+
+    // Another client deletes the node and creates it again with 7: version 0 again.
+    other.delete().for_path(&path).unwrap();
+    other.create().for_path(&path, &7i32.to_be_bytes()).unwrap();
+    assert!(
+        !count.try_set_count(&stale, 9).unwrap(),
+        "a value read before the re-create was taken as current"
+    );
+    let (data, _) = other.get_data(&path).unwrap();
+    assert_eq!(
+        data,
+        7i32.to_be_bytes(),
+        "the re-created value was overwritten"
+    );
+
+    // Once the cache has caught up, the same stale value is still refused.
+    wait_until(
+        Duration::from_secs(10),
+        || count.count() == 7,
+        || format!("cache: {:?}", count.versioned_value()),
+    );
+    assert!(!count.try_set_count(&stale, 9).unwrap());
+    let fresh = count.versioned_value();
+    assert!(count.try_set_count(&fresh, 9).unwrap());
+    assert_eq!(other.get_data(&path).unwrap().0, 9i32.to_be_bytes());
+}
+
+/// Curator's TestSharedCount.testSimpleVersioned.
+#[test]
+fn shared_count_simple_versioned() {
+    let _serial = serial();
+    let (c, other) = (client(), client());
+    let path = unique("edge-count-versioned");
+    let count = SharedCount::new(&c, &path, 0).unwrap();
+    let mut current = count.versioned_value();
+    assert_eq!(current.version, 0);
+    for (want_version, value) in [(1, 1), (2, 5), (3, 10)] {
+        assert!(count.try_set_count(&current, value).unwrap());
+        current = count.versioned_value();
+        assert_eq!((current.version, count.count()), (want_version, value));
+    }
+    let with = |zxid: i64, version: i32, value: i32| VersionedValue {
+        zxid,
+        version,
+        value,
+    };
+    // Wrong value, wrong version, wrong zxid.
+    assert!(!count.try_set_count(&with(current.zxid, 3, 20), 7).unwrap());
+    assert!(!count.try_set_count(&with(current.zxid, 10, 10), 7).unwrap());
+    assert!(!count
+        .try_set_count(&with(current.zxid + 1, 3, 10), 7)
+        .unwrap());
+    // Changed on the server (the cache may not know yet).
+    other.set_data(&path, &88i32.to_be_bytes(), None).unwrap();
+    assert!(!count.try_set_count(&current, 234).unwrap());
+    assert_eq!(other.get_data(&path).unwrap().0, 88i32.to_be_bytes());
+    // Version -1 is "any version": refused.
+    let cached = count.versioned_value();
+    assert!(matches!(
+        count.try_set_count(&with(cached.zxid, -1, cached.value), 20),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+/// Curator's TestSharedCount.testMultiClientVersioned and
+/// testMultiClientDifferentSeed.
+#[test]
+fn shared_count_multi_client_versioned() {
+    let _serial = serial();
+    let (c1, c2) = (client(), client());
+    let path = unique("edge-count-multi");
+    let count1 = SharedCount::new(&c1, &path, 0).unwrap();
+    let count2 = SharedCount::new(&c2, &path, 7).unwrap();
+    assert_eq!(
+        count2.count(),
+        0,
+        "the second seed does not replace the first"
+    );
+
+    assert!(count1.try_set_count(&count1.versioned_value(), 10).unwrap());
+    wait_until(
+        Duration::from_secs(10),
+        || count2.count() == 10,
+        || format!("{count2:?}"),
+    );
+    assert!(count2.try_set_count(&count2.versioned_value(), 20).unwrap());
+    wait_until(
+        Duration::from_secs(10),
+        || count1.count() == 20,
+        || format!("{count1:?}"),
+    );
+
+    let changes = count1.listen();
+    let (v1, v2) = (count1.versioned_value(), count2.versioned_value());
+    assert!(count2.try_set_count(&v2, 30).unwrap());
+    assert!(!count1.try_set_count(&v1, 40).unwrap());
+    assert!(count1.try_set_count(&count1.versioned_value(), 40).unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    while seen.last() != Some(&40) {
+        match changes.recv_deadline(deadline) {
+            Ok(v) => seen.push(v),
+            Err(_) => panic!("count1 heard only {seen:?}"),
+        }
+    }
 }
