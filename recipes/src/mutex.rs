@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
-use latchkey_framework::{Client, ConnectionState, Error, ListenerHandle, Result};
+use latchkey_framework::{Client, ConnectionState, Error, ErrorCode, ListenerHandle, Result};
 use parking_lot::Mutex;
 
 use crate::lock_internals::{
@@ -119,6 +119,11 @@ impl InterProcessMutex {
     }
 
     /// Waits as long as it takes to hold the lock.
+    ///
+    /// A thread that holds the lock takes it again at once (each acquire
+    /// needs a release); if its hold was lost with its session, it gets
+    /// `SessionExpired` with the lock node's path instead, and must still
+    /// release the lost hold before it can queue again.
     pub fn acquire(&self) -> Result<()> {
         match self.internal_lock(None)? {
             true => Ok(()),
@@ -137,6 +142,14 @@ impl InterProcessMutex {
     fn internal_lock(&self, deadline: Option<Instant>) -> Result<bool> {
         let me = thread::current().id();
         if let Some(hold) = self.inner.holds.lock().get_mut(&me) {
+            if self.hold_lost(hold) {
+                // Counting another hold on a lock that is gone would tell the
+                // caller it holds what another session may hold now.
+                return Err(Error::Zk {
+                    code: ErrorCode::SessionExpired,
+                    path: Some(hold.node.path.clone()),
+                });
+            }
             hold.count = hold
                 .count
                 .checked_add(1)
@@ -227,6 +240,10 @@ impl InterProcessMutex {
         let Some(hold) = holds.get(&thread::current().id()) else {
             return false;
         };
+        self.hold_lost(hold)
+    }
+
+    fn hold_lost(&self, hold: &Hold) -> bool {
         // The session check also covers a Lost that arrived between taking
         // the node and recording the hold, which the listener cannot mark.
         hold.lost.load(Ordering::Acquire)

@@ -421,3 +421,47 @@ fn shared_count_multi_client_versioned() {
         }
     }
 }
+
+/// Item: a thread whose hold was lost with its session cannot take the
+/// lock again reentrantly; it learns of the loss, and can still release.
+#[test]
+fn a_reentrant_acquire_on_a_lost_hold_fails() {
+    let _serial = serial();
+    let (c, other) = (client(), client());
+    let ctx = Ctx::new(shared_server(), &c);
+    let path = unique("edge-reentrant-lost");
+    let m = InterProcessMutex::new(&c, &path).unwrap();
+    m.acquire().unwrap();
+    let states = c.listen();
+    c.expire_session_for_testing().unwrap();
+    ctx.expect(
+        &states,
+        latchkey_framework::ConnectionState::Lost,
+        Duration::from_secs(20),
+    );
+    assert!(m.is_lost(), "{}", ctx.dump());
+    // Another session may hold it now.
+    let rival = InterProcessMutex::new(&other, &path).unwrap();
+    assert!(rival.acquire_timeout(Duration::from_secs(10)).unwrap());
+
+    for (what, r) in [
+        ("acquire", m.acquire().map(|_| true)),
+        ("acquire_timeout", m.acquire_timeout(Duration::from_secs(1))),
+        ("acquire_timeout(MAX)", m.acquire_timeout(Duration::MAX)),
+    ] {
+        match r {
+            Err(e) if e.is(latchkey_framework::ErrorCode::SessionExpired) => {
+                assert!(e.to_string().contains(&path), "{what}: {e}")
+            }
+            other => panic!("{what} on a lost hold gave {other:?}"),
+        }
+    }
+    m.release().expect("a lost hold still releases");
+    assert!(!m.is_owned_by_current_thread());
+    rival.release().unwrap();
+    assert!(
+        m.acquire_timeout(Duration::from_secs(10)).unwrap(),
+        "a fresh acquire works"
+    );
+    m.release().unwrap();
+}
