@@ -33,5 +33,7 @@ pub use multi_lock::{InterProcessLock, InterProcessMultiLock};
 pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
 pub use revoke::{Revoker, REVOKE_MESSAGE};
 pub use rwlock::{InterProcessReadWriteLock, READ_LOCK_NAME, WRITE_LOCK_NAME};
-pub use semaphore::{InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, LEASE_NAME};
+pub use semaphore::{
+    InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, LeaseReturnError, LEASE_NAME,
+};
 pub use shared_count::{SharedCount, VersionedValue};

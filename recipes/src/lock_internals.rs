@@ -319,8 +319,10 @@ pub(crate) fn shorten(path: &str) -> String {
 }
 
 /// Checks a recipe's base path: a valid ZooKeeper path other than the root,
-/// whose children a recipe would share with everything else there.
-pub(crate) fn validate_recipe_path(path: &str) -> Result<()> {
+/// whose children a recipe would share with everything else there, and
+/// outside ZooKeeper's own `/zookeeper` subtree (quotas, configuration),
+/// unless a namespace puts it elsewhere.
+pub(crate) fn validate_recipe_path(client: &Client, path: &str) -> Result<()> {
     if path.len() > MAX_REQUEST_PAYLOAD {
         return Err(Error::InvalidPath {
             path: shorten(path),
@@ -337,6 +339,17 @@ pub(crate) fn validate_recipe_path(path: &str) -> Result<()> {
         return Err(Error::InvalidPath {
             path: path.into(),
             reason: "a recipe needs its own node, not the root".into(),
+        });
+    }
+    let reserved = path == "/zookeeper" || path.starts_with("/zookeeper/");
+    if reserved
+        && client
+            .namespace()
+            .is_none_or(|ns| ns.trim_matches('/').is_empty())
+    {
+        return Err(Error::InvalidPath {
+            path: path.into(),
+            reason: "/zookeeper is ZooKeeper's own subtree, not for recipes".into(),
         });
     }
     Ok(())
@@ -390,7 +403,7 @@ impl LockInternals {
         max_leases: usize,
         driver: Arc<dyn LockDriver>,
     ) -> Result<Self> {
-        validate_recipe_path(base_path)?;
+        validate_recipe_path(client, base_path)?;
         if max_leases == 0 {
             return Err(Error::InvalidArgument(
                 "max_leases must be at least 1".into(),

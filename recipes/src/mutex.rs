@@ -209,6 +209,13 @@ impl InterProcessMutex {
         Ok(self.guard())
     }
 
+    /// Takes the lock only if that needs no waiting (Curator's
+    /// `acquire(0, ..)`): `None` if another holder or an earlier waiter is
+    /// ahead. Still one round trip to ZooKeeper, and no node is left behind.
+    pub fn try_lock(&self) -> Result<Option<MutexGuard<'_>>> {
+        self.try_lock_for(Duration::ZERO)
+    }
+
     /// Like [`InterProcessMutex::lock`], waiting at most `timeout`.
     pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MutexGuard<'_>>> {
         Ok(self.acquire_timeout(timeout)?.then(|| self.guard()))

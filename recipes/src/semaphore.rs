@@ -79,9 +79,22 @@ impl MaxLeases {
 
 /// One lease of a semaphore; returned when dropped. May be moved to and
 /// returned from any thread.
+///
+/// Dropping a lease returns it, so a lease that is not kept is given back
+/// at once; the compiler warns:
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # fn f(sem: &latchkey_recipes::InterProcessSemaphoreV2) -> latchkey_framework::Result<()> {
+/// sem.acquire()?; // the lease would be returned right here
+/// # Ok(()) }
+/// ```
+#[must_use = "the lease is returned as soon as it is dropped"]
 pub struct Lease {
     client: Client,
     path: String,
+    /// The lease nodes' parent: tells which semaphore the lease is of.
+    leases_path: String,
     /// The session that owns the lease node; a different current session
     /// means the lease went with the old one.
     owner: i64,
@@ -151,7 +164,7 @@ impl InterProcessSemaphoreV2 {
     }
 
     fn build(client: &Client, path: &str, max_leases: MaxLeases, data: &[u8]) -> Result<Self> {
-        validate_recipe_path(path)?;
+        validate_recipe_path(client, path)?;
         validate_node_size("semaphore lease", path, data)?;
         Ok(InterProcessSemaphoreV2 {
             client: client.clone(),
@@ -178,11 +191,13 @@ impl InterProcessSemaphoreV2 {
     }
 
     /// Waits as long as it takes for `n` leases.
+    #[must_use = "the leases are returned as soon as they are dropped"]
     pub fn acquire_many(&self, n: u32) -> Result<Vec<Lease>> {
         Ok(self.acquire_leases(n, None)?.unwrap_or_default())
     }
 
     /// Waits at most `timeout` for one lease.
+    #[must_use = "the leases are returned as soon as they are dropped"]
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
         Ok(self
             .acquire_leases(1, deadline_after(timeout))?
@@ -191,24 +206,41 @@ impl InterProcessSemaphoreV2 {
 
     /// Waits at most `timeout` for `n` leases; on timeout the leases already
     /// taken are given back and `None` is returned.
+    #[must_use = "the leases are returned as soon as they are dropped"]
     pub fn acquire_many_timeout(&self, n: u32, timeout: Duration) -> Result<Option<Vec<Lease>>> {
         self.acquire_leases(n, deadline_after(timeout))
     }
 
-    /// Returns a lease (the same as dropping it, but reports errors).
-    pub fn return_lease(&self, lease: Lease) -> Result<()> {
-        lease.return_lease()
+    /// Returns a lease of this semaphore (the same as dropping it, but
+    /// reports errors). A lease of another semaphore (another path, or the
+    /// same path through another client) is refused and handed back, still
+    /// held, in [`LeaseReturnError::NotOurs`].
+    pub fn return_lease(&self, lease: Lease) -> Result<(), LeaseReturnError> {
+        self.return_all(vec![lease])
     }
 
-    /// Returns every lease; tries each and reports the first error.
-    pub fn return_all(&self, leases: Vec<Lease>) -> Result<()> {
+    /// Returns every lease; tries each and reports the first error. If any
+    /// lease is not of this semaphore, none is returned: all are handed
+    /// back in [`LeaseReturnError::NotOurs`].
+    pub fn return_all(&self, leases: Vec<Lease>) -> Result<(), LeaseReturnError> {
+        if !leases.iter().all(|l| self.owns(l)) {
+            return Err(LeaseReturnError::NotOurs(leases));
+        }
         let mut first = None;
         for lease in leases {
             if let Err(e) = lease.return_lease() {
                 first.get_or_insert(e);
             }
         }
-        first.map_or(Ok(()), Err)
+        first.map_or(Ok(()), |e| Err(LeaseReturnError::Failed(e)))
+    }
+
+    /// Whether `lease` was taken from this semaphore: the same lease list,
+    /// through the same client (same namespace, same session).
+    fn owns(&self, lease: &Lease) -> bool {
+        lease.leases_path == self.leases_path
+            && lease.client.namespace() == self.client.namespace()
+            && lease.client.session_id() == self.client.session_id()
     }
 
     /// The names of the lease nodes, holders and waiters alike.
@@ -290,7 +322,7 @@ impl InterProcessSemaphoreV2 {
             .with_protection()
             .mode(CreateMode::EphemeralSequential)
             .for_path_with_stat(&paths::make_path(&self.leases_path, LEASE_NAME), &self.data)?;
-        let lease = Lease::new(&self.client, path, stat.ephemeral_owner);
+        let lease = Lease::new(&self.client, &self.leases_path, path, stat.ephemeral_owner);
         let name = paths::get_node_from_path(&lease.path).to_owned();
         let signal = Arc::new(Signal::default());
         let wake = Arc::clone(&signal);
@@ -320,10 +352,11 @@ impl InterProcessSemaphoreV2 {
 }
 
 impl Lease {
-    fn new(client: &Client, path: String, owner: i64) -> Lease {
+    fn new(client: &Client, leases_path: &str, path: String, owner: i64) -> Lease {
         Lease {
             client: client.clone(),
             path,
+            leases_path: leases_path.to_owned(),
             owner,
             returned: false,
         }
@@ -373,6 +406,56 @@ impl Drop for Lease {
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lease").field("path", &self.path).finish()
+    }
+}
+
+/// Why [`InterProcessSemaphoreV2::return_lease`] or
+/// [`InterProcessSemaphoreV2::return_all`] did not return every lease.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LeaseReturnError {
+    /// Leases of another semaphore: none was returned, and here they all
+    /// are, still held. Return them through their own semaphore (or drop
+    /// them).
+    NotOurs(Vec<Lease>),
+    /// Returning failed with an error that retrying cannot fix (such as
+    /// missing permissions).
+    Failed(Error),
+}
+
+impl std::fmt::Display for LeaseReturnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LeaseReturnError::NotOurs(leases) => {
+                let paths: Vec<&str> = leases.iter().map(Lease::path).collect();
+                write!(
+                    f,
+                    "not leases of this semaphore (kept, still held): {paths:?}"
+                )
+            }
+            LeaseReturnError::Failed(e) => write!(f, "returning a lease failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for LeaseReturnError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LeaseReturnError::Failed(e) => Some(e),
+            LeaseReturnError::NotOurs(_) => None,
+        }
+    }
+}
+
+/// For `?` in functions returning latchkey's [`Error`]: refused leases
+/// become [`Error::InvalidArgument`] and are dropped, which returns each to
+/// its own semaphore.
+impl From<LeaseReturnError> for Error {
+    fn from(e: LeaseReturnError) -> Self {
+        match e {
+            LeaseReturnError::Failed(e) => e,
+            refused @ LeaseReturnError::NotOurs(_) => Error::InvalidArgument(refused.to_string()),
+        }
     }
 }
 

@@ -138,7 +138,7 @@ impl SharedCount {
     /// and with [`Error::IllegalState`] if the node holds something other
     /// than a 4-byte count.
     pub fn new(client: &Client, path: &str, seed: i32) -> Result<SharedCount> {
-        validate_recipe_path(path)?;
+        validate_recipe_path(client, path)?;
         let created = client
             .create()
             .creating_parent_containers_if_needed()

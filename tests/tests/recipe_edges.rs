@@ -465,3 +465,68 @@ fn a_reentrant_acquire_on_a_lost_hold_fails() {
     );
     m.release().unwrap();
 }
+
+/// Item: try_lock does not wait; a lease is refused by a semaphore it does
+/// not belong to (and stays held); ZooKeeper's own subtree is refused.
+#[test]
+fn try_lock_foreign_leases_and_reserved_paths() {
+    let _serial = serial();
+    let (c, other) = (client(), client());
+    let path = unique("edge-try-lock");
+    let m = InterProcessMutex::new(&c, &path).unwrap();
+    let held = InterProcessMutex::new(&other, &path).unwrap();
+    {
+        let g = m.try_lock().unwrap().expect("a free lock is taken");
+        assert!(!g.is_lost());
+    }
+    held.acquire().unwrap();
+    let m2 = m.clone();
+    let (got, took) = bounded("try_lock on a held lock", CALL_BOUND, move || {
+        let started = std::time::Instant::now();
+        let got = m2.try_lock().map(|g| g.is_some());
+        (got, started.elapsed())
+    });
+    assert!(matches!(got, Ok(false)), "{got:?}");
+    assert!(took < Duration::from_secs(2), "try_lock waited {took:?}");
+    held.release().unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || c.get_children(&path).unwrap_or_default().is_empty(),
+        || format!("left behind: {:?}", c.get_children(&path)),
+    );
+
+    let (pa, pb) = (unique("edge-sem-a"), unique("edge-sem-b"));
+    let sem_a = InterProcessSemaphoreV2::new(&c, &pa, 1).unwrap();
+    let sem_b = InterProcessSemaphoreV2::new(&c, &pb, 1).unwrap();
+    let sem_a_elsewhere = InterProcessSemaphoreV2::new(&other, &pa, 1).unwrap();
+    let mut lease = sem_a.acquire().unwrap();
+    let lease_path = lease.path().to_owned();
+    for (what, sem) in [
+        ("another path", &sem_b),
+        ("another client", &sem_a_elsewhere),
+    ] {
+        let refused = sem.return_lease(lease);
+        assert!(refused.is_err(), "{what}: a foreign lease was returned");
+        assert!(
+            c.exists(&lease_path).unwrap().is_some(),
+            "{what}: the refused lease was given up"
+        );
+        lease = match refused {
+            Err(latchkey_recipes::LeaseReturnError::NotOurs(mut back)) => back.pop().unwrap(),
+            other => panic!("{what}: {other:?}"),
+        };
+    }
+    sem_a.return_lease(lease).unwrap();
+    assert!(c.exists(&lease_path).unwrap().is_none());
+
+    for reserved in ["/zookeeper", "/zookeeper/x", "/zookeeper/quota/y"] {
+        assert_refused(reserved, InterProcessMutex::new(&c, reserved));
+        assert_refused(reserved, InterProcessSemaphoreV2::new(&c, reserved, 1));
+        assert_refused(reserved, InterProcessSemaphoreMutex::new(&c, reserved));
+        assert_refused(reserved, SharedCount::new(&c, reserved, 0));
+        assert_refused(
+            reserved,
+            InterProcessMultiLock::from_paths(&c, &[&path, reserved]),
+        );
+    }
+}
