@@ -29,11 +29,12 @@ mod semaphore;
 mod shared_count;
 
 pub use lock_internals::{Decision, LockDriver, LockInternals, LockNode, StandardDriver};
-pub use multi_lock::{InterProcessLock, InterProcessMultiLock};
+pub use multi_lock::{InterProcessLock, InterProcessMultiLock, MultiLockGuard};
 pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
 pub use revoke::{Revoker, REVOKE_MESSAGE};
 pub use rwlock::{InterProcessReadWriteLock, READ_LOCK_NAME, WRITE_LOCK_NAME};
 pub use semaphore::{
-    InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, LeaseReturnError, LEASE_NAME,
+    InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, LeaseReturnError,
+    SemaphoreMutexGuard, LEASE_NAME,
 };
 pub use shared_count::{SharedCount, VersionedValue};

@@ -294,6 +294,36 @@ pub(crate) fn deadline_after(timeout: Duration) -> Option<Instant> {
     Instant::now().checked_add(timeout)
 }
 
+/// The data a lock or lease node holds when none was given: who holds it,
+/// as `host=<host name> pid=<process id> thread=<thread name or id>`
+/// (Curator stores the local address). Read by the calling thread.
+pub(crate) fn who_holds() -> Vec<u8> {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let host = HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "unknown".into())
+    });
+    let current = std::thread::current();
+    let thread = match current.name() {
+        Some(name) => name.to_owned(),
+        None => format!("{:?}", current.id()),
+    };
+    format!("host={host} pid={} thread={thread}", std::process::id()).into_bytes()
+}
+
+/// The data to store in a node: `data`, or [`who_holds`] when it is empty.
+pub(crate) fn node_data_or_who(data: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if data.is_empty() {
+        std::borrow::Cow::Owned(who_holds())
+    } else {
+        std::borrow::Cow::Borrowed(data)
+    }
+}
+
 /// Checks that a recipe node of `path` holding `data` fits in one request.
 pub(crate) fn validate_node_size(op: &str, path: &str, data: &[u8]) -> Result<()> {
     if path.len().saturating_add(data.len()) > MAX_REQUEST_PAYLOAD {

@@ -1,5 +1,6 @@
 //! `InterProcessMultiLock`: several locks taken as one, all or none.
 
+use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
 use latchkey_framework::{Client, Error, Result};
@@ -108,6 +109,31 @@ impl InterProcessMultiLock {
         Ok(true)
     }
 
+    /// Takes every lock and returns a guard that releases them all when
+    /// dropped (on the thread that took them, as the mutexes need).
+    pub fn lock(&self) -> Result<MultiLockGuard<'_>> {
+        self.acquire()?;
+        Ok(self.guard())
+    }
+
+    /// Like [`lock`](Self::lock), within `timeout` in all; `None` (and no
+    /// lock held) if not all were taken.
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MultiLockGuard<'_>>> {
+        Ok(self.acquire_timeout(timeout)?.then(|| self.guard()))
+    }
+
+    /// Takes every lock only if none needs waiting.
+    pub fn try_lock(&self) -> Result<Option<MultiLockGuard<'_>>> {
+        self.try_lock_for(Duration::ZERO)
+    }
+
+    fn guard(&self) -> MultiLockGuard<'_> {
+        MultiLockGuard {
+            locks: self,
+            _not_send: PhantomData,
+        }
+    }
+
     /// Releases every lock in reverse order, trying each even when one
     /// fails; returns the first error.
     pub fn release(&self) -> Result<()> {
@@ -138,5 +164,40 @@ impl InterProcessLock for InterProcessMultiLock {
     }
     fn is_acquired_in_this_process(&self) -> bool {
         InterProcessMultiLock::is_acquired_in_this_process(self)
+    }
+}
+
+/// Holds every lock of an [`InterProcessMultiLock`] until dropped. Not
+/// `Send`: a mutex is released by the thread that took it.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use latchkey_recipes::InterProcessMultiLock;
+/// let both = InterProcessMultiLock::from_paths(client, &["/locks/a", "/locks/b"])?;
+/// {
+///     let _guard = both.lock()?;
+///     // ... holds /locks/a and /locks/b ...
+/// } // both released here
+/// # Ok(()) }
+/// ```
+#[must_use = "the locks are released as soon as the guard is dropped"]
+pub struct MultiLockGuard<'a> {
+    locks: &'a InterProcessMultiLock,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Drop for MultiLockGuard<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.locks.release() {
+            log::error!("releasing a multi-lock failed: {e}");
+        }
+    }
+}
+
+impl std::fmt::Debug for MultiLockGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiLockGuard")
+            .field("locks", &self.locks.locks.len())
+            .finish()
     }
 }

@@ -11,7 +11,8 @@ use latchkey_framework::{Client, ConnectionState, Error, ErrorCode, ListenerHand
 use parking_lot::Mutex;
 
 use crate::lock_internals::{
-    deadline_after, validate_node_size, LockDriver, LockInternals, LockNode, StandardDriver,
+    deadline_after, node_data_or_who, validate_node_size, LockDriver, LockInternals, LockNode,
+    StandardDriver,
 };
 use crate::revoke::{watch_for_revocation, RevocationListener};
 
@@ -28,7 +29,8 @@ struct Hold {
 pub(crate) struct MutexInner {
     internals: LockInternals,
     holds: Mutex<HashMap<ThreadId, Hold>>,
-    data: Vec<u8>,
+    /// What the next lock node stores; empty: who holds it.
+    data: Mutex<Vec<u8>>,
     revocable: Mutex<Option<RevocationListener>>,
     _state: Mutex<Option<ListenerHandle>>,
 }
@@ -70,12 +72,15 @@ impl std::fmt::Debug for InterProcessMutex {
 }
 
 impl InterProcessMutex {
-    /// A mutex on `path` (created on first use).
+    /// A mutex on `path` (created on first use). Each lock node says who
+    /// holds it: `host=<host> pid=<pid> thread=<thread name or id>`.
     pub fn new(client: &Client, path: &str) -> Result<Self> {
         Self::with_lock_data(client, path, &[])
     }
 
-    /// Like [`InterProcessMutex::new`], storing `data` in each lock node.
+    /// Like [`InterProcessMutex::new`], storing `data` in each lock node
+    /// (empty `data` stores who holds it, as `new` does). Data too large
+    /// for one ZooKeeper request is refused.
     pub fn with_lock_data(client: &Client, path: &str, data: &[u8]) -> Result<Self> {
         let driver = Arc::new(StandardDriver);
         Self::with_driver(client, path, LOCK_NAME, &[LOCK_NAME], 1, driver, data)
@@ -96,7 +101,7 @@ impl InterProcessMutex {
         Ok(Self::wrap(MutexInner {
             internals,
             holds: Mutex::new(HashMap::new()),
-            data: data.to_vec(),
+            data: Mutex::new(data.to_vec()),
             revocable: Mutex::new(None),
             _state: Mutex::new(None),
         }))
@@ -156,10 +161,11 @@ impl InterProcessMutex {
                 .ok_or_else(|| Error::IllegalState("lock count overflow".into()))?;
             return Ok(true);
         }
+        let data = self.inner.data.lock().clone();
         let Some(node) = self
             .inner
             .internals
-            .attempt_lock(deadline, &self.inner.data)?
+            .attempt_lock(deadline, &node_data_or_who(&data))?
         else {
             return Ok(false);
         };
@@ -200,6 +206,14 @@ impl InterProcessMutex {
         if let Some(node) = node {
             self.inner.internals.delete_node(&node.path, node.owner);
         }
+        Ok(())
+    }
+
+    /// Sets the data that lock nodes created from now on store (empty: who
+    /// holds the lock). A node already queued or held keeps its data.
+    pub fn set_lock_data(&self, data: &[u8]) -> Result<()> {
+        validate_node_size("lock", self.path(), data)?;
+        *self.inner.data.lock() = data.to_vec();
         Ok(())
     }
 

@@ -10,7 +10,8 @@ use latchkey_framework::{Client, CreateMode, Error, Result};
 use parking_lot::Mutex;
 
 use crate::lock_internals::{
-    deadline_after, delete_ephemeral, validate_node_size, validate_recipe_path, NodeWatches, Signal,
+    deadline_after, delete_ephemeral, node_data_or_who, validate_node_size, validate_recipe_path,
+    NodeWatches, Signal,
 };
 use crate::multi_lock::InterProcessLock;
 use crate::mutex::InterProcessMutex;
@@ -45,7 +46,8 @@ pub struct InterProcessSemaphoreV2 {
     leases_path: String,
     lock: InterProcessMutex,
     max_leases: MaxLeases,
-    data: Vec<u8>,
+    /// What the next lease node stores (empty: who holds it); shared by clones.
+    data: Arc<Mutex<Vec<u8>>>,
     /// One children watch on the leases, however many attempts wait on it.
     watches: Arc<NodeWatches>,
 }
@@ -114,7 +116,9 @@ impl InterProcessSemaphoreV2 {
         Self::with_lease_data(client, path, max_leases, &[])
     }
 
-    /// Like [`InterProcessSemaphoreV2::new`], storing `data` in each lease node.
+    /// Like [`InterProcessSemaphoreV2::new`], storing `data` in each lease
+    /// node (empty `data` stores who holds the lease:
+    /// `host=<host> pid=<pid> thread=<thread name or id>`, as `new` does).
     pub fn with_lease_data(
         client: &Client,
         path: &str,
@@ -171,9 +175,19 @@ impl InterProcessSemaphoreV2 {
             leases_path: paths::make_path(path, "leases"),
             lock: InterProcessMutex::new(client, &paths::make_path(path, "locks"))?,
             max_leases,
-            data: data.to_vec(),
+            data: Arc::new(Mutex::new(data.to_vec())),
             watches: Arc::default(),
         })
+    }
+
+    /// Sets the data that lease nodes created from now on store (Curator's
+    /// `setNodeData`; empty: who holds the lease). Shared by clones; leases
+    /// already taken keep their data. Data too large for one ZooKeeper
+    /// request is refused.
+    pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
+        validate_node_size("semaphore lease", &self.leases_path, data)?;
+        *self.data.lock() = data.to_vec();
+        Ok(())
     }
 
     /// The maximum number of leases now: the fixed maximum, or the shared
@@ -315,13 +329,17 @@ impl InterProcessSemaphoreV2 {
     /// Holding the internal lock (so only one waiter watches the leases),
     /// adds our lease node and waits until there are at most `max` nodes.
     fn wait_for_room(&self, deadline: Option<Instant>) -> Result<Attempt> {
+        let data = self.data.lock().clone();
         let (path, stat) = self
             .client
             .create()
             .creating_parent_containers_if_needed()
             .with_protection()
             .mode(CreateMode::EphemeralSequential)
-            .for_path_with_stat(&paths::make_path(&self.leases_path, LEASE_NAME), &self.data)?;
+            .for_path_with_stat(
+                &paths::make_path(&self.leases_path, LEASE_NAME),
+                &node_data_or_who(&data),
+            )?;
         let lease = Lease::new(&self.client, &self.leases_path, path, stat.ephemeral_owner);
         let name = paths::get_node_from_path(&lease.path).to_owned();
         let signal = Arc::new(Signal::default());
@@ -505,6 +523,31 @@ impl InterProcessSemaphoreMutex {
         }
     }
 
+    /// Takes the lock and returns a guard that releases it when dropped
+    /// (on any thread).
+    pub fn lock(&self) -> Result<SemaphoreMutexGuard<'_>> {
+        self.acquire()?;
+        Ok(SemaphoreMutexGuard { mutex: self })
+    }
+
+    /// Like [`lock`](Self::lock), waiting at most `timeout`; `None` if not taken.
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<SemaphoreMutexGuard<'_>>> {
+        Ok(self
+            .acquire_timeout(timeout)?
+            .then_some(SemaphoreMutexGuard { mutex: self }))
+    }
+
+    /// Takes the lock only if that needs no waiting.
+    pub fn try_lock(&self) -> Result<Option<SemaphoreMutexGuard<'_>>> {
+        self.try_lock_for(Duration::ZERO)
+    }
+
+    /// Sets the data that lease nodes created from now on store (see
+    /// [`InterProcessSemaphoreV2::set_node_data`]).
+    pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
+        self.semaphore.set_node_data(data)
+    }
+
     /// Releases the lock, from any thread. Fails if it is not held.
     pub fn release(&self) -> Result<()> {
         let lease = self
@@ -543,5 +586,56 @@ impl InterProcessLock for InterProcessSemaphoreMutex {
     }
     fn is_acquired_in_this_process(&self) -> bool {
         InterProcessSemaphoreMutex::is_acquired_in_this_process(self)
+    }
+}
+
+/// Holds an [`InterProcessSemaphoreMutex`] until dropped. Unlike a
+/// [`crate::MutexGuard`] it may be sent to and dropped on another thread.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use latchkey_recipes::InterProcessSemaphoreMutex;
+/// let m = InterProcessSemaphoreMutex::new(client, "/locks/job")?;
+/// let guard = m.lock()?;
+/// std::thread::scope(|s| {
+///     s.spawn(move || drop(guard)); // released on another thread
+/// });
+/// # Ok(()) }
+/// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct SemaphoreMutexGuard<'a> {
+    mutex: &'a InterProcessSemaphoreMutex,
+}
+
+impl SemaphoreMutexGuard<'_> {
+    /// Whether the lock was lost with its session.
+    pub fn is_lost(&self) -> bool {
+        self.mutex.is_lost()
+    }
+
+    /// The lease node's path.
+    pub fn node_path(&self) -> String {
+        self.mutex
+            .lease
+            .lock()
+            .as_ref()
+            .map(|l| l.path().to_owned())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for SemaphoreMutexGuard<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.mutex.release() {
+            log::error!("releasing a semaphore mutex failed: {e}");
+        }
+    }
+}
+
+impl std::fmt::Debug for SemaphoreMutexGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SemaphoreMutexGuard")
+            .field("node", &self.node_path())
+            .finish()
     }
 }

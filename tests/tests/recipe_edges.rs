@@ -130,6 +130,11 @@ fn extreme_arguments_never_panic_or_abort() {
         InterProcessSemaphoreV2::with_lease_data(&c, &unique("edge-data"), 1, &vec![7; 2 << 20]),
     );
 
+    let m = InterProcessMutex::new(&c, &unique("edge-set-data")).unwrap();
+    assert_refused("huge set_lock_data", m.set_lock_data(&vec![7u8; 2 << 20]));
+    let sem = InterProcessSemaphoreV2::new(&c, &unique("edge-set-data"), 1).unwrap();
+    assert_refused("huge set_node_data", sem.set_node_data(&vec![7u8; 2 << 20]));
+
     // Odd but valid paths work.
     for odd in ["/edge odd/ü-ñ", "/edge-dots/..a/a..", "/edge_\u{2603}"] {
         let m = InterProcessMutex::new(&c, odd).expect(odd);
@@ -529,4 +534,93 @@ fn try_lock_foreign_leases_and_reserved_paths() {
             InterProcessMultiLock::from_paths(&c, &[&path, reserved]),
         );
     }
+}
+
+/// Item: guards for the semaphore mutex and the multi-lock; node data set
+/// after construction; default node data that says who holds the lock.
+#[test]
+fn guards_node_data_and_who_holds() {
+    let _serial = serial();
+    let (c, other) = (client(), client());
+    let data_of = |p: &str| String::from_utf8_lossy(&c.get_data(p).unwrap().0).into_owned();
+    let pid = std::process::id().to_string();
+
+    // Default data: host, pid and thread, for every kind of node.
+    let m = InterProcessMutex::new(&c, &unique("edge-who")).unwrap();
+    let c2 = c.clone();
+    let who = thread::Builder::new()
+        .name("who-holds-test".into())
+        .spawn(move || {
+            let g = m.lock().unwrap();
+            let d = String::from_utf8_lossy(&c2.get_data(&g.node_path()).unwrap().0).into_owned();
+            drop(g);
+            // Data set after construction applies to the next acquire.
+            m.set_lock_data(b"job 42").unwrap();
+            let g = m.lock().unwrap();
+            let after = c2.get_data(&g.node_path()).unwrap().0;
+            (d, after)
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    for part in ["host=", &format!("pid={pid}"), "thread=who-holds-test"] {
+        assert!(
+            who.0.contains(part),
+            "lock node data {:?} lacks {part}",
+            who.0
+        );
+    }
+    assert_eq!(who.1, b"job 42");
+
+    let sem = InterProcessSemaphoreV2::new(&c, &unique("edge-who-sem"), 2).unwrap();
+    let lease = sem.acquire().unwrap();
+    let d = data_of(lease.path());
+    assert!(d.contains(&format!("pid={pid}")), "lease data {d:?}");
+    sem.set_node_data(b"lease data").unwrap();
+    let lease2 = sem.acquire().unwrap();
+    assert_eq!(lease2.data().unwrap(), b"lease data");
+    assert_refused("huge lease data", sem.set_node_data(&vec![1; 2 << 20]));
+    drop((lease, lease2));
+
+    // Semaphore mutex guard: released on drop, from any thread.
+    let sp = unique("edge-smutex-guard");
+    let sm = InterProcessSemaphoreMutex::new(&c, &sp).unwrap();
+    let rival = InterProcessSemaphoreMutex::new(&other, &sp).unwrap();
+    let g = sm.lock().unwrap();
+    assert!(!g.is_lost());
+    assert!(rival.try_lock().unwrap().is_none());
+    thread::scope(|s| {
+        s.spawn(move || drop(g)).join().unwrap();
+    });
+    assert!(!sm.is_acquired_in_this_process());
+    let rg = rival
+        .try_lock_for(Duration::from_secs(10))
+        .unwrap()
+        .expect("released by the guard's drop");
+    assert!(sm.try_lock().unwrap().is_none());
+    drop(rg);
+
+    // Multi-lock guard: every lock released on drop.
+    let (pa, pb) = (unique("edge-ml-guard-a"), unique("edge-ml-guard-b"));
+    let ml = InterProcessMultiLock::from_paths(&c, &[&pa, &pb]).unwrap();
+    let blocker = InterProcessMutex::new(&other, &pb).unwrap();
+    {
+        let _g = ml.lock().unwrap();
+        assert!(ml.is_acquired_in_this_process());
+        assert!(!blocker.acquire_timeout(Duration::from_millis(100)).unwrap());
+    }
+    assert!(!ml.is_acquired_in_this_process());
+    blocker.acquire().unwrap();
+    assert!(ml.try_lock().unwrap().is_none(), "b is held elsewhere");
+    assert!(
+        c.get_children(&pa).unwrap_or_default().is_empty(),
+        "a rolled back"
+    );
+    blocker.release().unwrap();
+    let g = ml
+        .try_lock_for(Duration::from_secs(10))
+        .unwrap()
+        .expect("free again");
+    drop(g);
+    assert!(!ml.is_acquired_in_this_process());
 }
