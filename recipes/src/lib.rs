@@ -20,6 +20,7 @@
 //! every connection-state change. A lock held when the session is lost
 //! reports it (`is_lost`), and its release still succeeds.
 
+mod cancel;
 mod lock_internals;
 mod multi_lock;
 mod mutex;
@@ -28,6 +29,7 @@ mod rwlock;
 mod semaphore;
 mod shared_count;
 
+pub use cancel::CancelToken;
 pub use lock_internals::{Decision, LockDriver, LockInternals, LockNode, StandardDriver};
 pub use multi_lock::{InterProcessLock, InterProcessMultiLock, MultiLockGuard};
 pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};

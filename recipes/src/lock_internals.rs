@@ -11,6 +11,8 @@ use latchkey_framework::paths;
 use latchkey_framework::{Client, CreateMode, Error, ErrorCode, EventType, Result, WatchedEvent};
 use parking_lot::{Condvar, Mutex};
 
+use crate::cancel::{self, CancelToken};
+
 /// What a driver decides for one listing of the lock's children.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -490,9 +492,26 @@ impl LockInternals {
     /// (`Ok(None)`; the node is then removed). A node that disappears while
     /// waiting (session lost) is re-created as the retry policy allows.
     pub fn attempt_lock(&self, deadline: Option<Instant>, data: &[u8]) -> Result<Option<LockNode>> {
+        self.attempt_lock_cancellable(deadline, data, None)
+    }
+
+    /// Like [`LockInternals::attempt_lock`]; once `cancel` is cancelled
+    /// it fails with [`Error::Cancelled`], its node removed.
+    pub fn attempt_lock_cancellable(
+        &self,
+        deadline: Option<Instant>,
+        data: &[u8],
+        cancel: Option<&CancelToken>,
+    ) -> Result<Option<LockNode>> {
         let started = Instant::now();
         let mut retries = 0u32;
+        // Wakes a retry's pause when cancelled.
+        let pause = Arc::new(Signal::default());
+        if let Some(cancel) = cancel {
+            cancel.wake_on_cancel(&pause);
+        }
         loop {
+            cancel::check(cancel)?;
             // The first listing rides along with the create: one round trip.
             let (path, stat, children) = self
                 .client
@@ -504,7 +523,7 @@ impl LockInternals {
                     &paths::make_path(&self.base_path, &self.lock_name),
                     data,
                 )?;
-            match self.wait_for_lock(&path, stat.ephemeral_owner, children, deadline) {
+            match self.wait_for_lock(&path, stat.ephemeral_owner, children, deadline, cancel) {
                 Ok(true) => {
                     return Ok(Some(LockNode {
                         path,
@@ -527,7 +546,9 @@ impl LockInternals {
                     };
                     match policy.allow_retry(retries, started.elapsed()) {
                         Some(sleep) if in_time(sleep) => {
-                            std::thread::sleep(sleep);
+                            let epoch = pause.epoch();
+                            cancel::check(cancel)?;
+                            let _ = pause.wait(epoch, deadline_after(sleep));
                             retries += 1;
                         }
                         _ => return Err(e),
@@ -557,11 +578,15 @@ impl LockInternals {
         owner: i64,
         listed: Option<Vec<String>>,
         deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
     ) -> Result<bool> {
         let ours = paths::get_node_from_path(our_path).to_owned();
         let signal = Arc::new(Signal::default());
         let waker_signal = Arc::clone(&signal);
         let _waker = self.client.add_waker(move || waker_signal.notify(None));
+        if let Some(cancel) = cancel {
+            cancel.wake_on_cancel(&signal);
+        }
         // Whether a watch on our own node is armed (it is one-shot).
         let own_armed = Arc::new(AtomicBool::new(false));
         let mut children = match listed {
@@ -584,6 +609,8 @@ impl LockInternals {
                 });
             }
             let epoch = signal.epoch();
+            // After `epoch`: a cancel from now on also ends the wait below.
+            cancel::check(cancel)?;
             let (node, only_blocker) =
                 match self.driver.decide(&children, &ours, self.max_leases)? {
                     Decision::Acquired => return Ok(true),

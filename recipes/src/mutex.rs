@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use latchkey_framework::{Client, ConnectionState, Error, ErrorCode, ListenerHandle, Result};
 use parking_lot::Mutex;
 
+use crate::cancel::{self, CancelToken};
 use crate::lock_internals::{
     deadline_after, node_data_or_who, validate_node_size, LockDriver, LockInternals, LockNode,
     StandardDriver,
@@ -130,7 +131,7 @@ impl InterProcessMutex {
     /// `SessionExpired` with the lock node's path instead, and must still
     /// release the lost hold before it can queue again.
     pub fn acquire(&self) -> Result<()> {
-        match self.internal_lock(None)? {
+        match self.internal_lock(None, None)? {
             true => Ok(()),
             false => Err(Error::IllegalState(
                 "lock wait ended without a deadline".into(),
@@ -141,10 +142,24 @@ impl InterProcessMutex {
     /// Waits at most `timeout`; `Ok(false)` if the lock was not taken (and
     /// no node is left behind).
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
-        self.internal_lock(deadline_after(timeout))
+        self.internal_lock(deadline_after(timeout), None)
     }
 
-    fn internal_lock(&self, deadline: Option<Instant>) -> Result<bool> {
+    /// Like [`acquire_timeout`](Self::acquire_timeout) (`Duration::MAX`
+    /// waits as long as it takes), and fails with [`Error::Cancelled`] as
+    /// soon as `cancel` is cancelled from another thread, leaving no node
+    /// (see [`CancelToken`]). A thread that holds the lock already takes it
+    /// again unless the token is cancelled.
+    pub fn acquire_cancellable(&self, timeout: Duration, cancel: &CancelToken) -> Result<bool> {
+        self.internal_lock(deadline_after(timeout), Some(cancel))
+    }
+
+    pub(crate) fn internal_lock(
+        &self,
+        deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
+    ) -> Result<bool> {
+        cancel::check(cancel)?;
         let me = thread::current().id();
         if let Some(hold) = self.inner.holds.lock().get_mut(&me) {
             if self.hold_lost(hold) {
@@ -162,10 +177,11 @@ impl InterProcessMutex {
             return Ok(true);
         }
         let data = self.inner.data.lock().clone();
-        let Some(node) = self
-            .inner
-            .internals
-            .attempt_lock(deadline, &node_data_or_who(&data))?
+        let Some(node) = self.inner.internals.attempt_lock_cancellable(
+            deadline,
+            &node_data_or_who(&data),
+            cancel,
+        )?
         else {
             return Ok(false);
         };

@@ -9,6 +9,7 @@ use latchkey_framework::paths;
 use latchkey_framework::{Client, CreateMode, Error, Result};
 use parking_lot::Mutex;
 
+use crate::cancel::{self, CancelToken};
 use crate::lock_internals::{
     deadline_after, delete_ephemeral, node_data_or_who, validate_node_size, validate_recipe_path,
     NodeWatches, Signal,
@@ -198,7 +199,7 @@ impl InterProcessSemaphoreV2 {
 
     /// Waits as long as it takes for one lease.
     pub fn acquire(&self) -> Result<Lease> {
-        let mut leases = self.acquire_leases(1, None)?.unwrap_or_default();
+        let mut leases = self.acquire_leases(1, None, None)?.unwrap_or_default();
         leases
             .pop()
             .ok_or_else(|| Error::IllegalState("lease wait ended without a deadline".into()))
@@ -207,14 +208,14 @@ impl InterProcessSemaphoreV2 {
     /// Waits as long as it takes for `n` leases.
     #[must_use = "the leases are returned as soon as they are dropped"]
     pub fn acquire_many(&self, n: u32) -> Result<Vec<Lease>> {
-        Ok(self.acquire_leases(n, None)?.unwrap_or_default())
+        Ok(self.acquire_leases(n, None, None)?.unwrap_or_default())
     }
 
     /// Waits at most `timeout` for one lease.
     #[must_use = "the leases are returned as soon as they are dropped"]
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
         Ok(self
-            .acquire_leases(1, deadline_after(timeout))?
+            .acquire_leases(1, deadline_after(timeout), None)?
             .and_then(|mut v| v.pop()))
     }
 
@@ -222,7 +223,22 @@ impl InterProcessSemaphoreV2 {
     /// taken are given back and `None` is returned.
     #[must_use = "the leases are returned as soon as they are dropped"]
     pub fn acquire_many_timeout(&self, n: u32, timeout: Duration) -> Result<Option<Vec<Lease>>> {
-        self.acquire_leases(n, deadline_after(timeout))
+        self.acquire_leases(n, deadline_after(timeout), None)
+    }
+
+    /// Like [`acquire_many_timeout`](Self::acquire_many_timeout)
+    /// (`Duration::MAX` waits as long as it takes), and fails with
+    /// [`Error::Cancelled`] as soon as `cancel` is cancelled from another
+    /// thread; the leases already taken and the node of the one awaited are
+    /// given back (see [`CancelToken`]).
+    #[must_use = "the leases are returned as soon as they are dropped"]
+    pub fn acquire_many_cancellable(
+        &self,
+        n: u32,
+        timeout: Duration,
+        cancel: &CancelToken,
+    ) -> Result<Option<Vec<Lease>>> {
+        self.acquire_leases(n, deadline_after(timeout), Some(cancel))
     }
 
     /// Returns a lease of this semaphore (the same as dropping it, but
@@ -265,7 +281,12 @@ impl InterProcessSemaphoreV2 {
         }
     }
 
-    fn acquire_leases(&self, n: u32, deadline: Option<Instant>) -> Result<Option<Vec<Lease>>> {
+    fn acquire_leases(
+        &self,
+        n: u32,
+        deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
+    ) -> Result<Option<Vec<Lease>>> {
         if n == 0 {
             return Err(Error::InvalidArgument("asked for zero leases".into()));
         }
@@ -286,7 +307,7 @@ impl InterProcessSemaphoreV2 {
         // Grows as leases arrive: `n` may be far more than will ever be granted.
         let mut leases = Vec::new();
         while leases.len() < n as usize {
-            match self.acquire_one(deadline)? {
+            match self.acquire_one(deadline, cancel)? {
                 Attempt::Got(lease) => leases.push(lease),
                 // Dropping `leases` gives back what was taken.
                 Attempt::TimedOut => return Ok(None),
@@ -294,7 +315,12 @@ impl InterProcessSemaphoreV2 {
                     let policy = self.client.retry_policy();
                     match policy.allow_retry(retries, started.elapsed()) {
                         Some(sleep) => {
+                            let resume = deadline_after(sleep);
+                            if deadline.is_some_and(|d| resume.is_none_or(|r| r >= d)) {
+                                return Ok(None);
+                            }
                             std::thread::sleep(sleep);
+                            cancel::check(cancel)?;
                             retries += 1;
                         }
                         None => {
@@ -309,17 +335,15 @@ impl InterProcessSemaphoreV2 {
         Ok(Some(leases))
     }
 
-    fn acquire_one(&self, deadline: Option<Instant>) -> Result<Attempt> {
-        let locked = match deadline {
-            None => self.lock.acquire().map(|_| true),
-            Some(d) => self
-                .lock
-                .acquire_timeout(d.saturating_duration_since(Instant::now())),
-        }?;
-        if !locked {
+    fn acquire_one(
+        &self,
+        deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
+    ) -> Result<Attempt> {
+        if !self.lock.internal_lock(deadline, cancel)? {
             return Ok(Attempt::TimedOut);
         }
-        let attempt = self.wait_for_room(deadline);
+        let attempt = self.wait_for_room(deadline, cancel);
         if let Err(e) = self.lock.release() {
             log::warn!("releasing the semaphore's internal lock: {e}");
         }
@@ -328,7 +352,11 @@ impl InterProcessSemaphoreV2 {
 
     /// Holding the internal lock (so only one waiter watches the leases),
     /// adds our lease node and waits until there are at most `max` nodes.
-    fn wait_for_room(&self, deadline: Option<Instant>) -> Result<Attempt> {
+    fn wait_for_room(
+        &self,
+        deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
+    ) -> Result<Attempt> {
         let data = self.data.lock().clone();
         let (path, stat) = self
             .client
@@ -346,11 +374,17 @@ impl InterProcessSemaphoreV2 {
         let wake = Arc::clone(&signal);
         let _waker = self.client.add_waker(move || wake.notify(None));
         let _count_hook = self.max_leases.wake_on_change(&signal);
+        if let Some(cancel) = cancel {
+            cancel.wake_on_cancel(&signal);
+        }
         loop {
             if self.client.session_id() != stat.ephemeral_owner {
                 return Ok(Attempt::NodeMissing);
             }
             let epoch = signal.epoch();
+            // After `epoch`: a cancel from now on also ends the wait below.
+            // Dropping `lease` then removes our node.
+            cancel::check(cancel)?;
             let children = self
                 .watches
                 .watch_children(&self.client, &self.leases_path, &signal)?;
@@ -546,6 +580,22 @@ impl InterProcessSemaphoreMutex {
     /// [`InterProcessSemaphoreV2::set_node_data`]).
     pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
         self.semaphore.set_node_data(data)
+    }
+
+    /// Like [`acquire_timeout`](Self::acquire_timeout), and fails with
+    /// [`Error::Cancelled`] as soon as `cancel` is cancelled (see
+    /// [`CancelToken`]).
+    pub fn acquire_cancellable(&self, timeout: Duration, cancel: &CancelToken) -> Result<bool> {
+        match self
+            .semaphore
+            .acquire_many_cancellable(1, timeout, cancel)?
+        {
+            Some(mut leases) => {
+                *self.lease.lock() = leases.pop();
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     /// Releases the lock, from any thread. Fails if it is not held.

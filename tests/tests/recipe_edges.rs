@@ -624,3 +624,82 @@ fn guards_node_data_and_who_holds() {
     drop(g);
     assert!(!ml.is_acquired_in_this_process());
 }
+
+/// Item: a blocked acquire is cancelled from another thread: it returns
+/// `Cancelled` at once and leaves no node.
+#[test]
+fn a_blocked_acquire_can_be_cancelled() {
+    use latchkey_recipes::CancelToken;
+    let _serial = serial();
+    let (c, other) = (client(), client());
+    let ctx = Ctx::new(shared_server(), &c);
+
+    let path = unique("edge-cancel");
+    let holder = InterProcessMutex::new(&other, &path).unwrap();
+    holder.acquire().unwrap();
+    let m = InterProcessMutex::new(&c, &path).unwrap();
+    let token = CancelToken::new();
+    let (m2, t2) = (m.clone(), token.clone());
+    let waiter = thread::spawn(move || {
+        let r = m2.acquire_cancellable(Duration::MAX, &t2);
+        (r, std::time::Instant::now())
+    });
+    wait_until(
+        Duration::from_secs(10),
+        || other.get_children(&path).unwrap_or_default().len() == 2,
+        || ctx.dump(),
+    );
+    let cancelled_at = std::time::Instant::now();
+    token.cancel();
+    let (r, returned_at) = bounded("join the cancelled waiter", CALL_BOUND, move || {
+        waiter.join().unwrap()
+    });
+    assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
+    let took = returned_at - cancelled_at;
+    assert!(took < Duration::from_secs(1), "cancel took {took:?}");
+    wait_until(
+        Duration::from_secs(10),
+        || other.get_children(&path).unwrap_or_default().len() == 1,
+        || format!("left behind: {:?}", other.get_children(&path)),
+    );
+    assert!(!m.is_acquired_in_this_process());
+    // A token cancelled before the call: no node is even created.
+    assert!(matches!(
+        m.acquire_cancellable(Duration::MAX, &token),
+        Err(Error::Cancelled)
+    ));
+    assert_eq!(other.get_children(&path).unwrap().len(), 1);
+    holder.release().unwrap();
+    // A fresh token: the lock is free now.
+    assert!(m
+        .acquire_cancellable(Duration::from_secs(10), &CancelToken::new())
+        .unwrap());
+    m.release().unwrap();
+
+    // The semaphore: cancelled while waiting for a lease.
+    let sp = unique("edge-cancel-sem");
+    let sem_other = InterProcessSemaphoreV2::new(&other, &sp, 1).unwrap();
+    let lease = sem_other.acquire().unwrap();
+    let sem = InterProcessSemaphoreV2::new(&c, &sp, 1).unwrap();
+    let token = CancelToken::new();
+    let (s2, t2) = (sem.clone(), token.clone());
+    let waiter = thread::spawn(move || s2.acquire_many_cancellable(1, Duration::MAX, &t2));
+    wait_until(
+        Duration::from_secs(10),
+        || sem.participant_nodes().unwrap_or_default().len() == 2,
+        || ctx.dump(),
+    );
+    token.cancel();
+    let r = bounded(
+        "join the cancelled lease waiter",
+        Duration::from_secs(2),
+        move || waiter.join().unwrap(),
+    );
+    assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
+    wait_until(
+        Duration::from_secs(10),
+        || sem.participant_nodes().unwrap_or_default().len() == 1,
+        || format!("left behind: {:?}", sem.participant_nodes()),
+    );
+    drop(lease);
+}
