@@ -7,10 +7,12 @@ use std::sync::{Arc, Weak};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::Receiver;
 use latchkey_framework::{Client, ConnectionState, Error, ErrorCode, ListenerHandle, Result};
 use parking_lot::Mutex;
 
 use crate::cancel::{self, CancelToken};
+use crate::hold::{self, HoldEvent};
 use crate::lock_internals::{
     deadline_after, node_data_or_who, validate_node_size, LockDriver, LockInternals, LockNode,
     StandardDriver,
@@ -25,6 +27,8 @@ struct Hold {
     node: LockNode,
     count: u32,
     lost: Arc<AtomicBool>,
+    /// Listeners behind [`MutexGuard::events`]; they go with the hold.
+    subscriptions: Vec<ListenerHandle>,
 }
 
 pub(crate) struct MutexInner {
@@ -194,6 +198,7 @@ impl InterProcessMutex {
                 node,
                 count: 1,
                 lost: Arc::new(AtomicBool::new(false)),
+                subscriptions: Vec::new(),
             },
         );
         Ok(true)
@@ -287,6 +292,29 @@ impl InterProcessMutex {
             || self.inner.internals.client().session_id() != hold.node.owner
     }
 
+    /// Whether the calling thread's hold is in doubt: lost, or the client
+    /// not connected now (`Suspended`: the session may be expiring and
+    /// another process may get the lock soon). Curator's rule: treat a
+    /// suspended lock as not held until `Reconnected`. `false` if this
+    /// thread holds nothing. See [`MutexGuard::events`] for when to check.
+    pub fn is_in_doubt(&self) -> bool {
+        let holds = self.inner.holds.lock();
+        holds.get(&thread::current().id()).is_some_and(|h| {
+            h.lost.load(Ordering::Acquire)
+                || hold::in_doubt(self.inner.internals.client(), h.node.owner)
+        })
+    }
+
+    /// The standing of the calling thread's hold as it changes (see
+    /// [`MutexGuard::events`]); `None` if this thread holds nothing.
+    pub fn hold_events(&self) -> Option<Receiver<HoldEvent>> {
+        let mut holds = self.inner.holds.lock();
+        let hold = holds.get_mut(&thread::current().id())?;
+        let (rx, handle) = hold::subscribe(self.inner.internals.client(), hold.node.owner);
+        hold.subscriptions.push(handle);
+        Some(rx)
+    }
+
     /// The calling thread's fencing token: the czxid of its lock node, which
     /// is larger for every later holder of this lock path.
     pub fn fencing_token(&self) -> Option<i64> {
@@ -350,6 +378,57 @@ impl MutexGuard<'_> {
     /// needs exclusion should stop.
     pub fn is_lost(&self) -> bool {
         self.mutex.is_lost()
+    }
+
+    /// Whether the hold is in doubt: lost, or the connection suspended (see
+    /// [`InterProcessMutex::is_in_doubt`]). Check it right before each step
+    /// that needs exclusion, such as a write to what the lock protects.
+    pub fn is_in_doubt(&self) -> bool {
+        self.mutex.is_in_doubt()
+    }
+
+    /// A channel telling this hold's standing as it changes:
+    /// [`HoldEvent::InDoubt`] when the connection is suspended,
+    /// [`HoldEvent::Restored`] on reconnecting in the same session,
+    /// [`HoldEvent::Lost`] when the session is gone. If the hold is in
+    /// doubt or lost already, that comes first. The channel disconnects
+    /// when the hold ends.
+    ///
+    /// A worker selects over it beside its own work, or checks it with
+    /// `try_recv` between steps; [`is_in_doubt`](Self::is_in_doubt) right
+    /// before each step that needs exclusion closes the gap between two
+    /// looks. Wait for `Restored` before going on after `InDoubt`; after
+    /// `Lost`, drop the guard and acquire again.
+    ///
+    /// ```no_run
+    /// # fn f(mutex: &latchkey_recipes::InterProcessMutex) -> latchkey_framework::Result<()> {
+    /// use latchkey_recipes::HoldEvent;
+    /// let guard = mutex.lock()?;
+    /// let standing = guard.events();
+    /// for step in 0..10 {
+    ///     match standing.try_recv() {
+    ///         Ok(HoldEvent::Lost) => break, // stop: someone else may hold it
+    ///         Ok(HoldEvent::InDoubt) => {
+    ///             // pause until the session is confirmed, or lost
+    ///             if standing.recv() != Ok(HoldEvent::Restored) {
+    ///                 break;
+    ///             }
+    ///         }
+    ///         _ => {}
+    ///     }
+    ///     if guard.is_in_doubt() {
+    ///         continue;
+    ///     }
+    ///     // ... step `step`, using guard.fencing_token() where writes can race ...
+    /// #   let _ = step;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn events(&self) -> Receiver<HoldEvent> {
+        self.mutex.hold_events().unwrap_or_else(|| {
+            // The guard's hold always exists; a disconnected channel if not.
+            crossbeam_channel::bounded(0).1
+        })
     }
 
     /// The fencing token of this hold (see [`InterProcessMutex::fencing_token`]).

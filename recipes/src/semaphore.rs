@@ -5,11 +5,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::Receiver;
 use latchkey_framework::paths;
-use latchkey_framework::{Client, CreateMode, Error, Result};
+use latchkey_framework::{Client, CreateMode, Error, ListenerHandle, Result};
 use parking_lot::Mutex;
 
 use crate::cancel::{self, CancelToken};
+use crate::hold::{self, HoldEvent};
 use crate::lock_internals::{
     deadline_after, delete_ephemeral, node_data_or_who, validate_node_size, validate_recipe_path,
     NodeWatches, Signal,
@@ -102,6 +104,8 @@ pub struct Lease {
     /// means the lease went with the old one.
     owner: i64,
     returned: bool,
+    /// Listeners behind [`Lease::events`]; they go with the lease.
+    subscriptions: Mutex<Vec<ListenerHandle>>,
 }
 
 /// How one attempt at a lease ended.
@@ -411,6 +415,7 @@ impl Lease {
             leases_path: leases_path.to_owned(),
             owner,
             returned: false,
+            subscriptions: Mutex::new(Vec::new()),
         }
     }
 
@@ -434,7 +439,24 @@ impl Lease {
         self.client.session_id() != self.owner
     }
 
-    /// Gives the lease back (as dropping it does, but with the error). Deleting the node is
+    /// Whether the lease is in doubt: lost, or the client not connected now
+    /// (`Suspended`; Curator's rule is to treat it as not held until
+    /// `Reconnected`). Check it right before each step that needs the lease.
+    pub fn is_in_doubt(&self) -> bool {
+        hold::in_doubt(&self.client, self.owner)
+    }
+
+    /// A channel telling this lease's standing as it changes; it
+    /// disconnects when the lease is returned (see
+    /// [`crate::MutexGuard::events`] for the events and how to use them).
+    pub fn events(&self) -> Receiver<HoldEvent> {
+        let (rx, handle) = hold::subscribe(&self.client, self.owner);
+        self.subscriptions.lock().push(handle);
+        rx
+    }
+
+    /// Gives the lease back (as dropping it does, but with the error); its
+    /// [`events`](Self::events) channels disconnect. Deleting the node is
     /// guaranteed and never waits on a broken connection: if ZooKeeper
     /// cannot be reached now, the client keeps trying in the background; a
     /// lease lost with its session has nothing left to delete.
@@ -618,6 +640,12 @@ impl InterProcessSemaphoreMutex {
         self.lease.lock().as_ref().is_some_and(Lease::is_lost)
     }
 
+    /// Whether the held lock is in doubt (see [`Lease::is_in_doubt`]);
+    /// `false` if it is not held.
+    pub fn is_in_doubt(&self) -> bool {
+        self.lease.lock().as_ref().is_some_and(Lease::is_in_doubt)
+    }
+
     /// The lease nodes of holders and waiters.
     pub fn participant_nodes(&self) -> Result<Vec<String>> {
         self.semaphore.participant_nodes()
@@ -661,6 +689,19 @@ impl SemaphoreMutexGuard<'_> {
     /// Whether the lock was lost with its session.
     pub fn is_lost(&self) -> bool {
         self.mutex.is_lost()
+    }
+
+    /// Whether the hold is in doubt (see [`Lease::is_in_doubt`]).
+    pub fn is_in_doubt(&self) -> bool {
+        self.mutex.is_in_doubt()
+    }
+
+    /// The hold's standing as it changes (see [`Lease::events`]).
+    pub fn events(&self) -> Receiver<HoldEvent> {
+        match self.mutex.lease.lock().as_ref() {
+            Some(lease) => lease.events(),
+            None => crossbeam_channel::bounded(0).1,
+        }
     }
 
     /// The lease node's path.

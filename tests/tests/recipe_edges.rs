@@ -703,3 +703,93 @@ fn a_blocked_acquire_can_be_cancelled() {
     );
     drop(lease);
 }
+
+/// Waits for `want` on a hold's event channel, skipping repeats of other
+/// events; fails with the client's state history if it does not come.
+fn expect_hold_event(
+    events: &crossbeam_channel::Receiver<latchkey_recipes::HoldEvent>,
+    want: latchkey_recipes::HoldEvent,
+    within: Duration,
+    ctx: &Ctx,
+) {
+    let deadline = std::time::Instant::now() + within;
+    let mut seen = Vec::new();
+    loop {
+        match events.recv_deadline(deadline) {
+            Ok(e) if e == want => return,
+            Ok(e) => seen.push(e),
+            Err(e) => panic!(
+                "no {want:?} within {within:?} ({e}); saw {seen:?}\n{}",
+                ctx.dump()
+            ),
+        }
+    }
+}
+
+/// Item: a holder is told when its hold is in doubt (Suspended, through a
+/// paused proxy), restored (Reconnected) and lost (session expired), on a
+/// channel per hold and by `is_in_doubt`.
+#[test]
+fn holders_are_told_when_their_hold_is_in_doubt_or_lost() {
+    use latchkey_recipes::HoldEvent;
+    let _serial = serial();
+    let proxy = latchkey_test::FaultProxy::start(shared_server().addr()).unwrap();
+    let c = connect(&proxy.connect_string(), Duration::from_secs(8));
+    let ctx = Ctx::new(shared_server(), &c);
+    let m = InterProcessMutex::new(&c, &unique("edge-doubt")).unwrap();
+    let sem = InterProcessSemaphoreV2::new(&c, &unique("edge-doubt-sem"), 1).unwrap();
+    let g = m.lock().unwrap();
+    let lease = sem.acquire().unwrap();
+    let (events, lease_events) = (g.events(), lease.events());
+    assert!(!g.is_in_doubt() && !lease.is_in_doubt());
+    assert!(events.try_recv().is_err(), "nothing to tell yet");
+
+    proxy.pause();
+    expect_hold_event(&events, HoldEvent::InDoubt, Duration::from_secs(15), &ctx);
+    expect_hold_event(
+        &lease_events,
+        HoldEvent::InDoubt,
+        Duration::from_secs(5),
+        &ctx,
+    );
+    assert!(g.is_in_doubt() && lease.is_in_doubt(), "{}", ctx.dump());
+    assert!(!g.is_lost(), "suspended is in doubt, not lost");
+    // A channel opened while in doubt starts with InDoubt.
+    let late = g.events();
+    assert_eq!(late.try_recv(), Ok(HoldEvent::InDoubt));
+
+    proxy.resume();
+    expect_hold_event(&events, HoldEvent::Restored, Duration::from_secs(15), &ctx);
+    expect_hold_event(
+        &lease_events,
+        HoldEvent::Restored,
+        Duration::from_secs(5),
+        &ctx,
+    );
+    assert!(!g.is_in_doubt() && !lease.is_in_doubt(), "{}", ctx.dump());
+
+    c.expire_session_for_testing().unwrap();
+    expect_hold_event(&events, HoldEvent::Lost, Duration::from_secs(20), &ctx);
+    expect_hold_event(&lease_events, HoldEvent::Lost, Duration::from_secs(5), &ctx);
+    assert!(g.is_lost() && g.is_in_doubt() && lease.is_in_doubt());
+    // Lost is final: nothing after it, even once a new session connects.
+    wait_until(
+        Duration::from_secs(20),
+        || c.state().is_some_and(|s| s.is_connected()),
+        || ctx.dump(),
+    );
+    assert!(
+        g.is_in_doubt(),
+        "a new session does not bring the hold back"
+    );
+
+    // The channels disconnect when the holds end.
+    drop(g);
+    drop(lease);
+    for (what, rx) in [("lock", &events), ("lease", &lease_events)] {
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {}
+            other => panic!("{what} channel after the hold ended: {other:?}"),
+        }
+    }
+}

@@ -523,7 +523,10 @@ fn semaphore_bad_input_and_lease_lifecycle() {
         .unwrap();
     // No data given: the lease node says who holds it.
     let who = String::from_utf8(held.data().unwrap()).unwrap();
-    assert!(who.contains(&format!("pid={}", std::process::id())), "{who}");
+    assert!(
+        who.contains(&format!("pid={}", std::process::id())),
+        "{who}"
+    );
     assert_eq!(sem.participant_nodes().unwrap().len(), 2);
     cs[1].close();
     wait_until(
