@@ -70,8 +70,16 @@ impl InterProcessMultiLock {
         Ok(InterProcessMultiLock { locks })
     }
 
-    /// One [`InterProcessMutex`] per path.
+    /// One [`InterProcessMutex`] per path. A path given twice is refused:
+    /// its second mutex would wait for the first forever.
     pub fn from_paths(client: &Client, paths: &[&str]) -> Result<Self> {
+        for (i, p) in paths.iter().enumerate() {
+            if paths[..i].contains(p) {
+                return Err(Error::InvalidArgument(format!(
+                    "multi-lock path {p} is given twice"
+                )));
+            }
+        }
         let locks = paths
             .iter()
             .map(|p| {

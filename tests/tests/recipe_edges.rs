@@ -115,7 +115,17 @@ fn extreme_arguments_never_panic_or_abort() {
             InterProcessMultiLock::from_paths(&c, &["/ok", p]),
         );
         assert_refused(&format!("count {short:?}"), SharedCount::new(&c, p, 0));
+        assert_refused(
+            &format!("read-write lock {short:?}"),
+            latchkey_recipes::InterProcessReadWriteLock::new(&c, p),
+        );
     }
+    // The same path twice would wait for itself forever.
+    let twice = unique("edge-ml-twice");
+    assert_refused(
+        "multi-lock with a path twice",
+        InterProcessMultiLock::from_paths(&c, &[&twice, &twice]),
+    );
     assert_refused("no locks", InterProcessMultiLock::from_paths(&c, &[]));
     assert_refused(
         "zero leases",
@@ -188,6 +198,37 @@ fn extreme_arguments_never_panic_or_abort() {
             Ok::<_, Error>(got)
         });
         assert!(matches!(r, Ok(true)), "multi-lock {d:?}: {r:?}");
+
+        let rw = latchkey_recipes::InterProcessReadWriteLock::new(&c, &unique("edge-rw")).unwrap();
+        let r = bounded(&format!("read-write lock {d:?}"), CALL_BOUND, move || {
+            let w = rw.write_lock().acquire_timeout(d)?;
+            let r = rw.read_lock().acquire_timeout(d)?;
+            rw.read_lock().release()?;
+            rw.write_lock().release()?;
+            Ok::<_, Error>((w, r))
+        });
+        assert!(
+            matches!(r, Ok((true, true))),
+            "read-write lock {d:?}: {r:?}"
+        );
+
+        let m = InterProcessMutex::new(&c, &unique("edge-cancel-d")).unwrap();
+        let sem = InterProcessSemaphoreV2::new(&c, &unique("edge-cancel-d"), 1).unwrap();
+        let r = bounded(&format!("cancellable {d:?}"), CALL_BOUND, move || {
+            let token = latchkey_recipes::CancelToken::new();
+            let got = m.acquire_cancellable(d, &token)?;
+            let again = m.try_lock()?.is_some();
+            m.release()?;
+            let leases = sem.acquire_many_cancellable(1, d, &token)?.map(|v| v.len());
+            let refused = sem.acquire_many_cancellable(u32::MAX, d, &token).is_err();
+            token.cancel();
+            let cancelled = matches!(m.acquire_cancellable(d, &token), Err(Error::Cancelled));
+            Ok::<_, Error>((got, again, leases, refused, cancelled))
+        });
+        assert!(
+            matches!(r, Ok((true, true, Some(1), true, true))),
+            "cancellable {d:?}: {r:?}"
+        );
     }
 
     // Lease counts: zero, more than the maximum, u32::MAX, fixed and shared.
