@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use latchkey_framework::{Client, Error, Result};
 
+use crate::cancel::CancelToken;
 use crate::lock_internals::deadline_after;
 use crate::mutex::InterProcessMutex;
 
@@ -19,6 +20,16 @@ pub trait InterProcessLock: Send + Sync {
     fn release(&self) -> Result<()>;
     /// Whether this process holds it.
     fn is_acquired_in_this_process(&self) -> bool;
+    /// Like [`acquire_timeout`](Self::acquire_timeout) (`Duration::MAX`
+    /// waits as long as it takes), failing with [`Error::Cancelled`] once
+    /// `cancel` is cancelled. This default checks the token only before
+    /// waiting; the locks of this crate also end the wait itself.
+    fn acquire_cancellable(&self, timeout: Duration, cancel: &CancelToken) -> Result<bool> {
+        if cancel.is_cancelled() {
+            return Err(Error::Cancelled);
+        }
+        self.acquire_timeout(timeout)
+    }
 }
 
 impl InterProcessLock for InterProcessMutex {
@@ -33,6 +44,9 @@ impl InterProcessLock for InterProcessMutex {
     }
     fn is_acquired_in_this_process(&self) -> bool {
         InterProcessMutex::is_acquired_in_this_process(self)
+    }
+    fn acquire_cancellable(&self, timeout: Duration, cancel: &CancelToken) -> Result<bool> {
+        InterProcessMutex::acquire_cancellable(self, timeout, cancel)
     }
 }
 
@@ -91,19 +105,35 @@ impl InterProcessMultiLock {
 
     /// Takes every lock, waiting as long as it takes.
     pub fn acquire(&self) -> Result<()> {
-        self.acquire_until(None).map(|_| ())
+        self.acquire_until(None, None).map(|_| ())
     }
 
     /// Takes every lock within `timeout` in all, or none of them.
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
-        self.acquire_until(deadline_after(timeout))
+        self.acquire_until(deadline_after(timeout), None)
     }
 
-    fn acquire_until(&self, deadline: Option<Instant>) -> Result<bool> {
+    /// Like [`acquire_timeout`](Self::acquire_timeout) (`Duration::MAX`
+    /// waits as long as it takes), failing with [`Error::Cancelled`] as soon
+    /// as `cancel` is cancelled; the locks already taken are released (see
+    /// [`CancelToken`]).
+    pub fn acquire_cancellable(&self, timeout: Duration, cancel: &CancelToken) -> Result<bool> {
+        self.acquire_until(deadline_after(timeout), Some(cancel))
+    }
+
+    fn acquire_until(
+        &self,
+        deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
+    ) -> Result<bool> {
         for (taken, lock) in self.locks.iter().enumerate() {
-            let outcome = match deadline {
-                None => lock.acquire().map(|_| true),
-                Some(d) => lock.acquire_timeout(d.saturating_duration_since(Instant::now())),
+            let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let outcome = match (remaining, cancel) {
+                (None, None) => lock.acquire().map(|_| true),
+                (Some(left), None) => lock.acquire_timeout(left),
+                (left, Some(cancel)) => {
+                    lock.acquire_cancellable(left.unwrap_or(Duration::MAX), cancel)
+                }
             };
             if !matches!(outcome, Ok(true)) {
                 for held in self.locks[..taken].iter().rev() {
@@ -172,6 +202,9 @@ impl InterProcessLock for InterProcessMultiLock {
     }
     fn is_acquired_in_this_process(&self) -> bool {
         InterProcessMultiLock::is_acquired_in_this_process(self)
+    }
+    fn acquire_cancellable(&self, timeout: Duration, cancel: &CancelToken) -> Result<bool> {
+        InterProcessMultiLock::acquire_cancellable(self, timeout, cancel)
     }
 }
 

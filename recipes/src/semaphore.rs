@@ -665,6 +665,9 @@ impl InterProcessLock for InterProcessSemaphoreMutex {
     fn is_acquired_in_this_process(&self) -> bool {
         InterProcessSemaphoreMutex::is_acquired_in_this_process(self)
     }
+    fn acquire_cancellable(&self, timeout: Duration, cancel: &CancelToken) -> Result<bool> {
+        InterProcessSemaphoreMutex::acquire_cancellable(self, timeout, cancel)
+    }
 }
 
 /// Holds an [`InterProcessSemaphoreMutex`] until dropped. Unlike a

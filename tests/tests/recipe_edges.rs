@@ -743,6 +743,47 @@ fn a_blocked_acquire_can_be_cancelled() {
         || format!("left behind: {:?}", sem.participant_nodes()),
     );
     drop(lease);
+
+    // The multi-lock: cancelled while waiting for its second lock, it
+    // rolls back the first.
+    let (pa, pb) = (unique("edge-cancel-ml-a"), unique("edge-cancel-ml-b"));
+    let blocker = InterProcessMutex::new(&other, &pb).unwrap();
+    blocker.acquire().unwrap();
+    let token = CancelToken::new();
+    let (c2, t2, pa2, pb2) = (c.clone(), token.clone(), pa.clone(), pb.clone());
+    let waiter = thread::spawn(move || {
+        let ml = InterProcessMultiLock::from_paths(&c2, &[&pa2, &pb2]).unwrap();
+        let r = ml.acquire_cancellable(Duration::MAX, &t2);
+        (r, ml.is_acquired_in_this_process())
+    });
+    wait_until(
+        Duration::from_secs(10),
+        || other.get_children(&pb).unwrap_or_default().len() == 2,
+        || ctx.dump(),
+    );
+    token.cancel();
+    let (r, holds) = bounded(
+        "join the cancelled multi-lock",
+        Duration::from_secs(2),
+        move || waiter.join().unwrap(),
+    );
+    assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
+    assert!(!holds);
+    wait_until(
+        Duration::from_secs(10),
+        || {
+            other.get_children(&pa).unwrap_or_default().is_empty()
+                && other.get_children(&pb).unwrap_or_default().len() == 1
+        },
+        || {
+            format!(
+                "left: {:?} {:?}",
+                other.get_children(&pa),
+                other.get_children(&pb)
+            )
+        },
+    );
+    blocker.release().unwrap();
 }
 
 /// Waits for `want` on a hold's event channel, skipping repeats of other
