@@ -875,3 +875,58 @@ fn holders_are_told_when_their_hold_is_in_doubt_or_lost() {
         }
     }
 }
+
+/// Curator's TestSharedCount.testDisconnectEventOnWatcherDoesNotRetry and
+/// testDisconnectReconnectWithMultipleClients (CURATOR-311), through a
+/// paused proxy: a watching count does not delay Suspended, and after each
+/// reconnect the count has the value set while it was cut off.
+#[test]
+fn shared_count_catches_up_after_each_reconnect() {
+    use latchkey_framework::ConnectionState;
+    let _serial = serial();
+    let proxy = latchkey_test::FaultProxy::start(shared_server().addr()).unwrap();
+    let session = Duration::from_secs(6);
+    let cut_off = connect(&proxy.connect_string(), session);
+    let direct = client();
+    let ctx = Ctx::new(shared_server(), &cut_off);
+    let path = unique("edge-count-reconnect");
+    let writer = SharedCount::new(&direct, &path, 10).unwrap();
+    let reader = SharedCount::new(&cut_off, &path, 10).unwrap();
+    let changes = reader.listen();
+    let states = cut_off.listen();
+    for round in 0..3 {
+        let value = 13 + round;
+        let paused_at = std::time::Instant::now();
+        proxy.pause();
+        ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(10));
+        let took = paused_at.elapsed();
+        assert!(took < session, "round {round}: Suspended after {took:?}");
+        writer.set_count(value).unwrap();
+        proxy.resume();
+        ctx.expect(
+            &states,
+            ConnectionState::Reconnected,
+            Duration::from_secs(10),
+        );
+        wait_until(
+            Duration::from_secs(10),
+            || reader.count() == value,
+            || {
+                format!(
+                    "round {round}: reader has {:?}\n{}",
+                    reader.versioned_value(),
+                    ctx.dump()
+                )
+            },
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match changes.recv_deadline(deadline) {
+                Ok(v) if v == value => break,
+                Ok(_) => {}
+                Err(_) => panic!("round {round}: listener never heard {value}"),
+            }
+        }
+    }
+    assert_eq!(reader.versioned_value(), writer.versioned_value());
+}
