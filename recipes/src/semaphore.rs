@@ -296,13 +296,13 @@ impl InterProcessSemaphoreV2 {
         }
         // A shared maximum may grow, so asking for more than it is now
         // waits; but never beyond what an i32 count can reach.
-        let limit = match self.max_leases {
-            MaxLeases::Fixed(max) => max,
-            MaxLeases::Shared(_) => i32::MAX as u32,
+        let (limit, why) = match self.max_leases {
+            MaxLeases::Fixed(max) => (max, "the semaphore has only"),
+            MaxLeases::Shared(_) => (i32::MAX as u32, "a shared count never allows more than"),
         };
         if n > limit {
             return Err(Error::InvalidArgument(format!(
-                "asked for {n} leases of {} but the semaphore can never have more than {limit}",
+                "asked for {n} leases of {} but {why} {limit}",
                 self.leases_path
             )));
         }
