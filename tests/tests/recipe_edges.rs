@@ -575,6 +575,20 @@ fn try_lock_foreign_leases_and_reserved_paths() {
             InterProcessMultiLock::from_paths(&c, &[&path, reserved]),
         );
     }
+    // Under a namespace, /zookeeper/x is an ordinary path.
+    let namespaced = start_connected(
+        Client::builder()
+            .connect_string(shared_server().connect_string())
+            .session_timeout(SESSION)
+            .namespace(unique("edge-ns").trim_start_matches('/')),
+    );
+    let m = InterProcessMutex::new(&namespaced, "/zookeeper/x").unwrap();
+    let r = bounded("namespaced /zookeeper/x", CALL_BOUND, move || {
+        let got = m.acquire_timeout(Duration::from_secs(5))?;
+        m.release()?;
+        Ok::<_, Error>(got)
+    });
+    assert!(matches!(r, Ok(true)), "{r:?}");
 }
 
 /// Item: guards for the semaphore mutex and the multi-lock; node data set
