@@ -231,6 +231,28 @@ fn extreme_arguments_never_panic_or_abort() {
         );
     }
 
+    // Duration::MAX on a held lock is a wait that ends when it is released.
+    let other = client();
+    let held_path = unique("edge-max-wait");
+    let holder = InterProcessMutex::new(&other, &held_path).unwrap();
+    holder.acquire().unwrap();
+    let m = InterProcessMutex::new(&c, &held_path).unwrap();
+    let waiter = thread::spawn(move || {
+        let got = m.acquire_timeout(Duration::MAX);
+        let _ = m.release();
+        got
+    });
+    wait_until(
+        Duration::from_secs(10),
+        || other.get_children(&held_path).unwrap_or_default().len() == 2,
+        || format!("{:?}", other.get_children(&held_path)),
+    );
+    holder.release().unwrap();
+    let got = bounded("Duration::MAX waiter", CALL_BOUND, move || {
+        waiter.join().unwrap()
+    });
+    assert!(matches!(got, Ok(true)), "{got:?}");
+
     // Lease counts: zero, more than the maximum, u32::MAX, fixed and shared.
     let sem = InterProcessSemaphoreV2::new(&c, &unique("edge-many"), 3).unwrap();
     for n in [0, 4, u32::MAX] {
