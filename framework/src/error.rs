@@ -136,6 +136,9 @@ pub enum Error {
     IllegalState(String),
     /// The client was closed.
     Closed,
+    /// The call was cancelled by its caller (a recipe's cancel token) and
+    /// undid what it had done.
+    Cancelled,
     /// A reply that could not be decoded.
     Marshalling(&'static str),
     /// An I/O error outside a session (for example resolving a host).
@@ -198,6 +201,7 @@ impl fmt::Display for Error {
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             Error::IllegalState(m) => write!(f, "illegal state: {m}"),
             Error::Closed => write!(f, "the client is closed"),
+            Error::Cancelled => write!(f, "the call was cancelled"),
             Error::Marshalling(m) => write!(f, "malformed reply: {m}"),
             Error::Io(e) => write!(f, "I/O error: {e}"),
         }

@@ -19,7 +19,29 @@
 //! Every waiter watches exactly one node (no herd effect) and re-checks on
 //! every connection-state change. A lock held when the session is lost
 //! reports it (`is_lost`), and its release still succeeds.
+//!
+//! ## Holding a lock safely
+//!
+//! ZooKeeper can only tell a holder that its hold is *in doubt*: while the
+//! connection is `Suspended` the session may be expiring, and once it has
+//! expired (`Lost`) another process may hold the lock. Following Curator,
+//! treat a suspended lock as not held until `Reconnected`:
+//!
+//! - check `is_in_doubt()` (on the guard or lease) right before each step
+//!   that needs exclusion, such as each write to what the lock protects;
+//! - between steps, or in a `select!` beside your own channels, watch
+//!   `events()`: [`HoldEvent::InDoubt`] means pause, [`HoldEvent::Restored`]
+//!   means go on, [`HoldEvent::Lost`] means stop, drop the guard and
+//!   acquire again;
+//! - where a write can still race a new holder (a step already under way
+//!   when the connection went), pass the guard's fencing token to the
+//!   resource and let it refuse older tokens.
+//!
+//! A blocked acquire can be ended from another thread with a
+//! [`CancelToken`].
 
+mod cancel;
+mod hold;
 mod lock_internals;
 mod multi_lock;
 mod mutex;
@@ -28,10 +50,20 @@ mod rwlock;
 mod semaphore;
 mod shared_count;
 
+/// The channel receiver that `events()` and `listen()` return
+/// (re-exported from `crossbeam-channel`, so it can be named and used in
+/// `select!` without depending on that crate directly).
+pub use crossbeam_channel::Receiver;
+
+pub use cancel::CancelToken;
+pub use hold::HoldEvent;
 pub use lock_internals::{Decision, LockDriver, LockInternals, LockNode, StandardDriver};
-pub use multi_lock::{InterProcessLock, InterProcessMultiLock};
+pub use multi_lock::{InterProcessLock, InterProcessMultiLock, MultiLockGuard};
 pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
 pub use revoke::{Revoker, REVOKE_MESSAGE};
 pub use rwlock::{InterProcessReadWriteLock, READ_LOCK_NAME, WRITE_LOCK_NAME};
-pub use semaphore::{InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, LEASE_NAME};
+pub use semaphore::{
+    InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, LeaseReturnError,
+    SemaphoreMutexGuard, LEASE_NAME,
+};
 pub use shared_count::{SharedCount, VersionedValue};

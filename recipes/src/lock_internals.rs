@@ -2,13 +2,16 @@
 //! protected ephemeral-sequential node per attempt, the children sorted by
 //! sequence, and a wait on exactly one other node.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use latchkey_framework::paths;
 use latchkey_framework::{Client, CreateMode, Error, ErrorCode, EventType, Result, WatchedEvent};
 use parking_lot::{Condvar, Mutex};
+
+use crate::cancel::{self, CancelToken};
 
 /// What a driver decides for one listing of the lock's children.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -160,6 +163,148 @@ impl Signal {
     }
 }
 
+/// The watches a recipe object keeps on other nodes: at most one callback
+/// per watched node and kind, however many waiters wait on it (Curator's one
+/// watcher object per lock, which the Java client's watch set keeps once).
+///
+/// A timed attempt that gives up leaves nothing behind but a dead entry in
+/// the node's waiter list, dropped at the next registration: polling a held
+/// lock costs no memory, where a callback per attempt would pile up on the
+/// holder's node until it changes.
+#[derive(Default)]
+pub(crate) struct NodeWatches {
+    by_node: Mutex<HashMap<(WatchOn, String), Watched>>,
+    next_id: AtomicU64,
+}
+
+/// What a watch is set on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum WatchOn {
+    /// The node's data or its deletion (getData).
+    Data,
+    /// The node's children (getChildren).
+    Children,
+}
+
+/// One armed watch and who waits on it.
+struct Watched {
+    /// Tells this arming from an earlier one whose callback may still run.
+    id: u64,
+    /// Watches end with their session.
+    session: i64,
+    waiters: Vec<Weak<Signal>>,
+}
+
+impl NodeWatches {
+    /// Has `signal` woken at the next event of `path`'s data: joins the
+    /// watch already set for this session, or sets one (reading the node).
+    /// Fails with NoNode if the node is gone (then no watch is left).
+    pub(crate) fn watch_data(
+        self: &Arc<Self>,
+        client: &Client,
+        path: &str,
+        signal: &Arc<Signal>,
+    ) -> Result<()> {
+        if self.join(WatchOn::Data, path, client.session_id(), signal) {
+            return Ok(());
+        }
+        let (id, wake) = self.arm(WatchOn::Data, path, client.session_id(), signal);
+        client
+            .get_data_watch_waker(path, wake)
+            .map(|_| ())
+            .inspect_err(|_| self.disarm(WatchOn::Data, path, id, None))
+    }
+
+    /// The children of `path`, with `signal` woken at their next change (see
+    /// [`NodeWatches::watch_data`]).
+    pub(crate) fn watch_children(
+        self: &Arc<Self>,
+        client: &Client,
+        path: &str,
+        signal: &Arc<Signal>,
+    ) -> Result<Vec<String>> {
+        if self.join(WatchOn::Children, path, client.session_id(), signal) {
+            return client.get_children(path);
+        }
+        let (id, wake) = self.arm(WatchOn::Children, path, client.session_id(), signal);
+        client
+            .get_children_watch(path, wake)
+            .inspect_err(|_| self.disarm(WatchOn::Children, path, id, None))
+    }
+
+    /// Adds `signal` to the waiters of a watch set in `session`, if any.
+    fn join(&self, on: WatchOn, path: &str, session: i64, signal: &Arc<Signal>) -> bool {
+        let mut map = self.by_node.lock();
+        match map.get_mut(&(on, path.to_owned())) {
+            Some(w) if w.session == session && session != 0 => {
+                w.waiters.retain(|s| s.strong_count() > 0);
+                w.waiters.push(Arc::downgrade(signal));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Records a new watch with `signal` as its first waiter and returns its
+    /// callback, which wakes every waiter then present.
+    fn arm(
+        self: &Arc<Self>,
+        on: WatchOn,
+        path: &str,
+        session: i64,
+        signal: &Arc<Signal>,
+    ) -> (u64, impl FnOnce(WatchedEvent) + Send + 'static) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let replaced = self.by_node.lock().insert(
+            (on, path.to_owned()),
+            Watched {
+                id,
+                session,
+                waiters: vec![Arc::downgrade(signal)],
+            },
+        );
+        // Waiters of a watch from an earlier session look again.
+        wake_all(replaced, None);
+        let (registry, path) = (Arc::downgrade(self), path.to_owned());
+        let wake = move |event: WatchedEvent| {
+            if let Some(registry) = registry.upgrade() {
+                registry.disarm(on, &path, id, Some(event));
+            }
+        };
+        (id, wake)
+    }
+
+    /// Ends watch `id` (its event came, or setting it failed) and wakes its
+    /// waiters, who look again.
+    fn disarm(&self, on: WatchOn, path: &str, id: u64, event: Option<WatchedEvent>) {
+        let ended = {
+            let mut map = self.by_node.lock();
+            let key = (on, path.to_owned());
+            match map.get(&key) {
+                Some(w) if w.id == id => map.remove(&key),
+                _ => None,
+            }
+        };
+        wake_all(ended, event);
+    }
+}
+
+impl std::fmt::Debug for NodeWatches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeWatches")
+            .field("armed", &self.by_node.lock().len())
+            .finish()
+    }
+}
+
+fn wake_all(watched: Option<Watched>, event: Option<WatchedEvent>) {
+    for waiter in watched.into_iter().flat_map(|w| w.waiters) {
+        if let Some(signal) = waiter.upgrade() {
+            signal.notify(event.clone());
+        }
+    }
+}
+
 /// Deletes an ephemeral node of session `owner` (see
 /// [`LockInternals::delete_node`]).
 pub(crate) fn delete_ephemeral(client: &Client, path: &str, owner: i64) -> Result<()> {
@@ -170,9 +315,91 @@ pub(crate) fn delete_ephemeral(client: &Client, path: &str, owner: i64) -> Resul
     client.delete().in_background().for_path(path)
 }
 
+/// The most path and node data a recipe sends in one create: ZooKeeper's
+/// default request limit (`jute.maxbuffer`, 1 MiB) less room for the
+/// request's header, ACL and the protected-name prefix. A larger request
+/// would be refused by the server by dropping the connection, which every
+/// other call on the client would feel.
+pub(crate) const MAX_REQUEST_PAYLOAD: usize = 0xfffff - 4096;
+
+/// The deadline `timeout` from now, or `None` (no deadline) when it is too
+/// far away for an `Instant` (such as `Duration::MAX`).
+///
+/// Every timed recipe call turns its timeout into a deadline here, once, and
+/// passes the deadline down; this is the one place where an overall
+/// deadline set on the client would be combined with the call's own
+/// (the earlier of the two wins).
+pub(crate) fn deadline_after(timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(timeout)
+}
+
+/// The data a lock or lease node holds when none was given: who holds it,
+/// as `host=<host name> pid=<process id> thread=<thread name or id>`
+/// (Curator stores the local address). Read by the calling thread.
+pub(crate) fn who_holds() -> Vec<u8> {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let host = HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "unknown".into())
+    });
+    let current = std::thread::current();
+    let thread = match current.name() {
+        Some(name) => name.to_owned(),
+        None => format!("{:?}", current.id()),
+    };
+    format!("host={host} pid={} thread={thread}", std::process::id()).into_bytes()
+}
+
+/// The data to store in a node: `data`, or [`who_holds`] when it is empty.
+pub(crate) fn node_data_or_who(data: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if data.is_empty() {
+        std::borrow::Cow::Owned(who_holds())
+    } else {
+        std::borrow::Cow::Borrowed(data)
+    }
+}
+
+/// Checks that a recipe node of `path` holding `data` fits in one request.
+pub(crate) fn validate_node_size(op: &str, path: &str, data: &[u8]) -> Result<()> {
+    if path.len().saturating_add(data.len()) > MAX_REQUEST_PAYLOAD {
+        return Err(Error::InvalidArgument(format!(
+            "{op} at {}: path ({} bytes) and node data ({} bytes) exceed the {} bytes \
+             one ZooKeeper request may carry",
+            shorten(path),
+            path.len(),
+            data.len(),
+            MAX_REQUEST_PAYLOAD
+        )));
+    }
+    Ok(())
+}
+
+/// A path cut to a readable length for messages.
+pub(crate) fn shorten(path: &str) -> String {
+    const SHOWN: usize = 80;
+    match path.char_indices().nth(SHOWN) {
+        Some((i, _)) => format!("{}... ({} bytes)", &path[..i], path.len()),
+        None => path.to_owned(),
+    }
+}
+
 /// Checks a recipe's base path: a valid ZooKeeper path other than the root,
-/// whose children a recipe would share with everything else there.
-pub(crate) fn validate_recipe_path(path: &str) -> Result<()> {
+/// whose children a recipe would share with everything else there, and
+/// outside ZooKeeper's own `/zookeeper` subtree (quotas, configuration),
+/// unless a namespace puts it elsewhere.
+pub(crate) fn validate_recipe_path(client: &Client, path: &str) -> Result<()> {
+    if path.len() > MAX_REQUEST_PAYLOAD {
+        return Err(Error::InvalidPath {
+            path: shorten(path),
+            reason: format!(
+                "longer than the {MAX_REQUEST_PAYLOAD} bytes one ZooKeeper request may carry"
+            ),
+        });
+    }
     paths::validate_path(path).map_err(|e| Error::InvalidPath {
         path: path.to_owned(),
         reason: e.kind().to_string(),
@@ -181,6 +408,17 @@ pub(crate) fn validate_recipe_path(path: &str) -> Result<()> {
         return Err(Error::InvalidPath {
             path: path.into(),
             reason: "a recipe needs its own node, not the root".into(),
+        });
+    }
+    let reserved = path == "/zookeeper" || path.starts_with("/zookeeper/");
+    if reserved
+        && client
+            .namespace()
+            .is_none_or(|ns| ns.trim_matches('/').is_empty())
+    {
+        return Err(Error::InvalidPath {
+            path: path.into(),
+            reason: "/zookeeper is ZooKeeper's own subtree, not for recipes".into(),
         });
     }
     Ok(())
@@ -213,6 +451,8 @@ pub struct LockInternals {
     max_leases: usize,
     driver: Arc<dyn LockDriver>,
     node_hook: Mutex<Option<NodeHook>>,
+    /// One watch per watched node, shared by every waiter of this lock.
+    watches: Arc<NodeWatches>,
 }
 
 impl std::fmt::Debug for LockInternals {
@@ -237,7 +477,7 @@ impl LockInternals {
         max_leases: usize,
         driver: Arc<dyn LockDriver>,
     ) -> Result<Self> {
-        validate_recipe_path(base_path)?;
+        validate_recipe_path(client, base_path)?;
         if max_leases == 0 {
             return Err(Error::InvalidArgument(
                 "max_leases must be at least 1".into(),
@@ -251,6 +491,7 @@ impl LockInternals {
             max_leases,
             driver,
             node_hook: Mutex::new(None),
+            watches: Arc::default(),
         })
     }
 
@@ -304,9 +545,26 @@ impl LockInternals {
     /// (`Ok(None)`; the node is then removed). A node that disappears while
     /// waiting (session lost) is re-created as the retry policy allows.
     pub fn attempt_lock(&self, deadline: Option<Instant>, data: &[u8]) -> Result<Option<LockNode>> {
+        self.attempt_lock_cancellable(deadline, data, None)
+    }
+
+    /// Like [`LockInternals::attempt_lock`]; once `cancel` is cancelled
+    /// it fails with [`Error::Cancelled`], its node removed.
+    pub fn attempt_lock_cancellable(
+        &self,
+        deadline: Option<Instant>,
+        data: &[u8],
+        cancel: Option<&CancelToken>,
+    ) -> Result<Option<LockNode>> {
         let started = Instant::now();
         let mut retries = 0u32;
+        // Wakes a retry's pause when cancelled.
+        let pause = Arc::new(Signal::default());
+        if let Some(cancel) = cancel {
+            cancel.wake_on_cancel(&pause);
+        }
         loop {
+            cancel::check(cancel)?;
             // The first listing rides along with the create: one round trip.
             let (name, mode) = match self.driver.sorting_sequence() {
                 Some(seq) => (format!("{}{seq}", self.lock_name), CreateMode::Ephemeral),
@@ -319,9 +577,9 @@ impl LockInternals {
                 .with_protection()
                 .mode(mode)
                 .for_path_listing_parent(&paths::make_path(&self.base_path, &name), data)?;
-            let waited = self
-                .run_node_hook(&path)
-                .and_then(|()| self.wait_for_lock(&path, stat.ephemeral_owner, children, deadline));
+            let waited = self.run_node_hook(&path).and_then(|()| {
+                self.wait_for_lock(&path, stat.ephemeral_owner, children, deadline, cancel)
+            });
             match waited {
                 Ok(true) => {
                     return Ok(Some(LockNode {
@@ -338,9 +596,16 @@ impl LockInternals {
                     // Our node vanished (session lost): queue again if allowed.
                     self.delete_node(&path, stat.ephemeral_owner);
                     let policy = self.client.retry_policy();
+                    let in_time = |sleep: Duration| {
+                        deadline.is_none_or(|d| {
+                            Instant::now().checked_add(sleep).is_some_and(|t| t < d)
+                        })
+                    };
                     match policy.allow_retry(retries, started.elapsed()) {
-                        Some(sleep) if deadline.is_none_or(|d| Instant::now() + sleep < d) => {
-                            std::thread::sleep(sleep);
+                        Some(sleep) if in_time(sleep) => {
+                            let epoch = pause.epoch();
+                            cancel::check(cancel)?;
+                            let _ = pause.wait(epoch, deadline_after(sleep));
                             retries += 1;
                         }
                         _ => return Err(e),
@@ -370,11 +635,15 @@ impl LockInternals {
         owner: i64,
         listed: Option<Vec<String>>,
         deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
     ) -> Result<bool> {
         let ours = paths::get_node_from_path(our_path).to_owned();
         let signal = Arc::new(Signal::default());
         let waker_signal = Arc::clone(&signal);
         let _waker = self.client.add_waker(move || waker_signal.notify(None));
+        if let Some(cancel) = cancel {
+            cancel.wake_on_cancel(&signal);
+        }
         // Whether a watch on our own node is armed (it is one-shot).
         let own_armed = Arc::new(AtomicBool::new(false));
         let mut children = match listed {
@@ -397,6 +666,8 @@ impl LockInternals {
                 });
             }
             let epoch = signal.epoch();
+            // After `epoch`: a cancel from now on also ends the wait below.
+            cancel::check(cancel)?;
             let (node, only_blocker) =
                 match self.driver.decide(&children, &ours, self.max_leases)? {
                     Decision::Acquired => return Ok(true),
@@ -432,11 +703,7 @@ impl LockInternals {
                 }
             }
             let watched = paths::make_path(&self.base_path, &node);
-            let watch_signal = Arc::clone(&signal);
-            match self
-                .client
-                .get_data_watch_waker(&watched, move |ev| watch_signal.notify(Some(ev)))
-            {
+            match self.watches.watch_data(&self.client, &watched, &signal) {
                 Ok(_) => match signal.wait(epoch, deadline) {
                     None => return Ok(false),
                     Some((1, Some(ev)))

@@ -1,9 +1,12 @@
 //! `InterProcessMultiLock`: several locks taken as one, all or none.
 
+use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
 use latchkey_framework::{Client, Error, Result};
 
+use crate::cancel::CancelToken;
+use crate::lock_internals::deadline_after;
 use crate::mutex::InterProcessMutex;
 
 /// What a lock offers so that [`InterProcessMultiLock`] can combine it
@@ -17,6 +20,16 @@ pub trait InterProcessLock: Send + Sync {
     fn release(&self) -> Result<()>;
     /// Whether this process holds it.
     fn is_acquired_in_this_process(&self) -> bool;
+    /// Like [`acquire_timeout`](Self::acquire_timeout) (`Duration::MAX`
+    /// waits as long as it takes), failing with [`Error::Cancelled`] once
+    /// `cancel` is cancelled. This default checks the token only before
+    /// waiting; the locks of this crate also end the wait itself.
+    fn acquire_cancellable(&self, timeout: Duration, cancel: &CancelToken) -> Result<bool> {
+        if cancel.is_cancelled() {
+            return Err(Error::Cancelled);
+        }
+        self.acquire_timeout(timeout)
+    }
 }
 
 impl InterProcessLock for InterProcessMutex {
@@ -31,6 +44,9 @@ impl InterProcessLock for InterProcessMutex {
     }
     fn is_acquired_in_this_process(&self) -> bool {
         InterProcessMutex::is_acquired_in_this_process(self)
+    }
+    fn acquire_cancellable(&self, timeout: Duration, cancel: &CancelToken) -> Result<bool> {
+        InterProcessMutex::acquire_cancellable(self, timeout, cancel)
     }
 }
 
@@ -68,8 +84,16 @@ impl InterProcessMultiLock {
         Ok(InterProcessMultiLock { locks })
     }
 
-    /// One [`InterProcessMutex`] per path.
+    /// One [`InterProcessMutex`] per path. A path given twice is refused:
+    /// its second mutex would wait for the first forever.
     pub fn from_paths(client: &Client, paths: &[&str]) -> Result<Self> {
+        for (i, p) in paths.iter().enumerate() {
+            if paths[..i].contains(p) {
+                return Err(Error::InvalidArgument(format!(
+                    "multi-lock path {p} is given twice"
+                )));
+            }
+        }
         let locks = paths
             .iter()
             .map(|p| {
@@ -81,19 +105,35 @@ impl InterProcessMultiLock {
 
     /// Takes every lock, waiting as long as it takes.
     pub fn acquire(&self) -> Result<()> {
-        self.acquire_until(None).map(|_| ())
+        self.acquire_until(None, None).map(|_| ())
     }
 
     /// Takes every lock within `timeout` in all, or none of them.
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
-        self.acquire_until(Some(Instant::now() + timeout))
+        self.acquire_until(deadline_after(timeout), None)
     }
 
-    fn acquire_until(&self, deadline: Option<Instant>) -> Result<bool> {
+    /// Like [`acquire_timeout`](Self::acquire_timeout) (`Duration::MAX`
+    /// waits as long as it takes), failing with [`Error::Cancelled`] as soon
+    /// as `cancel` is cancelled; the locks already taken are released (see
+    /// [`CancelToken`]).
+    pub fn acquire_cancellable(&self, timeout: Duration, cancel: &CancelToken) -> Result<bool> {
+        self.acquire_until(deadline_after(timeout), Some(cancel))
+    }
+
+    fn acquire_until(
+        &self,
+        deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
+    ) -> Result<bool> {
         for (taken, lock) in self.locks.iter().enumerate() {
-            let outcome = match deadline {
-                None => lock.acquire().map(|_| true),
-                Some(d) => lock.acquire_timeout(d.saturating_duration_since(Instant::now())),
+            let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let outcome = match (remaining, cancel) {
+                (None, None) => lock.acquire().map(|_| true),
+                (Some(left), None) => lock.acquire_timeout(left),
+                (left, Some(cancel)) => {
+                    lock.acquire_cancellable(left.unwrap_or(Duration::MAX), cancel)
+                }
             };
             if !matches!(outcome, Ok(true)) {
                 for held in self.locks[..taken].iter().rev() {
@@ -105,6 +145,31 @@ impl InterProcessMultiLock {
             }
         }
         Ok(true)
+    }
+
+    /// Takes every lock and returns a guard that releases them all when
+    /// dropped (on the thread that took them, as the mutexes need).
+    pub fn lock(&self) -> Result<MultiLockGuard<'_>> {
+        self.acquire()?;
+        Ok(self.guard())
+    }
+
+    /// Like [`lock`](Self::lock), within `timeout` in all; `None` (and no
+    /// lock held) if not all were taken.
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MultiLockGuard<'_>>> {
+        Ok(self.acquire_timeout(timeout)?.then(|| self.guard()))
+    }
+
+    /// Takes every lock only if none needs waiting.
+    pub fn try_lock(&self) -> Result<Option<MultiLockGuard<'_>>> {
+        self.try_lock_for(Duration::ZERO)
+    }
+
+    fn guard(&self) -> MultiLockGuard<'_> {
+        MultiLockGuard {
+            locks: self,
+            _not_send: PhantomData,
+        }
     }
 
     /// Releases every lock in reverse order, trying each even when one
@@ -137,5 +202,43 @@ impl InterProcessLock for InterProcessMultiLock {
     }
     fn is_acquired_in_this_process(&self) -> bool {
         InterProcessMultiLock::is_acquired_in_this_process(self)
+    }
+    fn acquire_cancellable(&self, timeout: Duration, cancel: &CancelToken) -> Result<bool> {
+        InterProcessMultiLock::acquire_cancellable(self, timeout, cancel)
+    }
+}
+
+/// Holds every lock of an [`InterProcessMultiLock`] until dropped. Not
+/// `Send`: a mutex is released by the thread that took it.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use latchkey_recipes::InterProcessMultiLock;
+/// let both = InterProcessMultiLock::from_paths(client, &["/locks/a", "/locks/b"])?;
+/// {
+///     let _guard = both.lock()?;
+///     // ... holds /locks/a and /locks/b ...
+/// } // both released here
+/// # Ok(()) }
+/// ```
+#[must_use = "the locks are released as soon as the guard is dropped"]
+pub struct MultiLockGuard<'a> {
+    locks: &'a InterProcessMultiLock,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Drop for MultiLockGuard<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.locks.release() {
+            log::error!("releasing a multi-lock failed: {e}");
+        }
+    }
+}
+
+impl std::fmt::Debug for MultiLockGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiLockGuard")
+            .field("locks", &self.locks.locks.len())
+            .finish()
     }
 }

@@ -7,10 +7,16 @@ use std::sync::{Arc, Weak};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
-use latchkey_framework::{Client, ConnectionState, Error, ListenerHandle, Result};
+use crossbeam_channel::Receiver;
+use latchkey_framework::{Client, ConnectionState, Error, ErrorCode, ListenerHandle, Result};
 use parking_lot::Mutex;
 
-use crate::lock_internals::{LockDriver, LockInternals, LockNode, StandardDriver};
+use crate::cancel::{self, CancelToken};
+use crate::hold::{self, HoldEvent};
+use crate::lock_internals::{
+    deadline_after, node_data_or_who, validate_node_size, LockDriver, LockInternals, LockNode,
+    StandardDriver,
+};
 use crate::revoke::Revocable;
 
 /// Curator's lock-node name for a mutex.
@@ -21,12 +27,15 @@ struct Hold {
     node: LockNode,
     count: u32,
     lost: Arc<AtomicBool>,
+    /// Listeners behind [`MutexGuard::events`]; they go with the hold.
+    subscriptions: Vec<ListenerHandle>,
 }
 
 pub(crate) struct MutexInner {
     internals: LockInternals,
     holds: Mutex<HashMap<ThreadId, Hold>>,
-    data: Vec<u8>,
+    /// What the next lock node stores; empty: who holds it.
+    data: Mutex<Vec<u8>>,
     revocable: Revocable,
     _state: Mutex<Option<ListenerHandle>>,
 }
@@ -68,12 +77,15 @@ impl std::fmt::Debug for InterProcessMutex {
 }
 
 impl InterProcessMutex {
-    /// A mutex on `path` (created on first use).
+    /// A mutex on `path` (created on first use). Each lock node says who
+    /// holds it: `host=<host> pid=<pid> thread=<thread name or id>`.
     pub fn new(client: &Client, path: &str) -> Result<Self> {
         Self::with_lock_data(client, path, &[])
     }
 
-    /// Like [`InterProcessMutex::new`], storing `data` in each lock node.
+    /// Like [`InterProcessMutex::new`], storing `data` in each lock node
+    /// (empty `data` stores who holds it, as `new` does). Data too large
+    /// for one ZooKeeper request is refused.
     pub fn with_lock_data(client: &Client, path: &str, data: &[u8]) -> Result<Self> {
         let driver = Arc::new(StandardDriver);
         Self::with_driver(client, path, LOCK_NAME, &[LOCK_NAME], 1, driver, data)
@@ -122,12 +134,13 @@ impl InterProcessMutex {
         driver: Arc<dyn LockDriver>,
         data: &[u8],
     ) -> Result<Self> {
+        validate_node_size("lock", path, data)?;
         let internals =
             LockInternals::new(client, path, lock_name, sort_names, max_leases, driver)?;
         Ok(Self::wrap(MutexInner {
             internals,
             holds: Mutex::new(HashMap::new()),
-            data: data.to_vec(),
+            data: Mutex::new(data.to_vec()),
             revocable: Revocable::default(),
             _state: Mutex::new(None),
         }))
@@ -150,8 +163,13 @@ impl InterProcessMutex {
     }
 
     /// Waits as long as it takes to hold the lock.
+    ///
+    /// A thread that holds the lock takes it again at once (each acquire
+    /// needs a release); if its hold was lost with its session, it gets
+    /// `SessionExpired` with the lock node's path instead, and must still
+    /// release the lost hold before it can queue again.
     pub fn acquire(&self) -> Result<()> {
-        match self.internal_lock(None)? {
+        match self.internal_lock(None, None)? {
             true => Ok(()),
             false => Err(Error::IllegalState(
                 "lock wait ended without a deadline".into(),
@@ -162,22 +180,46 @@ impl InterProcessMutex {
     /// Waits at most `timeout`; `Ok(false)` if the lock was not taken (and
     /// no node is left behind).
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
-        self.internal_lock(Some(Instant::now() + timeout))
+        self.internal_lock(deadline_after(timeout), None)
     }
 
-    fn internal_lock(&self, deadline: Option<Instant>) -> Result<bool> {
+    /// Like [`acquire_timeout`](Self::acquire_timeout) (`Duration::MAX`
+    /// waits as long as it takes), and fails with [`Error::Cancelled`] as
+    /// soon as `cancel` is cancelled from another thread, leaving no node
+    /// (see [`CancelToken`]). A thread that holds the lock already takes it
+    /// again unless the token is cancelled.
+    pub fn acquire_cancellable(&self, timeout: Duration, cancel: &CancelToken) -> Result<bool> {
+        self.internal_lock(deadline_after(timeout), Some(cancel))
+    }
+
+    pub(crate) fn internal_lock(
+        &self,
+        deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
+    ) -> Result<bool> {
+        cancel::check(cancel)?;
         let me = thread::current().id();
         if let Some(hold) = self.inner.holds.lock().get_mut(&me) {
+            if self.hold_lost(hold) {
+                // Counting another hold on a lock that is gone would tell the
+                // caller it holds what another session may hold now.
+                return Err(Error::Zk {
+                    code: ErrorCode::SessionExpired,
+                    path: Some(hold.node.path.clone()),
+                });
+            }
             hold.count = hold
                 .count
                 .checked_add(1)
                 .ok_or_else(|| Error::IllegalState("lock count overflow".into()))?;
             return Ok(true);
         }
-        let Some(node) = self
-            .inner
-            .internals
-            .attempt_lock(deadline, &self.inner.data)?
+        let data = self.inner.data.lock().clone();
+        let Some(node) = self.inner.internals.attempt_lock_cancellable(
+            deadline,
+            &node_data_or_who(&data),
+            cancel,
+        )?
         else {
             return Ok(false);
         };
@@ -187,6 +229,7 @@ impl InterProcessMutex {
                 node,
                 count: 1,
                 lost: Arc::new(AtomicBool::new(false)),
+                subscriptions: Vec::new(),
             },
         );
         Ok(true)
@@ -220,10 +263,25 @@ impl InterProcessMutex {
         Ok(())
     }
 
+    /// Sets the data that lock nodes created from now on store (empty: who
+    /// holds the lock). A node already queued or held keeps its data.
+    pub fn set_lock_data(&self, data: &[u8]) -> Result<()> {
+        validate_node_size("lock", self.path(), data)?;
+        *self.inner.data.lock() = data.to_vec();
+        Ok(())
+    }
+
     /// Takes the lock and returns a guard that releases it when dropped.
     pub fn lock(&self) -> Result<MutexGuard<'_>> {
         self.acquire()?;
         Ok(self.guard())
+    }
+
+    /// Takes the lock only if that needs no waiting (Curator's
+    /// `acquire(0, ..)`): `None` if another holder or an earlier waiter is
+    /// ahead. Still one round trip to ZooKeeper, and no node is left behind.
+    pub fn try_lock(&self) -> Result<Option<MutexGuard<'_>>> {
+        self.try_lock_for(Duration::ZERO)
     }
 
     /// Like [`InterProcessMutex::lock`], waiting at most `timeout`.
@@ -257,10 +315,37 @@ impl InterProcessMutex {
         let Some(hold) = holds.get(&thread::current().id()) else {
             return false;
         };
+        self.hold_lost(hold)
+    }
+
+    fn hold_lost(&self, hold: &Hold) -> bool {
         // The session check also covers a Lost that arrived between taking
         // the node and recording the hold, which the listener cannot mark.
         hold.lost.load(Ordering::Acquire)
             || self.inner.internals.client().session_id() != hold.node.owner
+    }
+
+    /// Whether the calling thread's hold is in doubt: lost, or the client
+    /// not connected now (`Suspended`: the session may be expiring and
+    /// another process may get the lock soon). Curator's rule: treat a
+    /// suspended lock as not held until `Reconnected`. `false` if this
+    /// thread holds nothing. See [`MutexGuard::events`] for when to check.
+    pub fn is_in_doubt(&self) -> bool {
+        let holds = self.inner.holds.lock();
+        holds.get(&thread::current().id()).is_some_and(|h| {
+            h.lost.load(Ordering::Acquire)
+                || hold::in_doubt(self.inner.internals.client(), h.node.owner)
+        })
+    }
+
+    /// The standing of the calling thread's hold as it changes (see
+    /// [`MutexGuard::events`]); `None` if this thread holds nothing.
+    pub fn hold_events(&self) -> Option<Receiver<HoldEvent>> {
+        let mut holds = self.inner.holds.lock();
+        let hold = holds.get_mut(&thread::current().id())?;
+        let (rx, handle) = hold::subscribe(self.inner.internals.client(), hold.node.owner);
+        hold.subscriptions.push(handle);
+        Some(rx)
     }
 
     /// The calling thread's fencing token: the czxid of its lock node, which
@@ -347,6 +432,57 @@ impl MutexGuard<'_> {
     /// needs exclusion should stop.
     pub fn is_lost(&self) -> bool {
         self.mutex.is_lost()
+    }
+
+    /// Whether the hold is in doubt: lost, or the connection suspended (see
+    /// [`InterProcessMutex::is_in_doubt`]). Check it right before each step
+    /// that needs exclusion, such as a write to what the lock protects.
+    pub fn is_in_doubt(&self) -> bool {
+        self.mutex.is_in_doubt()
+    }
+
+    /// A channel telling this hold's standing as it changes:
+    /// [`HoldEvent::InDoubt`] when the connection is suspended,
+    /// [`HoldEvent::Restored`] on reconnecting in the same session,
+    /// [`HoldEvent::Lost`] when the session is gone. If the hold is in
+    /// doubt or lost already, that comes first. The channel disconnects
+    /// when the hold ends.
+    ///
+    /// A worker selects over it beside its own work, or checks it with
+    /// `try_recv` between steps; [`is_in_doubt`](Self::is_in_doubt) right
+    /// before each step that needs exclusion closes the gap between two
+    /// looks. Wait for `Restored` before going on after `InDoubt`; after
+    /// `Lost`, drop the guard and acquire again.
+    ///
+    /// ```no_run
+    /// # fn f(mutex: &latchkey_recipes::InterProcessMutex) -> latchkey_framework::Result<()> {
+    /// use latchkey_recipes::HoldEvent;
+    /// let guard = mutex.lock()?;
+    /// let standing = guard.events();
+    /// for step in 0..10 {
+    ///     match standing.try_recv() {
+    ///         Ok(HoldEvent::Lost) => break, // stop: someone else may hold it
+    ///         Ok(HoldEvent::InDoubt) => {
+    ///             // pause until the session is confirmed, or lost
+    ///             if standing.recv() != Ok(HoldEvent::Restored) {
+    ///                 break;
+    ///             }
+    ///         }
+    ///         _ => {}
+    ///     }
+    ///     if guard.is_in_doubt() {
+    ///         continue;
+    ///     }
+    ///     // ... step `step`, using guard.fencing_token() where writes can race ...
+    /// #   let _ = step;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn events(&self) -> Receiver<HoldEvent> {
+        self.mutex.hold_events().unwrap_or_else(|| {
+            // The guard's hold always exists; a disconnected channel if not.
+            crossbeam_channel::bounded(0).1
+        })
     }
 
     /// The fencing token of this hold (see [`InterProcessMutex::fencing_token`]).

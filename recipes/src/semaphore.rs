@@ -5,11 +5,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::Receiver;
 use latchkey_framework::paths;
-use latchkey_framework::{Client, CreateMode, Error, Result};
+use latchkey_framework::{Client, CreateMode, Error, ListenerHandle, Result};
 use parking_lot::Mutex;
 
-use crate::lock_internals::{delete_ephemeral, validate_recipe_path, Signal};
+use crate::cancel::{self, CancelToken};
+use crate::hold::{self, HoldEvent};
+use crate::lock_internals::{
+    deadline_after, delete_ephemeral, node_data_or_who, validate_node_size, validate_recipe_path,
+    NodeWatches, Signal,
+};
 use crate::multi_lock::InterProcessLock;
 use crate::mutex::InterProcessMutex;
 use crate::shared_count::{ChangeHook, SharedCount};
@@ -43,7 +49,10 @@ pub struct InterProcessSemaphoreV2 {
     leases_path: String,
     lock: InterProcessMutex,
     max_leases: MaxLeases,
-    data: Vec<u8>,
+    /// What the next lease node stores (empty: who holds it); shared by clones.
+    data: Arc<Mutex<Vec<u8>>>,
+    /// One children watch on the leases, however many attempts wait on it.
+    watches: Arc<NodeWatches>,
 }
 
 /// Where a semaphore's maximum comes from.
@@ -75,13 +84,28 @@ impl MaxLeases {
 
 /// One lease of a semaphore; returned when dropped. May be moved to and
 /// returned from any thread.
+///
+/// Dropping a lease returns it, so a lease that is not kept is given back
+/// at once; the compiler warns:
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # fn f(sem: &latchkey_recipes::InterProcessSemaphoreV2) -> latchkey_framework::Result<()> {
+/// sem.acquire()?; // the lease would be returned right here
+/// # Ok(()) }
+/// ```
+#[must_use = "the lease is returned as soon as it is dropped"]
 pub struct Lease {
     client: Client,
     path: String,
+    /// The lease nodes' parent: tells which semaphore the lease is of.
+    leases_path: String,
     /// The session that owns the lease node; a different current session
     /// means the lease went with the old one.
     owner: i64,
     returned: bool,
+    /// Listeners behind [`Lease::events`]; they go with the lease.
+    subscriptions: Mutex<Vec<ListenerHandle>>,
 }
 
 /// How one attempt at a lease ended.
@@ -97,7 +121,9 @@ impl InterProcessSemaphoreV2 {
         Self::with_lease_data(client, path, max_leases, &[])
     }
 
-    /// Like [`InterProcessSemaphoreV2::new`], storing `data` in each lease node.
+    /// Like [`InterProcessSemaphoreV2::new`], storing `data` in each lease
+    /// node (empty `data` stores who holds the lease:
+    /// `host=<host> pid=<pid> thread=<thread name or id>`, as `new` does).
     pub fn with_lease_data(
         client: &Client,
         path: &str,
@@ -147,14 +173,26 @@ impl InterProcessSemaphoreV2 {
     }
 
     fn build(client: &Client, path: &str, max_leases: MaxLeases, data: &[u8]) -> Result<Self> {
-        validate_recipe_path(path)?;
+        validate_recipe_path(client, path)?;
+        validate_node_size("semaphore lease", path, data)?;
         Ok(InterProcessSemaphoreV2 {
             client: client.clone(),
             leases_path: paths::make_path(path, "leases"),
             lock: InterProcessMutex::new(client, &paths::make_path(path, "locks"))?,
             max_leases,
-            data: data.to_vec(),
+            data: Arc::new(Mutex::new(data.to_vec())),
+            watches: Arc::default(),
         })
+    }
+
+    /// Sets the data that lease nodes created from now on store (Curator's
+    /// `setNodeData`; empty: who holds the lease). Shared by clones; leases
+    /// already taken keep their data. Data too large for one ZooKeeper
+    /// request is refused.
+    pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
+        validate_node_size("semaphore lease", &self.leases_path, data)?;
+        *self.data.lock() = data.to_vec();
+        Ok(())
     }
 
     /// The maximum number of leases now: the fixed maximum, or the shared
@@ -165,44 +203,78 @@ impl InterProcessSemaphoreV2 {
 
     /// Waits as long as it takes for one lease.
     pub fn acquire(&self) -> Result<Lease> {
-        let mut leases = self.acquire_leases(1, None)?.unwrap_or_default();
+        let mut leases = self.acquire_leases(1, None, None)?.unwrap_or_default();
         leases
             .pop()
             .ok_or_else(|| Error::IllegalState("lease wait ended without a deadline".into()))
     }
 
     /// Waits as long as it takes for `n` leases.
+    #[must_use = "the leases are returned as soon as they are dropped"]
     pub fn acquire_many(&self, n: u32) -> Result<Vec<Lease>> {
-        Ok(self.acquire_leases(n, None)?.unwrap_or_default())
+        Ok(self.acquire_leases(n, None, None)?.unwrap_or_default())
     }
 
     /// Waits at most `timeout` for one lease.
+    #[must_use = "the leases are returned as soon as they are dropped"]
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
         Ok(self
-            .acquire_leases(1, Some(Instant::now() + timeout))?
+            .acquire_leases(1, deadline_after(timeout), None)?
             .and_then(|mut v| v.pop()))
     }
 
     /// Waits at most `timeout` for `n` leases; on timeout the leases already
     /// taken are given back and `None` is returned.
+    #[must_use = "the leases are returned as soon as they are dropped"]
     pub fn acquire_many_timeout(&self, n: u32, timeout: Duration) -> Result<Option<Vec<Lease>>> {
-        self.acquire_leases(n, Some(Instant::now() + timeout))
+        self.acquire_leases(n, deadline_after(timeout), None)
     }
 
-    /// Returns a lease (the same as dropping it, but reports errors).
-    pub fn return_lease(&self, lease: Lease) -> Result<()> {
-        lease.return_lease()
+    /// Like [`acquire_many_timeout`](Self::acquire_many_timeout)
+    /// (`Duration::MAX` waits as long as it takes), and fails with
+    /// [`Error::Cancelled`] as soon as `cancel` is cancelled from another
+    /// thread; the leases already taken and the node of the one awaited are
+    /// given back (see [`CancelToken`]).
+    #[must_use = "the leases are returned as soon as they are dropped"]
+    pub fn acquire_many_cancellable(
+        &self,
+        n: u32,
+        timeout: Duration,
+        cancel: &CancelToken,
+    ) -> Result<Option<Vec<Lease>>> {
+        self.acquire_leases(n, deadline_after(timeout), Some(cancel))
     }
 
-    /// Returns every lease; tries each and reports the first error.
-    pub fn return_all(&self, leases: Vec<Lease>) -> Result<()> {
+    /// Returns a lease of this semaphore (the same as dropping it, but
+    /// reports errors). A lease of another semaphore (another path, or the
+    /// same path through another client) is refused and handed back, still
+    /// held, in [`LeaseReturnError::NotOurs`].
+    pub fn return_lease(&self, lease: Lease) -> Result<(), LeaseReturnError> {
+        self.return_all(vec![lease])
+    }
+
+    /// Returns every lease; tries each and reports the first error. If any
+    /// lease is not of this semaphore, none is returned: all are handed
+    /// back in [`LeaseReturnError::NotOurs`].
+    pub fn return_all(&self, leases: Vec<Lease>) -> Result<(), LeaseReturnError> {
+        if !leases.iter().all(|l| self.owns(l)) {
+            return Err(LeaseReturnError::NotOurs(leases));
+        }
         let mut first = None;
         for lease in leases {
             if let Err(e) = lease.return_lease() {
                 first.get_or_insert(e);
             }
         }
-        first.map_or(Ok(()), Err)
+        first.map_or(Ok(()), |e| Err(LeaseReturnError::Failed(e)))
+    }
+
+    /// Whether `lease` was taken from this semaphore: the same lease list,
+    /// through the same client (same namespace, same session).
+    fn owns(&self, lease: &Lease) -> bool {
+        lease.leases_path == self.leases_path
+            && lease.client.namespace() == self.client.namespace()
+            && lease.client.session_id() == self.client.session_id()
     }
 
     /// The names of the lease nodes, holders and waiters alike.
@@ -213,23 +285,33 @@ impl InterProcessSemaphoreV2 {
         }
     }
 
-    fn acquire_leases(&self, n: u32, deadline: Option<Instant>) -> Result<Option<Vec<Lease>>> {
+    fn acquire_leases(
+        &self,
+        n: u32,
+        deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
+    ) -> Result<Option<Vec<Lease>>> {
         if n == 0 {
             return Err(Error::InvalidArgument("asked for zero leases".into()));
         }
-        // A shared maximum may grow, so asking for more than it is now waits.
-        if let MaxLeases::Fixed(max) = self.max_leases {
-            if n > max {
-                return Err(Error::InvalidArgument(format!(
-                    "asked for {n} leases but the semaphore has only {max}"
-                )));
-            }
+        // A shared maximum may grow, so asking for more than it is now
+        // waits; but never beyond what an i32 count can reach.
+        let (limit, why) = match self.max_leases {
+            MaxLeases::Fixed(max) => (max, "the semaphore has only"),
+            MaxLeases::Shared(_) => (i32::MAX as u32, "a shared count never allows more than"),
+        };
+        if n > limit {
+            return Err(Error::InvalidArgument(format!(
+                "asked for {n} leases of {} but {why} {limit}",
+                self.leases_path
+            )));
         }
         let started = Instant::now();
         let mut retries = 0;
-        let mut leases = Vec::with_capacity(n as usize);
+        // Grows as leases arrive: `n` may be far more than will ever be granted.
+        let mut leases = Vec::new();
         while leases.len() < n as usize {
-            match self.acquire_one(deadline)? {
+            match self.acquire_one(deadline, cancel)? {
                 Attempt::Got(lease) => leases.push(lease),
                 // Dropping `leases` gives back what was taken.
                 Attempt::TimedOut => return Ok(None),
@@ -237,7 +319,12 @@ impl InterProcessSemaphoreV2 {
                     let policy = self.client.retry_policy();
                     match policy.allow_retry(retries, started.elapsed()) {
                         Some(sleep) => {
+                            let resume = deadline_after(sleep);
+                            if deadline.is_some_and(|d| resume.is_none_or(|r| r >= d)) {
+                                return Ok(None);
+                            }
                             std::thread::sleep(sleep);
+                            cancel::check(cancel)?;
                             retries += 1;
                         }
                         None => {
@@ -252,17 +339,15 @@ impl InterProcessSemaphoreV2 {
         Ok(Some(leases))
     }
 
-    fn acquire_one(&self, deadline: Option<Instant>) -> Result<Attempt> {
-        let locked = match deadline {
-            None => self.lock.acquire().map(|_| true),
-            Some(d) => self
-                .lock
-                .acquire_timeout(d.saturating_duration_since(Instant::now())),
-        }?;
-        if !locked {
+    fn acquire_one(
+        &self,
+        deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
+    ) -> Result<Attempt> {
+        if !self.lock.internal_lock(deadline, cancel)? {
             return Ok(Attempt::TimedOut);
         }
-        let attempt = self.wait_for_room(deadline);
+        let attempt = self.wait_for_room(deadline, cancel);
         if let Err(e) = self.lock.release() {
             log::warn!("releasing the semaphore's internal lock: {e}");
         }
@@ -271,29 +356,42 @@ impl InterProcessSemaphoreV2 {
 
     /// Holding the internal lock (so only one waiter watches the leases),
     /// adds our lease node and waits until there are at most `max` nodes.
-    fn wait_for_room(&self, deadline: Option<Instant>) -> Result<Attempt> {
+    fn wait_for_room(
+        &self,
+        deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
+    ) -> Result<Attempt> {
+        let data = self.data.lock().clone();
         let (path, stat) = self
             .client
             .create()
             .creating_parent_containers_if_needed()
             .with_protection()
             .mode(CreateMode::EphemeralSequential)
-            .for_path_with_stat(&paths::make_path(&self.leases_path, LEASE_NAME), &self.data)?;
-        let lease = Lease::new(&self.client, path, stat.ephemeral_owner);
+            .for_path_with_stat(
+                &paths::make_path(&self.leases_path, LEASE_NAME),
+                &node_data_or_who(&data),
+            )?;
+        let lease = Lease::new(&self.client, &self.leases_path, path, stat.ephemeral_owner);
         let name = paths::get_node_from_path(&lease.path).to_owned();
         let signal = Arc::new(Signal::default());
         let wake = Arc::clone(&signal);
         let _waker = self.client.add_waker(move || wake.notify(None));
         let _count_hook = self.max_leases.wake_on_change(&signal);
+        if let Some(cancel) = cancel {
+            cancel.wake_on_cancel(&signal);
+        }
         loop {
             if self.client.session_id() != stat.ephemeral_owner {
                 return Ok(Attempt::NodeMissing);
             }
             let epoch = signal.epoch();
-            let watch = Arc::clone(&signal);
+            // After `epoch`: a cancel from now on also ends the wait below.
+            // Dropping `lease` then removes our node.
+            cancel::check(cancel)?;
             let children = self
-                .client
-                .get_children_watch(&self.leases_path, move |ev| watch.notify(Some(ev)))?;
+                .watches
+                .watch_children(&self.client, &self.leases_path, &signal)?;
             if !children.contains(&name) {
                 return Ok(Attempt::NodeMissing);
             }
@@ -310,12 +408,14 @@ impl InterProcessSemaphoreV2 {
 }
 
 impl Lease {
-    fn new(client: &Client, path: String, owner: i64) -> Lease {
+    fn new(client: &Client, leases_path: &str, path: String, owner: i64) -> Lease {
         Lease {
             client: client.clone(),
             path,
+            leases_path: leases_path.to_owned(),
             owner,
             returned: false,
+            subscriptions: Mutex::new(Vec::new()),
         }
     }
 
@@ -339,7 +439,24 @@ impl Lease {
         self.client.session_id() != self.owner
     }
 
-    /// Gives the lease back (as dropping it does, but with the error). Deleting the node is
+    /// Whether the lease is in doubt: lost, or the client not connected now
+    /// (`Suspended`; Curator's rule is to treat it as not held until
+    /// `Reconnected`). Check it right before each step that needs the lease.
+    pub fn is_in_doubt(&self) -> bool {
+        hold::in_doubt(&self.client, self.owner)
+    }
+
+    /// A channel telling this lease's standing as it changes; it
+    /// disconnects when the lease is returned (see
+    /// [`crate::MutexGuard::events`] for the events and how to use them).
+    pub fn events(&self) -> Receiver<HoldEvent> {
+        let (rx, handle) = hold::subscribe(&self.client, self.owner);
+        self.subscriptions.lock().push(handle);
+        rx
+    }
+
+    /// Gives the lease back (as dropping it does, but with the error); its
+    /// [`events`](Self::events) channels disconnect. Deleting the node is
     /// guaranteed and never waits on a broken connection: if ZooKeeper
     /// cannot be reached now, the client keeps trying in the background; a
     /// lease lost with its session has nothing left to delete.
@@ -363,6 +480,56 @@ impl Drop for Lease {
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lease").field("path", &self.path).finish()
+    }
+}
+
+/// Why [`InterProcessSemaphoreV2::return_lease`] or
+/// [`InterProcessSemaphoreV2::return_all`] did not return every lease.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LeaseReturnError {
+    /// Leases of another semaphore: none was returned, and here they all
+    /// are, still held. Return them through their own semaphore (or drop
+    /// them).
+    NotOurs(Vec<Lease>),
+    /// Returning failed with an error that retrying cannot fix (such as
+    /// missing permissions).
+    Failed(Error),
+}
+
+impl std::fmt::Display for LeaseReturnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LeaseReturnError::NotOurs(leases) => {
+                let paths: Vec<&str> = leases.iter().map(Lease::path).collect();
+                write!(
+                    f,
+                    "not leases of this semaphore (kept, still held): {paths:?}"
+                )
+            }
+            LeaseReturnError::Failed(e) => write!(f, "returning a lease failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for LeaseReturnError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LeaseReturnError::Failed(e) => Some(e),
+            LeaseReturnError::NotOurs(_) => None,
+        }
+    }
+}
+
+/// For `?` in functions returning latchkey's [`Error`]: refused leases
+/// become [`Error::InvalidArgument`] and are dropped, which returns each to
+/// its own semaphore.
+impl From<LeaseReturnError> for Error {
+    fn from(e: LeaseReturnError) -> Self {
+        match e {
+            LeaseReturnError::Failed(e) => e,
+            refused @ LeaseReturnError::NotOurs(_) => Error::InvalidArgument(refused.to_string()),
+        }
     }
 }
 
@@ -412,6 +579,47 @@ impl InterProcessSemaphoreMutex {
         }
     }
 
+    /// Takes the lock and returns a guard that releases it when dropped
+    /// (on any thread).
+    pub fn lock(&self) -> Result<SemaphoreMutexGuard<'_>> {
+        self.acquire()?;
+        Ok(SemaphoreMutexGuard { mutex: self })
+    }
+
+    /// Like [`lock`](Self::lock), waiting at most `timeout`; `None` if not taken.
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<SemaphoreMutexGuard<'_>>> {
+        Ok(self
+            .acquire_timeout(timeout)?
+            .then_some(SemaphoreMutexGuard { mutex: self }))
+    }
+
+    /// Takes the lock only if that needs no waiting.
+    pub fn try_lock(&self) -> Result<Option<SemaphoreMutexGuard<'_>>> {
+        self.try_lock_for(Duration::ZERO)
+    }
+
+    /// Sets the data that lease nodes created from now on store (see
+    /// [`InterProcessSemaphoreV2::set_node_data`]).
+    pub fn set_node_data(&self, data: &[u8]) -> Result<()> {
+        self.semaphore.set_node_data(data)
+    }
+
+    /// Like [`acquire_timeout`](Self::acquire_timeout), and fails with
+    /// [`Error::Cancelled`] as soon as `cancel` is cancelled (see
+    /// [`CancelToken`]).
+    pub fn acquire_cancellable(&self, timeout: Duration, cancel: &CancelToken) -> Result<bool> {
+        match self
+            .semaphore
+            .acquire_many_cancellable(1, timeout, cancel)?
+        {
+            Some(mut leases) => {
+                *self.lease.lock() = leases.pop();
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     /// Releases the lock, from any thread. Fails if it is not held.
     pub fn release(&self) -> Result<()> {
         let lease = self
@@ -432,6 +640,12 @@ impl InterProcessSemaphoreMutex {
         self.lease.lock().as_ref().is_some_and(Lease::is_lost)
     }
 
+    /// Whether the held lock is in doubt (see [`Lease::is_in_doubt`]);
+    /// `false` if it is not held.
+    pub fn is_in_doubt(&self) -> bool {
+        self.lease.lock().as_ref().is_some_and(Lease::is_in_doubt)
+    }
+
     /// The lease nodes of holders and waiters.
     pub fn participant_nodes(&self) -> Result<Vec<String>> {
         self.semaphore.participant_nodes()
@@ -450,5 +664,72 @@ impl InterProcessLock for InterProcessSemaphoreMutex {
     }
     fn is_acquired_in_this_process(&self) -> bool {
         InterProcessSemaphoreMutex::is_acquired_in_this_process(self)
+    }
+    fn acquire_cancellable(&self, timeout: Duration, cancel: &CancelToken) -> Result<bool> {
+        InterProcessSemaphoreMutex::acquire_cancellable(self, timeout, cancel)
+    }
+}
+
+/// Holds an [`InterProcessSemaphoreMutex`] until dropped. Unlike a
+/// [`crate::MutexGuard`] it may be sent to and dropped on another thread.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use latchkey_recipes::InterProcessSemaphoreMutex;
+/// let m = InterProcessSemaphoreMutex::new(client, "/locks/job")?;
+/// let guard = m.lock()?;
+/// std::thread::scope(|s| {
+///     s.spawn(move || drop(guard)); // released on another thread
+/// });
+/// # Ok(()) }
+/// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct SemaphoreMutexGuard<'a> {
+    mutex: &'a InterProcessSemaphoreMutex,
+}
+
+impl SemaphoreMutexGuard<'_> {
+    /// Whether the lock was lost with its session.
+    pub fn is_lost(&self) -> bool {
+        self.mutex.is_lost()
+    }
+
+    /// Whether the hold is in doubt (see [`Lease::is_in_doubt`]).
+    pub fn is_in_doubt(&self) -> bool {
+        self.mutex.is_in_doubt()
+    }
+
+    /// The hold's standing as it changes (see [`Lease::events`]).
+    pub fn events(&self) -> Receiver<HoldEvent> {
+        match self.mutex.lease.lock().as_ref() {
+            Some(lease) => lease.events(),
+            None => crossbeam_channel::bounded(0).1,
+        }
+    }
+
+    /// The lease node's path.
+    pub fn node_path(&self) -> String {
+        self.mutex
+            .lease
+            .lock()
+            .as_ref()
+            .map(|l| l.path().to_owned())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for SemaphoreMutexGuard<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.mutex.release() {
+            log::error!("releasing a semaphore mutex failed: {e}");
+        }
+    }
+}
+
+impl std::fmt::Debug for SemaphoreMutexGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SemaphoreMutexGuard")
+            .field("node", &self.node_path())
+            .finish()
     }
 }

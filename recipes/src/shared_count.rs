@@ -17,10 +17,13 @@ use crate::lock_internals::{validate_recipe_path, Signal};
 /// (a state change wakes it sooner).
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
-/// A count with the node version it was read at, for
-/// [`SharedCount::try_set_count`].
+/// A count with the node version and change it was read at, for
+/// [`SharedCount::try_set_count`] (Curator's `VersionedValue`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct VersionedValue {
+    /// The zxid of the change that wrote this value (the node's mzxid); it
+    /// tells a value from an equal one written later or to a re-created node.
+    pub zxid: i64,
     /// The node's data version.
     pub version: i32,
     /// The count.
@@ -78,10 +81,11 @@ struct Inner {
 }
 
 /// The newest version of the node seen so far.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct Cached {
-    /// Tells a re-created node (larger czxid, version from 0) from the old one.
-    czxid: i64,
+    /// The zxid of the change that wrote the value: it only grows, across
+    /// re-created nodes and wrapped versions alike (Curator 5.7 orders by it).
+    mzxid: i64,
     version: i32,
     value: i32,
     /// Counts changes of the cache, so each is delivered once.
@@ -134,7 +138,7 @@ impl SharedCount {
     /// and with [`Error::IllegalState`] if the node holds something other
     /// than a 4-byte count.
     pub fn new(client: &Client, path: &str, seed: i32) -> Result<SharedCount> {
-        validate_recipe_path(path)?;
+        validate_recipe_path(client, path)?;
         let created = client
             .create()
             .creating_parent_containers_if_needed()
@@ -147,7 +151,7 @@ impl SharedCount {
             client: client.clone(),
             path: path.to_owned(),
             cache: Mutex::new(Cached {
-                czxid: 0,
+                mzxid: 0,
                 version: -1,
                 value: seed,
                 seq: 0,
@@ -163,7 +167,7 @@ impl SharedCount {
         let epoch = inner.signal.epoch();
         inner.refresh()?;
         let cached = *inner.cache.lock();
-        if cached.czxid == 0 {
+        if cached.mzxid == 0 {
             // Deleted between our create and our read.
             return Err(Error::Zk {
                 code: ErrorCode::NoNode,
@@ -192,6 +196,7 @@ impl SharedCount {
     pub fn versioned_value(&self) -> VersionedValue {
         let c = self.inner.cache.lock();
         VersionedValue {
+            zxid: c.mzxid,
             version: c.version,
             value: c.value,
         }
@@ -207,18 +212,38 @@ impl SharedCount {
         Ok(())
     }
 
-    /// Sets the count only if the node is still at `previous.version`
-    /// (compare-and-set). `Ok(false)` if someone changed it since; the
-    /// cache is then read again, so [`versioned_value`](Self::versioned_value)
-    /// gives a fresh value to retry with. A negative version (which
-    /// ZooKeeper would take as "any version") is refused.
+    /// Sets the count only if the node still holds `previous`: the same
+    /// value written by the same change (`zxid`), at the same version
+    /// (compare-and-set). `Ok(false)` if someone changed it since, even to
+    /// an equal value or by deleting and re-creating the node; the cache
+    /// is then current, so [`versioned_value`](Self::versioned_value) gives
+    /// a fresh value to retry with.
+    ///
+    /// As in Curator, `previous` is first compared with the cache; unlike
+    /// Curator, the node is then read once more, so a change the cache has
+    /// not heard of yet is refused too. Only a delete and re-create that
+    /// lands between that read and the write, and reaches the same version,
+    /// would go unnoticed. Version -1 (which ZooKeeper takes as "any
+    /// version") is refused with [`Error::InvalidArgument`].
     pub fn try_set_count(&self, previous: &VersionedValue, count: i32) -> Result<bool> {
         self.check_open()?;
-        if previous.version < 0 {
+        if previous.version == -1 {
             return Err(Error::InvalidArgument(format!(
-                "version {} was never read from a node",
-                previous.version
+                "try_set_count on {}: version -1 would match any version",
+                self.inner.path
             )));
+        }
+        let matches = |c: &Cached| c.mzxid == previous.zxid && c.value == previous.value;
+        if !matches(&self.inner.cache.lock()) {
+            return Ok(false);
+        }
+        // The cache may lag behind the server: check what the node holds now.
+        let (data, stat) = self.inner.client.get_data(&self.inner.path)?;
+        if let Ok(now) = decode(&self.inner.path, &data) {
+            self.inner.update(&stat, now);
+        }
+        if stat.mzxid != previous.zxid || stat.version != previous.version {
+            return Ok(false);
         }
         match self.write(count, Some(previous.version)) {
             Ok(stat) => {
@@ -370,9 +395,9 @@ impl Inner {
     /// from several threads may finish out of order).
     fn update(&self, stat: &Stat, value: i32) {
         let mut c = self.cache.lock();
-        if (stat.czxid, stat.version) > (c.czxid, c.version) {
+        if is_newer(&c, stat) {
             *c = Cached {
-                czxid: stat.czxid,
+                mzxid: stat.mzxid,
                 version: stat.version,
                 value,
                 seq: c.seq + 1,
@@ -411,6 +436,13 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+/// Whether `stat` describes a later write than the cached one. Orders by
+/// the mzxid, which only grows: versions restart at 0 on a re-created node
+/// and wrap to negative after 2^31 writes.
+fn is_newer(cached: &Cached, stat: &Stat) -> bool {
+    stat.mzxid > cached.mzxid
 }
 
 /// Keeps the cache current: re-reads on every wake-up (watch or state
@@ -456,6 +488,40 @@ fn watch_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cached(mzxid: i64, version: i32) -> Cached {
+        Cached {
+            mzxid,
+            version,
+            value: 0,
+            seq: 0,
+        }
+    }
+
+    fn stat(czxid: i64, mzxid: i64, version: i32) -> Stat {
+        Stat {
+            czxid,
+            mzxid,
+            version,
+            ..Stat::default()
+        }
+    }
+
+    #[test]
+    fn a_version_that_wraps_negative_is_still_newer() {
+        let c = cached(100, i32::MAX);
+        assert!(is_newer(&c, &stat(1, 101, i32::MIN)));
+        assert!(is_newer(&cached(100, -2), &stat(1, 101, -1)));
+    }
+
+    #[test]
+    fn later_writes_win_and_earlier_ones_are_ignored() {
+        let c = cached(100, 3);
+        assert!(!is_newer(&c, &stat(1, 100, 3)), "the same write again");
+        assert!(!is_newer(&c, &stat(1, 99, 2)), "an earlier write");
+        // A re-created node: version 0 again, but a later change.
+        assert!(is_newer(&c, &stat(150, 150, 0)));
+    }
 
     #[test]
     fn counts_are_four_big_endian_bytes() {
