@@ -175,6 +175,7 @@ impl ClientBuilder {
                 events_rx: Mutex::new(Some(events_rx)),
                 started: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
+                auth_failed: AtomicBool::new(false),
                 background: Background::default(),
             }),
         })
@@ -226,6 +227,9 @@ pub(crate) struct Shared {
     events_rx: Mutex<Option<Receiver<(u64, WireEvent)>>>,
     started: AtomicBool,
     closed: AtomicBool,
+    /// Set while the server has rejected the client's auth and no new
+    /// session has been started since: calls fail with `AuthFailed`.
+    auth_failed: AtomicBool,
     pub background: Background,
 }
 
@@ -454,6 +458,9 @@ impl Shared {
         let started = Instant::now();
         let mut count = 0u32;
         loop {
+            if self.auth_failed.load(Ordering::Acquire) {
+                return Err(Error::from_code(ErrorCode::AuthFailed));
+            }
             let result = match self.session() {
                 None => Err(Error::Closed),
                 Some(session) => {
@@ -496,6 +503,9 @@ impl Shared {
         attempt: impl FnOnce(&WireSession, Instant) -> Result<T>,
     ) -> Result<T> {
         self.check_usable()?;
+        if self.auth_failed.load(Ordering::Acquire) {
+            return Err(Error::from_code(ErrorCode::AuthFailed));
+        }
         let session = self.session().ok_or(Error::Closed)?;
         if !session.wait_connected(Instant::now()) {
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
@@ -532,6 +542,7 @@ impl Drop for Shared {
 /// expiration) and then starts a new one.
 fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
     let mut lost_at: Option<Instant> = None;
+    let mut auth = AuthFailures::default();
     loop {
         let tick = match weak.upgrade() {
             Some(s) => (s.cfg.wire.session_timeout / 20)
@@ -574,15 +585,28 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
                         shared.board.post(ConnectionState::Suspended);
                     }
                 }
-                WireEvent::Expired | WireEvent::AuthFailed => {
+                WireEvent::Expired => {
                     lost_at = None;
                     shared.lose_session();
+                }
+                WireEvent::AuthFailed => {
+                    lost_at = None;
+                    shared.auth_failed.store(true, Ordering::Release);
+                    if shared.board.current() != Some(ConnectionState::Lost) {
+                        shared.board.post(ConnectionState::Lost);
+                    }
+                    auth.failed(&*shared.cfg.retry);
                 }
                 WireEvent::Closed => {}
             },
             Ok(_) => {} // from a session already replaced
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if auth.retry_due() {
+            log::info!("starting a new session after the rejected auth");
+            shared.auth_failed.store(false, Ordering::Release);
+            shared.start_new_session();
         }
         if lost_at.is_some_and(|t| Instant::now() >= t)
             && shared.board.current() == Some(ConnectionState::Suspended)
@@ -594,9 +618,63 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
     }
 }
 
+/// The shortest pause between a rejected auth and the next session, so
+/// that even a policy that never sleeps cannot open sessions in a loop.
+const AUTH_RETRY_FLOOR: Duration = Duration::from_secs(1);
+
+/// Rejected auths over the client's life. The Java client treats one as
+/// final (`AUTH_FAILED`); latchkey tries a new session as the retry policy
+/// allows (at least [`AUTH_RETRY_FLOOR`] apart) and then gives up for good.
+#[derive(Default)]
+struct AuthFailures {
+    count: u32,
+    first: Option<Instant>,
+    retry_at: Option<Instant>,
+}
+
+impl AuthFailures {
+    fn failed(&mut self, policy: &dyn RetryPolicy) {
+        let first = *self.first.get_or_insert_with(Instant::now);
+        match policy.allow_retry(self.count, first.elapsed()) {
+            Some(sleep) => {
+                let sleep = sleep.max(AUTH_RETRY_FLOOR);
+                log::error!(
+                    "the server rejected the client's auth; new session in {sleep:?} \
+                     (attempt {})",
+                    self.count + 1
+                );
+                self.count += 1;
+                self.retry_at = Instant::now().checked_add(sleep);
+            }
+            None => {
+                log::error!(
+                    "the server rejected the client's auth {} times; giving up: \
+                     calls fail with AuthFailed until the client is closed",
+                    self.count + 1
+                );
+                self.retry_at = None;
+            }
+        }
+    }
+
+    /// Whether the next session is due now (then it is no longer pending).
+    fn retry_due(&mut self) -> bool {
+        if self.retry_at.is_some_and(|t| Instant::now() >= t) {
+            self.retry_at = None;
+            return true;
+        }
+        false
+    }
+}
+
 impl Shared {
     fn lose_session(&self) {
         self.board.post(ConnectionState::Lost);
+        self.start_new_session();
+    }
+
+    /// Starts a new session, trying again until it starts or the client closes.
+    fn start_new_session(&self) {
         loop {
             match self.new_session() {
                 Ok(()) => return,
