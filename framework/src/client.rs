@@ -277,6 +277,7 @@ impl Client {
         let Some(events) = s.events_rx.lock().take() else {
             return Err(Error::IllegalState("client already started".into()));
         };
+        s.board.start_listener_thread()?;
         s.new_session()?;
         let weak = Arc::downgrade(s);
         thread::Builder::new()
@@ -319,8 +320,11 @@ impl Client {
     }
 
     /// Calls `listener` with every new state, in order, on the client's
-    /// state thread. The listener may call the client; it should not block
-    /// for long. Removed when the handle drops.
+    /// listener thread (shared by all listeners of the client, as in
+    /// Curator). The listener may call the client, block or panic without
+    /// holding up the session: the client keeps reconnecting and starting
+    /// new sessions meanwhile; only later listeners wait. Removed when the
+    /// handle drops.
     pub fn add_listener(
         &self,
         listener: impl Fn(ConnectionState) + Send + Sync + 'static,
@@ -350,7 +354,9 @@ impl Client {
 
     /// For recipe authors: calls `wake` on every state change and once when
     /// the client closes, so that a thread sleeping on a watch re-checks.
-    /// Called right away if the client is already closed.
+    /// Called right away if the client is already closed. A waker runs on
+    /// the client's state thread as the state changes, so it must return at
+    /// once and must not call the client: set a flag, notify a condvar.
     pub fn add_waker(&self, wake: impl Fn() + Send + Sync + 'static) -> ListenerHandle {
         let id = self.shared.board.add_waker(Arc::new(wake));
         self.handle(id)
@@ -700,9 +706,17 @@ mod tests {
         let kept = c.listen();
         drop(c.listen());
         assert_eq!(c.shared.board.listener_count(), 2);
+        c.shared.board.start_listener_thread().unwrap();
         c.shared.board.post(ConnectionState::Suspended);
+        assert_eq!(
+            kept.recv_timeout(Duration::from_secs(5)),
+            Ok(ConnectionState::Suspended)
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while c.shared.board.listener_count() != 1 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
         assert_eq!(c.shared.board.listener_count(), 1);
-        assert_eq!(kept.try_recv(), Ok(ConnectionState::Suspended));
     }
 
     #[test]

@@ -6,7 +6,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use latchkey_framework::{Client, ErrorCode, ExponentialBackoffRetry};
+use common::*;
+use crossbeam_channel::{bounded, Receiver};
+use latchkey_framework::{
+    Client, ConnectionState, ErrorCode, ExponentialBackoffRetry, RetryForever,
+};
 use latchkey_test::TestingServer;
 
 /// Sessions the server holds now (`mntr`'s `zk_global_sessions`).
@@ -63,4 +67,89 @@ fn rejected_auth_fails_calls_with_auth_failed_and_opens_few_sessions() {
         "{codes:?}"
     );
     c.close();
+}
+
+/// What a `Lost` listener does in [`lost_listener_does_not_hold_the_client`].
+#[derive(Clone, Copy, Debug)]
+enum LostListener {
+    /// Blocks until the test lets it go (30 s at most).
+    Blocks,
+    /// Calls the client (which retries for ever).
+    CallsTheClient,
+    Panics,
+}
+
+/// Listeners run off the session's critical path (Curator runs them on
+/// their own thread): whatever a `Lost` listener does, the client reaches
+/// a new session within its connection timeout.
+#[test]
+fn a_lost_listener_that_blocks_does_not_hold_the_client_on_its_dead_session() {
+    lost_listener_does_not_hold_the_client(LostListener::Blocks);
+}
+
+#[test]
+fn a_lost_listener_that_calls_the_client_does_not_hold_it_on_its_dead_session() {
+    lost_listener_does_not_hold_the_client(LostListener::CallsTheClient);
+}
+
+#[test]
+fn a_lost_listener_that_panics_does_not_hold_the_client_on_its_dead_session() {
+    lost_listener_does_not_hold_the_client(LostListener::Panics);
+}
+
+fn lost_listener_does_not_hold_the_client(kind: LostListener) {
+    let server = shared_server();
+    {
+        let connection_timeout = Duration::from_secs(5);
+        let c = start_connected(
+            Client::builder()
+                .connect_string(server.connect_string())
+                .session_timeout(Duration::from_secs(10))
+                .connection_timeout(connection_timeout)
+                .retry_policy(RetryForever::new(Duration::from_millis(100))),
+        );
+        let ctx = Ctx::new(server, &c);
+        let (release_tx, release_rx): (_, Receiver<()>) = bounded(1);
+        let (done_tx, done_rx) = bounded(1);
+        let me = c.clone();
+        let _listener = c.add_listener(move |state| {
+            if state != ConnectionState::Lost {
+                return;
+            }
+            match kind {
+                LostListener::Blocks => {
+                    let _ = release_rx.recv_timeout(Duration::from_secs(30));
+                }
+                LostListener::CallsTheClient => {
+                    let _ = done_tx.send(me.exists("/").map(|_| ()));
+                }
+                LostListener::Panics => panic!("a Lost listener that panics"),
+            }
+        });
+        let old = c.session_id();
+        c.expire_session_for_testing().unwrap();
+        wait_until(
+            Duration::from_secs(10),
+            || c.state() == Some(ConnectionState::Lost) || c.session_id() != old,
+            || format!("{kind:?}: never Lost\n{}", ctx.dump()),
+        );
+        let lost = Instant::now();
+        wait_until(
+            connection_timeout,
+            || c.session_id() != old && c.state().is_some_and(ConnectionState::is_connected),
+            || format!("{kind:?}: no new session since Lost\n{}", ctx.dump()),
+        );
+        println!("{kind:?}: new session {:?} after Lost", lost.elapsed());
+        c.exists("/").unwrap();
+        if let LostListener::CallsTheClient = kind {
+            let called = done_rx.recv_timeout(connection_timeout);
+            assert!(
+                matches!(called, Ok(Ok(()))),
+                "the listener's call: {called:?}\n{}",
+                ctx.dump()
+            );
+        }
+        let _ = release_tx.send(());
+        c.close();
+    }
 }
