@@ -3,7 +3,7 @@
 //! given up (Curator's `FailedDeleteManager` and protected-node cleanup).
 
 use std::sync::atomic::Ordering;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -44,39 +44,41 @@ impl Background {
 }
 
 /// Runs until the client goes away; tries each job whenever connected.
-pub(crate) fn run(weak: Weak<Shared>) {
+/// Holds the client only while working, never while asleep, so that
+/// dropping the last handle closes the client at once.
+pub(crate) fn run(weak: Weak<Shared>, background: Arc<Background>) {
     let mut pause = Duration::from_millis(50);
     loop {
-        let Some(shared) = weak.upgrade() else { return };
-        if shared.closed_flag().load(Ordering::Acquire) {
-            return;
-        }
-        let jobs = std::mem::take(&mut *shared.background.jobs.lock());
-        let mut failed = Vec::new();
-        for job in jobs {
-            if let Err(e) = attempt(&shared, &job) {
-                log::debug!("background cleanup {job:?} failed: {e}");
-                failed.push(job);
+        {
+            let Some(shared) = weak.upgrade() else { return };
+            if shared.closed_flag().load(Ordering::Acquire) {
+                return;
+            }
+            let jobs = std::mem::take(&mut *background.jobs.lock());
+            let mut failed = Vec::new();
+            for job in jobs {
+                if let Err(e) = attempt(&shared, &job) {
+                    log::debug!("background cleanup {job:?} failed: {e}");
+                    failed.push(job);
+                }
+            }
+            if failed.is_empty() {
+                pause = Duration::from_millis(50);
+            } else {
+                background.jobs.lock().extend(failed);
+                pause = (pause * 2).min(Duration::from_secs(1));
             }
         }
-        let any_failed = !failed.is_empty();
-        if any_failed {
-            shared.background.jobs.lock().extend(failed);
-            pause = (pause * 2).min(Duration::from_secs(1));
-        } else {
-            pause = Duration::from_millis(50);
+        let mut jobs = background.jobs.lock();
+        if weak.strong_count() == 0 {
+            return;
         }
-        let mut jobs = shared.background.jobs.lock();
         let wait = if jobs.is_empty() {
             Duration::from_millis(250)
         } else {
             pause
         };
-        // Holding only the job lock while asleep; the client may drop meanwhile.
-        let bg = &shared.background;
-        let _ = bg.wake.wait_for(&mut jobs, wait);
-        drop(jobs);
-        drop(shared);
+        let _ = background.wake.wait_for(&mut jobs, wait);
     }
 }
 

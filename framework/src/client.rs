@@ -176,7 +176,7 @@ impl ClientBuilder {
                 started: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
                 auth_failed: AtomicBool::new(false),
-                background: Background::default(),
+                background: Arc::new(Background::default()),
             }),
         })
     }
@@ -230,12 +230,30 @@ pub(crate) struct Shared {
     /// Set while the server has rejected the client's auth and no new
     /// session has been started since: calls fail with `AuthFailed`.
     auth_failed: AtomicBool,
-    pub background: Background,
+    pub background: Arc<Background>,
 }
 
 /// A ZooKeeper client with Curator's connection handling; cheap to clone
 /// (clones share one session). The session closes when [`Client::close`]
-/// is called or the last clone is dropped.
+/// is called or the last clone is dropped: its ephemeral nodes go at once
+/// and the client's threads end.
+///
+/// The client's own threads hold no `Client`, but a callback you give it
+/// (a watcher, a listener) that captures a `Client` keeps the session open
+/// until the callback is dropped; a watch may never fire. A callback that
+/// needs the client should capture a [`WeakClient`] from
+/// [`Client::downgrade`] instead:
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// let weak = client.downgrade();
+/// client.get_data_watch("/config", move |_event| {
+///     if let Some(client) = weak.upgrade() {
+///         let _ = client.get_data("/config");
+///     }
+/// })?;
+/// # Ok(()) }
+/// ```
 ///
 /// Every operation validates its path, applies the namespace and runs in the
 /// retry loop. See [`ClientBuilder`] for an example.
@@ -254,7 +272,30 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// A handle on a [`Client`] that does not keep its session open; see
+/// [`Client::downgrade`].
+#[derive(Clone, Debug)]
+pub struct WeakClient {
+    shared: Weak<Shared>,
+}
+
+impl WeakClient {
+    /// The client, unless every [`Client`] handle has been dropped.
+    pub fn upgrade(&self) -> Option<Client> {
+        self.shared.upgrade().map(|shared| Client { shared })
+    }
+}
+
 impl Client {
+    /// A handle for callbacks the client itself holds (watchers,
+    /// listeners): unlike a clone, it does not keep the session open once
+    /// every `Client` handle is dropped.
+    pub fn downgrade(&self) -> WeakClient {
+        WeakClient {
+            shared: Arc::downgrade(&self.shared),
+        }
+    }
+
     /// A builder with Curator's defaults.
     pub fn builder() -> ClientBuilder {
         ClientBuilder::default()
@@ -283,10 +324,10 @@ impl Client {
         thread::Builder::new()
             .name("latchkey-state".into())
             .spawn(move || state_thread(weak, events))?;
-        let weak = Arc::downgrade(s);
+        let (weak, background) = (Arc::downgrade(s), Arc::clone(&s.background));
         thread::Builder::new()
             .name("latchkey-background".into())
-            .spawn(move || crate::background::run(weak))?;
+            .spawn(move || crate::background::run(weak, background))?;
         Ok(())
     }
 

@@ -39,7 +39,7 @@ mod types;
 mod wire;
 
 pub use acl::{Acl, AclProvider, DefaultAclProvider, FixedAclProvider, Id, Perms};
-pub use client::{Client, ClientBuilder};
+pub use client::{Client, ClientBuilder, WeakClient};
 pub use error::{Error, ErrorCode, Result};
 pub use ops::{CreateBuilder, DeleteBuilder};
 pub use retry::{

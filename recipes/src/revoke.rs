@@ -52,10 +52,15 @@ impl Revoker {
 /// Watches our lock node's data and calls `listener` once it reads
 /// `__REVOKE__`; re-arms after other changes, stops when the node goes.
 pub(crate) fn watch_for_revocation(client: &Client, path: &str, listener: RevocationListener) {
-    let again = (client.clone(), path.to_owned(), Arc::clone(&listener));
+    // A weak handle: the watch must not keep the session open once the
+    // user drops the client.
+    let again = (client.downgrade(), path.to_owned(), Arc::clone(&listener));
     let watched = client.get_data_watch(path, move |ev| {
         if ev.event_type == EventType::NodeDataChanged || ev.event_type == EventType::NodeCreated {
             let (client, path, listener) = again;
+            let Some(client) = client.upgrade() else {
+                return;
+            };
             // Re-read on a fresh thread: watchers should not block the client.
             std::thread::spawn(move || watch_for_revocation(&client, &path, listener));
         }

@@ -9,9 +9,47 @@ use std::time::{Duration, Instant};
 use common::*;
 use crossbeam_channel::{bounded, Receiver};
 use latchkey_framework::{
-    Client, ConnectionState, ErrorCode, ExponentialBackoffRetry, RetryForever,
+    Client, ConnectionState, CreateMode, ErrorCode, ExponentialBackoffRetry, RetryForever,
 };
+use latchkey_recipes::InterProcessMutex;
 use latchkey_test::TestingServer;
+use parking_lot::Mutex;
+
+/// The tests of this binary run one at a time, as some count the
+/// process's threads.
+fn serial() -> parking_lot::MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock()
+}
+
+/// Threads of this process whose name starts with `latchkey-`.
+fn latchkey_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|tasks| {
+            tasks
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|name| name.starts_with("latchkey-"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// [`latchkey_threads`] once it has not changed for 300 ms (threads of a
+/// client closed just before take a moment to end), within 5 s.
+fn settled_latchkey_threads() -> usize {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut last = latchkey_threads();
+    let mut since = Instant::now();
+    while Instant::now() < deadline && since.elapsed() < Duration::from_millis(300) {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = latchkey_threads();
+        if now != last {
+            last = now;
+            since = Instant::now();
+        }
+    }
+    last
+}
 
 /// Sessions the server holds now (`mntr`'s `zk_global_sessions`).
 fn live_sessions(server: &TestingServer) -> usize {
@@ -26,6 +64,7 @@ fn live_sessions(server: &TestingServer) -> usize {
 /// client must not answer it by opening session after session.
 #[test]
 fn rejected_auth_fails_calls_with_auth_failed_and_opens_few_sessions() {
+    let _serial = serial();
     let server = TestingServer::start().unwrap();
     let before = live_sessions(&server);
     let c = Client::builder()
@@ -98,6 +137,7 @@ fn a_lost_listener_that_panics_does_not_hold_the_client_on_its_dead_session() {
 }
 
 fn lost_listener_does_not_hold_the_client(kind: LostListener) {
+    let _serial = serial();
     let server = shared_server();
     {
         let connection_timeout = Duration::from_secs(5);
@@ -152,4 +192,91 @@ fn lost_listener_does_not_hold_the_client(kind: LostListener) {
         let _ = release_tx.send(());
         c.close();
     }
+}
+
+/// Dropping the last user handle closes the session at once (its
+/// ephemeral nodes vanish then, not a session timeout later) and ends the
+/// client's threads, whatever the client's watchers, listeners and wakers
+/// hold: a callback that needs the client holds a `WeakClient`.
+#[test]
+fn dropping_the_last_handle_closes_the_session_whatever_callbacks_hold() {
+    let _serial = serial();
+    let server = shared_server();
+    let observer = connect(&server.connect_string(), Duration::from_secs(30));
+    let baseline = settled_latchkey_threads();
+    let c = connect(&server.connect_string(), Duration::from_secs(30));
+    let ctx = Ctx::new(server, &observer);
+    assert!(latchkey_threads() > baseline);
+    let eph = c
+        .create()
+        .mode(CreateMode::Ephemeral)
+        .for_path(&unique("eph"), b"")
+        .unwrap();
+    let weak = c.downgrade();
+    c.get_data_watch(&eph, move |_| {
+        if let Some(c) = weak.upgrade() {
+            let _ = c.exists("/");
+        }
+    })
+    .unwrap();
+    let weak = c.downgrade();
+    c.exists_watch(&format!("{eph}-missing"), move |_| drop(weak.upgrade()))
+        .unwrap();
+    let weak = c.downgrade();
+    let listener = c.add_listener(move |_| drop(weak.upgrade()));
+    let _waker = c.add_waker(|| {});
+    let states = c.listen();
+    let clone = c.clone();
+    drop(c);
+    assert!(
+        observer.exists(&eph).unwrap().is_some(),
+        "a clone is still alive"
+    );
+    drop(clone);
+    let dropped = Instant::now();
+    wait_until(
+        Duration::from_secs(3),
+        || observer.exists(&eph).unwrap().is_none(),
+        || format!("the ephemeral node outlived its client\n{}", ctx.dump()),
+    );
+    println!("ephemeral node gone {:?} after the drop", dropped.elapsed());
+    wait_until(
+        Duration::from_secs(5),
+        || latchkey_threads() == baseline,
+        || format!("{} latchkey threads, {baseline} before", latchkey_threads()),
+    );
+    drop((listener, states));
+    observer.close();
+}
+
+/// A revocable lock watches its node with a closure that needs the client;
+/// dropping the mutex and the client while holding the lock still closes
+/// the session, so the lock node goes at once.
+#[test]
+fn dropping_a_held_revocable_lock_and_its_client_closes_the_session() {
+    let _serial = serial();
+    let server = shared_server();
+    let observer = connect(&server.connect_string(), Duration::from_secs(30));
+    let baseline = settled_latchkey_threads();
+    let c = connect(&server.connect_string(), Duration::from_secs(30));
+    let ctx = Ctx::new(server, &observer);
+    let path = unique("revocable");
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    mutex.make_revocable(|| {});
+    mutex.acquire().unwrap();
+    let nodes = observer.get_children(&path).unwrap();
+    assert_eq!(nodes.len(), 1, "{}", ctx.dump());
+    drop(mutex);
+    drop(c);
+    wait_until(
+        Duration::from_secs(3),
+        || observer.get_children(&path).unwrap().is_empty(),
+        || format!("the lock node outlived its client\n{}", ctx.dump()),
+    );
+    wait_until(
+        Duration::from_secs(5),
+        || latchkey_threads() == baseline,
+        || format!("{} latchkey threads, {baseline} before", latchkey_threads()),
+    );
+    observer.close();
 }
