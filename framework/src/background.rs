@@ -86,7 +86,7 @@ fn attempt(shared: &Shared, job: &Job) -> Result<()> {
     let Some(session) = shared.session() else {
         return Ok(());
     };
-    let deadline = Instant::now() + shared.cfg.wire.connection_timeout;
+    let deadline = crate::client::instant_after(shared.cfg.wire.connection_timeout);
     if !session.wait_connected(Instant::now()) {
         return Err(crate::Error::from_code(ErrorCode::ConnectionLoss));
     }

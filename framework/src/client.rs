@@ -155,6 +155,7 @@ impl ClientBuilder {
         };
         let (events_tx, events_rx) = unbounded();
         Ok(Client {
+            deadline: None,
             shared: Arc::new(Shared {
                 cfg: Config {
                     wire: WireConfig {
@@ -260,6 +261,8 @@ pub(crate) struct Shared {
 #[derive(Clone)]
 pub struct Client {
     pub(crate) shared: Arc<Shared>,
+    /// Every operation on this handle ends by then; see [`Client::with_deadline`].
+    pub(crate) deadline: Option<Instant>,
 }
 
 impl std::fmt::Debug for Client {
@@ -282,7 +285,10 @@ pub struct WeakClient {
 impl WeakClient {
     /// The client, unless every [`Client`] handle has been dropped.
     pub fn upgrade(&self) -> Option<Client> {
-        self.shared.upgrade().map(|shared| Client { shared })
+        self.shared.upgrade().map(|shared| Client {
+            shared,
+            deadline: None,
+        })
     }
 }
 
@@ -331,10 +337,57 @@ impl Client {
         Ok(())
     }
 
-    /// Waits until connected. `Ok(false)` when `timeout` passes first.
+    /// Waits until connected. `Ok(false)` when `timeout` passes first (or
+    /// this handle's deadline, see [`Client::with_deadline`]). A timeout too
+    /// large for the clock, such as `Duration::MAX`, waits without limit.
     pub fn block_until_connected(&self, timeout: Duration) -> Result<bool> {
         self.shared.check_usable()?;
-        Ok(self.shared.board.wait_connected(Instant::now() + timeout))
+        let by_timeout = Instant::now().checked_add(timeout);
+        let deadline = match (by_timeout, self.deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Ok(self.shared.board.wait_connected(deadline))
+    }
+
+    /// A handle on this client whose every operation returns by `deadline`
+    /// (`None`: no deadline), retries, back-off sleeps and waits for a
+    /// connection included. An operation still running at the deadline
+    /// fails with [`Error::Timeout`], which names the operation and the path
+    /// and carries the last error as its `source()`; whether a write that
+    /// timed out took effect is unknown, as with connection loss.
+    ///
+    /// Operations return within a few milliseconds of the deadline (the
+    /// time to wake a thread; 50 ms covers a loaded machine). The handle
+    /// shares the client's session, like a clone; the client's own
+    /// background work (guaranteed deletes) is not bounded by it.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use std::time::{Duration, Instant};
+    /// let bounded = client.with_deadline(Some(Instant::now() + Duration::from_secs(2)));
+    /// match bounded.get_data("/config") {
+    ///     Err(latchkey_framework::Error::Timeout { .. }) => { /* not within 2 s */ }
+    ///     other => { other?; }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn with_deadline(&self, deadline: Option<Instant>) -> Client {
+        Client {
+            shared: Arc::clone(&self.shared),
+            deadline,
+        }
+    }
+
+    /// [`Client::with_deadline`] `timeout` from now; a timeout too large for
+    /// the clock (such as `Duration::MAX`) means no deadline.
+    pub fn with_timeout(&self, timeout: Duration) -> Client {
+        self.with_deadline(Instant::now().checked_add(timeout))
+    }
+
+    /// This handle's deadline, if it has one (see [`Client::with_deadline`]).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
     }
 
     /// Closes the session on the server (waiting at most the connection
@@ -444,7 +497,13 @@ impl Client {
     /// its id and password and closes it. For tests.
     pub fn expire_session_for_testing(&self) -> Result<()> {
         let session = self.shared.session().ok_or(Error::Closed)?;
-        session.expire_for_testing(self.shared.cfg.wire.connection_timeout)
+        session.expire_for_testing(
+            self.shared
+                .cfg
+                .wire
+                .connection_timeout
+                .min(Duration::from_secs(60)),
+        )
     }
 }
 
@@ -496,9 +555,12 @@ impl Shared {
 
     /// Curator's retry loop: runs `attempt` on the current session, retrying
     /// retryable errors as the policy allows. Each attempt waits at most the
-    /// connection timeout for a connection and for its reply.
+    /// connection timeout for a connection and for its reply, and nothing
+    /// waits past `deadline`: then the loop fails with [`Error::Timeout`]
+    /// (its operation and path are filled in by the caller).
     pub(crate) fn with_retry<T>(
         &self,
+        deadline: Option<Instant>,
         mut attempt: impl FnMut(&WireSession, Instant) -> Result<T>,
     ) -> Result<T> {
         self.check_usable()?;
@@ -508,12 +570,12 @@ impl Shared {
             if self.auth_failed.load(Ordering::Acquire) {
                 return Err(Error::from_code(ErrorCode::AuthFailed));
             }
+            let attempt_deadline = self.attempt_deadline(deadline);
             let result = match self.session() {
                 None => Err(Error::Closed),
                 Some(session) => {
-                    let deadline = Instant::now() + self.cfg.wire.connection_timeout;
-                    if session.wait_connected(deadline) {
-                        attempt(&session, deadline)
+                    if session.wait_connected(attempt_deadline) {
+                        attempt(&session, attempt_deadline)
                     } else {
                         Err(Error::from_code(ErrorCode::ConnectionLoss))
                     }
@@ -532,10 +594,23 @@ impl Shared {
             if !retryable {
                 return Err(err);
             }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return Err(Error::timeout(err)),
+                },
+                None => None,
+            };
             match self.cfg.retry.allow_retry(count, started.elapsed()) {
                 Some(sleep) => {
                     log::debug!("retry {count} after {err} in {sleep:?}");
-                    thread::sleep(sleep);
+                    match left {
+                        Some(left) if left <= sleep => {
+                            thread::sleep(left);
+                            return Err(Error::timeout(err));
+                        }
+                        _ => thread::sleep(sleep),
+                    }
                     count += 1;
                 }
                 None => return Err(err),
@@ -543,10 +618,18 @@ impl Shared {
         }
     }
 
+    /// When one attempt gives up: a connection timeout from now, or the
+    /// operation's deadline if that comes first.
+    fn attempt_deadline(&self, deadline: Option<Instant>) -> Instant {
+        let by_timeout = instant_after(self.cfg.wire.connection_timeout);
+        deadline.map_or(by_timeout, |d| d.min(by_timeout))
+    }
+
     /// One attempt, only if connected right now; no retries, no waiting for
     /// a connection. For work that has somewhere else to go on failure.
     pub(crate) fn try_once<T>(
         &self,
+        deadline: Option<Instant>,
         attempt: impl FnOnce(&WireSession, Instant) -> Result<T>,
     ) -> Result<T> {
         self.check_usable()?;
@@ -557,7 +640,13 @@ impl Shared {
         if !session.wait_connected(Instant::now()) {
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
         }
-        attempt(&session, Instant::now() + self.cfg.wire.connection_timeout)
+        let attempt_deadline = self.attempt_deadline(deadline);
+        match attempt(&session, attempt_deadline) {
+            Err(e) if e.is_retryable() && deadline.is_some_and(|d| Instant::now() >= d) => {
+                Err(Error::timeout(e))
+            }
+            other => other,
+        }
     }
 
     /// The server path for a namespace-relative path, validated.
@@ -628,7 +717,7 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
                         // answered). This loop checks once a tick, so aim
                         // two ticks early.
                         let left = timeout.saturating_sub(silent_for).saturating_sub(tick * 2);
-                        lost_at = Some(Instant::now() + left);
+                        lost_at = Some(instant_after(left));
                         shared.board.post(ConnectionState::Suspended);
                     }
                 }
@@ -663,6 +752,15 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
             shared.lose_session();
         }
     }
+}
+
+/// The instant `d` from now; a duration too large for an `Instant` (such as
+/// `Duration::MAX`) means a century from now, in effect no deadline.
+pub(crate) fn instant_after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .unwrap_or(now)
 }
 
 /// The shortest pause between a rejected auth and the next session, so

@@ -140,11 +140,47 @@ pub enum Error {
     Marshalling(&'static str),
     /// An I/O error outside a session (for example resolving a host).
     Io(std::io::Error),
+    /// The operation did not finish by the deadline of the handle it ran
+    /// on (see `Client::with_deadline`); a write may or may not have taken
+    /// effect. Its code is `OperationTimeout`.
+    Timeout {
+        /// The operation, such as `"create"`.
+        op: &'static str,
+        /// The (namespace-relative) path of the operation.
+        path: Option<String>,
+        /// The last error before the deadline (say, `ConnectionLoss`), if any.
+        source: Option<Box<Error>>,
+    },
 }
 
 impl Error {
     pub(crate) fn from_code(code: ErrorCode) -> Self {
         Error::Zk { code, path: None }
+    }
+
+    /// A timeout whose operation and path the caller fills in.
+    pub(crate) fn timeout(last: Error) -> Self {
+        Error::Timeout {
+            op: "",
+            path: None,
+            source: Some(Box::new(last)),
+        }
+    }
+
+    /// Names the operation and path of a timeout that does not name them yet.
+    pub(crate) fn for_op(self, name: &'static str, user_path: &str) -> Self {
+        match self {
+            Error::Timeout {
+                op: "",
+                path: None,
+                source,
+            } => Error::Timeout {
+                op: name,
+                path: Some(user_path.to_owned()),
+                source,
+            },
+            other => other,
+        }
     }
 
     pub(crate) fn with_path(self, path: &str) -> Self {
@@ -161,6 +197,7 @@ impl Error {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             Error::Zk { code, .. } => Some(*code),
+            Error::Timeout { .. } => Some(ErrorCode::OperationTimeout),
             _ => None,
         }
     }
@@ -200,6 +237,17 @@ impl fmt::Display for Error {
             Error::Closed => write!(f, "the client is closed"),
             Error::Marshalling(m) => write!(f, "malformed reply: {m}"),
             Error::Io(e) => write!(f, "I/O error: {e}"),
+            Error::Timeout { op, path, source } => {
+                match path {
+                    Some(p) => write!(f, "{op} {p}: ")?,
+                    None => write!(f, "{op}: ")?,
+                }
+                write!(f, "not done by the deadline")?;
+                match source {
+                    Some(e) => write!(f, " (last error: {e})"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -208,6 +256,9 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Io(e) => Some(e),
+            Error::Timeout {
+                source: Some(e), ..
+            } => Some(&**e),
             _ => None,
         }
     }

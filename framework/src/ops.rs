@@ -381,7 +381,7 @@ impl CreateBuilder<'_> {
             false => wire_create(s, &server_path, data, &acl, self.mode, deadline)
                 .map(|(p, stat)| (p, stat, None)),
         };
-        let result = shared.with_retry(|s, deadline| {
+        let result = shared.with_retry(self.client.deadline, |s, deadline| {
             if let (false, Some(prefix)) = (first, &prefix) {
                 if let Some((found, stat)) = find_protected(s, parent, prefix, deadline)? {
                     return Ok((found, stat, None));
@@ -405,7 +405,7 @@ impl CreateBuilder<'_> {
                         prefix,
                     });
                 }
-                Err(self.client.relative(e))
+                Err(self.client.relative(e).for_op("create", path))
             }
         }
     }
@@ -505,8 +505,8 @@ impl DeleteBuilder<'_> {
             wire_delete(s, &server_path, self.version, deadline)
         };
         let result = match self.in_background {
-            true => shared.try_once(attempt),
-            false => shared.with_retry(attempt),
+            true => shared.try_once(self.client.deadline, attempt),
+            false => shared.with_retry(self.client.deadline, attempt),
         };
         match result {
             Err(e) if self.guaranteed && e.is(ErrorCode::NoNode) => Ok(()),
@@ -519,10 +519,10 @@ impl DeleteBuilder<'_> {
                 }
                 match self.in_background {
                     true => Ok(()),
-                    false => Err(e),
+                    false => Err(self.client.relative(e).for_op("delete", path)),
                 }
             }
-            other => other,
+            other => other.map_err(|e| self.client.relative(e).for_op("delete", path)),
         }
     }
 }
@@ -570,9 +570,7 @@ impl Client {
     /// The node's stat, or `None` if it does not exist.
     pub fn exists(&self, path: &str) -> Result<Option<Stat>> {
         let sp = self.shared.server_path(path)?;
-        self.shared
-            .with_retry(|s, d| wire_exists(s, &sp, None, d))
-            .map_err(|e| self.relative(e))
+        self.retrying("exists", path, |s, d| wire_exists(s, &sp, None, d))
     }
 
     /// Like [`Client::exists`], and leaves a one-shot watch that fires when
@@ -583,7 +581,14 @@ impl Client {
         watcher: impl FnOnce(WatchedEvent) + Send + 'static,
     ) -> Result<Option<Stat>> {
         let tables = (WatchKind::Data, Some(WatchKind::Exist));
-        self.watched_read(path, Box::new(watcher), false, tables, wire_exists)
+        self.watched_read(
+            "exists",
+            path,
+            Box::new(watcher),
+            false,
+            tables,
+            wire_exists,
+        )
     }
 
     /// For recipe authors: [`Client::exists_watch`] with a waker (see
@@ -595,15 +600,13 @@ impl Client {
         wake: impl FnOnce(WatchedEvent) + Send + 'static,
     ) -> Result<Option<Stat>> {
         let tables = (WatchKind::Data, Some(WatchKind::Exist));
-        self.watched_read(path, Box::new(wake), true, tables, wire_exists)
+        self.watched_read("exists", path, Box::new(wake), true, tables, wire_exists)
     }
 
     /// The node's data and stat.
     pub fn get_data(&self, path: &str) -> Result<(Vec<u8>, Stat)> {
         let sp = self.shared.server_path(path)?;
-        self.shared
-            .with_retry(|s, d| wire_get_data(s, &sp, None, d))
-            .map_err(|e| self.relative(e))
+        self.retrying("get_data", path, |s, d| wire_get_data(s, &sp, None, d))
     }
 
     /// Like [`Client::get_data`], and leaves a one-shot watch that fires when
@@ -615,7 +618,14 @@ impl Client {
         watcher: impl FnOnce(WatchedEvent) + Send + 'static,
     ) -> Result<(Vec<u8>, Stat)> {
         let tables = (WatchKind::Data, None);
-        self.watched_read(path, Box::new(watcher), false, tables, wire_get_data)
+        self.watched_read(
+            "get_data",
+            path,
+            Box::new(watcher),
+            false,
+            tables,
+            wire_get_data,
+        )
     }
 
     /// For recipe authors: [`Client::get_data_watch`] with a waker instead
@@ -630,23 +640,28 @@ impl Client {
         wake: impl FnOnce(WatchedEvent) + Send + 'static,
     ) -> Result<(Vec<u8>, Stat)> {
         let tables = (WatchKind::Data, None);
-        self.watched_read(path, Box::new(wake), true, tables, wire_get_data)
+        self.watched_read(
+            "get_data",
+            path,
+            Box::new(wake),
+            true,
+            tables,
+            wire_get_data,
+        )
     }
 
     /// Sets the node's data, if `version` is `None` or matches.
     pub fn set_data(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<Stat> {
         let sp = self.shared.server_path(path)?;
-        self.shared
-            .with_retry(|s, d| wire_set_data(s, &sp, data, version, d))
-            .map_err(|e| self.relative(e))
+        self.retrying("set_data", path, |s, d| {
+            wire_set_data(s, &sp, data, version, d)
+        })
     }
 
     /// The names of the node's children, in the server's (unspecified) order.
     pub fn get_children(&self, path: &str) -> Result<Vec<String>> {
         let sp = self.shared.server_path(path)?;
-        self.shared
-            .with_retry(|s, d| wire_children(s, &sp, None, d))
-            .map_err(|e| self.relative(e))
+        self.retrying("get_children", path, |s, d| wire_children(s, &sp, None, d))
     }
 
     /// Like [`Client::get_children`], and leaves a one-shot watch that fires
@@ -657,7 +672,14 @@ impl Client {
         watcher: impl FnOnce(WatchedEvent) + Send + 'static,
     ) -> Result<Vec<String>> {
         let tables = (WatchKind::Child, None);
-        self.watched_read(path, Box::new(watcher), false, tables, wire_children)
+        self.watched_read(
+            "get_children",
+            path,
+            Box::new(watcher),
+            false,
+            tables,
+            wire_children,
+        )
     }
 
     /// Runs `read` on `path` leaving a one-shot watch: in the `tables.0`
@@ -666,6 +688,7 @@ impl Client {
     /// most once.
     fn watched_read<T>(
         &self,
+        op: &'static str,
         path: &str,
         watcher: Box<dyn FnOnce(WatchedEvent) + Send>,
         waker: bool,
@@ -674,12 +697,10 @@ impl Client {
     ) -> Result<T> {
         let sp = self.shared.server_path(path)?;
         let w: SharedWatcher = Arc::new(Mutex::new(Some(watcher)));
-        self.shared
-            .with_retry(|s, d| {
-                let reg = self.shared.registration(&sp, on_ok, on_no_node, &w, waker);
-                read(s, &sp, Some(reg), d)
-            })
-            .map_err(|e| self.relative(e))
+        self.retrying(op, path, |s, d| {
+            let reg = self.shared.registration(&sp, on_ok, on_no_node, &w, waker);
+            read(s, &sp, Some(reg), d)
+        })
     }
 
     /// Creates every node of `path` that does not exist yet, as persistent
@@ -690,33 +711,42 @@ impl Client {
             return Ok(());
         }
         let shared = &self.shared;
-        shared
-            .with_retry(|s, d| {
-                if wire_exists(s, &sp, None, d)?.is_some() {
-                    return Ok(());
-                }
-                shared.create_parents(s, &sp, false, d)?;
-                let acl = shared.cfg.acl_provider.acl_for_path(path);
-                match wire_create(s, &sp, &[], &acl, CreateMode::Persistent, d) {
-                    Err(e) if e.is(ErrorCode::NodeExists) => Ok(()),
-                    other => other.map(|_| ()),
-                }
-            })
-            .map_err(|e| self.relative(e))
+        self.retrying("ensure_path", path, |s, d| {
+            if wire_exists(s, &sp, None, d)?.is_some() {
+                return Ok(());
+            }
+            shared.create_parents(s, &sp, false, d)?;
+            let acl = shared.cfg.acl_provider.acl_for_path(path);
+            match wire_create(s, &sp, &[], &acl, CreateMode::Persistent, d) {
+                Err(e) if e.is(ErrorCode::NodeExists) => Ok(()),
+                other => other.map(|_| ()),
+            }
+        })
     }
 
     /// Makes the connected server catch up with the leader for `path`.
     pub fn sync(&self, path: &str) -> Result<()> {
         let sp = self.shared.server_path(path)?;
-        self.shared
-            .with_retry(|s, d| wire_sync(s, &sp, d))
-            .map_err(|e| self.relative(e))
+        self.retrying("sync", path, |s, d| wire_sync(s, &sp, d))
     }
 
     /// How many guaranteed deletes and protected-node cleanups are still
     /// waiting to be done in the background.
     pub fn pending_background_work(&self) -> usize {
         self.shared.background.pending()
+    }
+
+    /// Runs `attempt` in the retry loop under this handle's deadline.
+    /// Errors name namespace-relative paths; a timeout names `op` and `path`.
+    pub(crate) fn retrying<T>(
+        &self,
+        op: &'static str,
+        path: &str,
+        attempt: impl FnMut(&WireSession, Instant) -> Result<T>,
+    ) -> Result<T> {
+        self.shared
+            .with_retry(self.deadline, attempt)
+            .map_err(|e| self.relative(e).for_op(op, path))
     }
 
     /// Errors name namespace-relative paths, as the caller gave them.

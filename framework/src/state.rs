@@ -161,15 +161,24 @@ impl StateBoard {
         }
     }
 
-    /// Waits until connected; false when the deadline passes or the client closes.
-    pub(crate) fn wait_connected(&self, deadline: Instant) -> bool {
+    /// Waits until connected; false when the deadline (if any) passes or
+    /// the client closes.
+    pub(crate) fn wait_connected(&self, deadline: Option<Instant>) -> bool {
         let mut b = self.inner.lock();
         loop {
             if b.current.is_some_and(ConnectionState::is_connected) {
                 return true;
             }
-            if b.closed || self.changed.wait_until(&mut b, deadline).timed_out() {
-                return b.current.is_some_and(ConnectionState::is_connected);
+            if b.closed {
+                return false;
+            }
+            match deadline {
+                Some(d) => {
+                    if self.changed.wait_until(&mut b, d).timed_out() {
+                        return b.current.is_some_and(ConnectionState::is_connected);
+                    }
+                }
+                None => self.changed.wait(&mut b),
             }
         }
     }

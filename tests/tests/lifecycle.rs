@@ -280,3 +280,157 @@ fn dropping_a_held_revocable_lock_and_its_client_closes_the_session() {
     );
     observer.close();
 }
+
+/// Huge durations mean "no deadline"; they must not panic.
+#[test]
+fn huge_timeouts_mean_no_deadline() {
+    let _serial = serial();
+    let server = shared_server();
+    let c = start_connected(
+        Client::builder()
+            .connect_string(server.connect_string())
+            .session_timeout(Duration::MAX)
+            .connection_timeout(Duration::MAX),
+    );
+    assert!(c.block_until_connected(Duration::MAX).unwrap());
+    assert!(c.exists("/").unwrap().is_some());
+    let path = unique("huge");
+    c.create().for_path(&path, b"").unwrap();
+    c.delete().guaranteed().for_path(&path).unwrap();
+    c.close();
+}
+
+/// How late an operation may return after its handle's deadline.
+const SLACK: Duration = Duration::from_millis(250);
+
+/// How ZooKeeper is unreachable in [`operations_return_by_their_deadline`].
+#[derive(Clone, Copy, Debug)]
+enum Outage {
+    /// The server process is stopped.
+    Stopped,
+    /// Every byte is swallowed both ways (a silent partition).
+    Blackholed,
+    /// New connections are refused and the old ones are cut.
+    Refusing,
+}
+
+#[test]
+fn operations_return_by_their_deadline_when_zookeeper_is_stopped() {
+    operations_return_by_their_deadline(Outage::Stopped);
+}
+
+#[test]
+fn operations_return_by_their_deadline_when_zookeeper_is_blackholed() {
+    operations_return_by_their_deadline(Outage::Blackholed);
+}
+
+#[test]
+fn operations_return_by_their_deadline_when_zookeeper_is_refusing() {
+    operations_return_by_their_deadline(Outage::Refusing);
+}
+
+/// Every operation on a `with_deadline` handle returns by the deadline plus
+/// [`SLACK`], with a timeout that names the operation and the path, though
+/// the retry policy would retry for ever and one attempt could wait 5 s.
+fn operations_return_by_their_deadline(outage: Outage) {
+    let _serial = serial();
+    let mut server = TestingServer::start().unwrap();
+    let proxy = latchkey_test::FaultProxy::start(server.addr()).unwrap();
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(30))
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(RetryForever::new(Duration::from_millis(300))),
+    );
+    let ctx = Ctx::new(&server, &c);
+    let base = unique("deadline");
+    c.create().for_path(&base, b"").unwrap();
+    c.create().for_path(&format!("{base}/x"), b"").unwrap();
+    match outage {
+        Outage::Stopped => server.stop().unwrap(),
+        Outage::Blackholed => proxy.pause(),
+        Outage::Refusing => {
+            proxy.set_refuse(true);
+            proxy.cut();
+        }
+    }
+    let x = format!("{base}/x");
+    type Op<'a> = (
+        &'a str,
+        Box<dyn Fn(&Client) -> latchkey_framework::Result<()> + 'a>,
+    );
+    let ops: Vec<Op> = vec![
+        ("exists", Box::new(|c| c.exists(&x).map(drop))),
+        ("get_data", Box::new(|c| c.get_data(&x).map(drop))),
+        (
+            "set_data",
+            Box::new(|c| c.set_data(&x, b"1", None).map(drop)),
+        ),
+        (
+            "get_children",
+            Box::new(|c| c.get_children(&base).map(drop)),
+        ),
+        ("sync", Box::new(|c| c.sync(&x))),
+        (
+            "ensure_path",
+            Box::new(|c| c.ensure_path(&format!("{base}/e"))),
+        ),
+        ("exists", Box::new(|c| c.exists_watch(&x, |_| {}).map(drop))),
+        (
+            "get_data",
+            Box::new(|c| c.get_data_watch(&x, |_| {}).map(drop)),
+        ),
+        (
+            "get_children",
+            Box::new(|c| c.get_children_watch(&x, |_| {}).map(drop)),
+        ),
+        (
+            "create",
+            Box::new(|c| c.create().for_path(&format!("{base}/n"), b"").map(drop)),
+        ),
+        (
+            "create",
+            Box::new(|c| {
+                c.create()
+                    .with_protection()
+                    .creating_parents_if_needed()
+                    .mode(CreateMode::EphemeralSequential)
+                    .for_path(&format!("{base}/p/n-"), b"")
+                    .map(drop)
+            }),
+        ),
+        ("delete", Box::new(|c| c.delete().for_path(&x))),
+        ("delete", Box::new(|c| c.delete().guaranteed().for_path(&x))),
+    ];
+    for timeout in [Duration::ZERO, Duration::from_millis(700)] {
+        for (name, op) in &ops {
+            let t = Instant::now();
+            let deadline = t + timeout;
+            let result = op(&c.with_deadline(Some(deadline)));
+            let late = Instant::now().saturating_duration_since(deadline);
+            let err = match result {
+                Err(e) => e,
+                Ok(()) => panic!("{outage:?}: {name} succeeded\n{}", ctx.dump()),
+            };
+            println!(
+                "{outage:?} {name} within {timeout:?}: {:?} late: {err}",
+                late
+            );
+            assert!(
+                late <= SLACK,
+                "{outage:?}: {name} returned {late:?} after its deadline: {err}\n{}",
+                ctx.dump()
+            );
+            assert!(err.is(ErrorCode::OperationTimeout), "{name}: {err}");
+            let shown = err.to_string();
+            assert!(
+                shown.starts_with(&format!("{name} {base}")),
+                "{name}: the error does not name the operation and path: {shown}"
+            );
+        }
+    }
+    // No deadline at the handle's level: a plain handle still waits.
+    assert!(c.deadline().is_none());
+    c.close();
+}
