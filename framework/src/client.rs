@@ -166,7 +166,7 @@ impl ClientBuilder {
                         auth: self.auth,
                     },
                     retry: self.retry,
-                    namespace,
+                    namespace: namespace.clone(),
                     acl_provider: self.acl_provider,
                 },
                 board: Arc::new(StateBoard::new()),
@@ -177,6 +177,7 @@ impl ClientBuilder {
                 started: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
                 auth_failed: AtomicBool::new(false),
+                namespace_ready: AtomicBool::new(namespace.is_none()),
                 background: Arc::new(Background::default()),
             }),
         })
@@ -231,6 +232,9 @@ pub(crate) struct Shared {
     /// Set while the server has rejected the client's auth and no new
     /// session has been started since: calls fail with `AuthFailed`.
     auth_failed: AtomicBool,
+    /// Whether the namespace's nodes are known to exist (see
+    /// `Shared::ensure_namespace`).
+    pub(crate) namespace_ready: AtomicBool,
     pub background: Arc<Background>,
 }
 
@@ -575,7 +579,8 @@ impl Shared {
                 None => Err(Error::Closed),
                 Some(session) => {
                     if session.wait_connected(attempt_deadline) {
-                        attempt(&session, attempt_deadline)
+                        self.ensure_namespace(&session, attempt_deadline)
+                            .and_then(|()| attempt(&session, attempt_deadline))
                     } else {
                         Err(Error::from_code(ErrorCode::ConnectionLoss))
                     }

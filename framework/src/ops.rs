@@ -224,6 +224,38 @@ impl Shared {
         }
     }
 
+    /// Creates the namespace's nodes, once per client, before its first
+    /// operation (Curator's `NamespaceImpl`), so that a create directly under
+    /// a fresh namespace does not fail with NoNode. Unlike Curator, which
+    /// makes them containers, they are persistent: the server would remove
+    /// an emptied container, and later creates would fail again.
+    pub(crate) fn ensure_namespace(&self, s: &WireSession, deadline: Instant) -> Result<()> {
+        if self
+            .namespace_ready
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Ok(());
+        }
+        let Some(ns) = &self.cfg.namespace else {
+            return Ok(());
+        };
+        let root = format!("/{ns}");
+        if wire_exists(s, &root, None, deadline)?.is_none() {
+            let ends = root.match_indices('/').skip(1).map(|(i, _)| i);
+            for end in ends.chain([root.len()]) {
+                let node = &root[..end];
+                let acl = self.cfg.acl_provider.acl_for_path(node);
+                match wire_create(s, node, &[], &acl, CreateMode::Persistent, deadline) {
+                    Err(e) if e.is(ErrorCode::NodeExists) => {}
+                    other => drop(other?),
+                }
+            }
+        }
+        self.namespace_ready
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
     /// Creates every missing ancestor of `server_path` (not the node itself).
     fn create_parents(
         &self,

@@ -173,6 +173,39 @@ fn namespace_is_applied_and_stripped() {
     plain.close();
 }
 
+/// Curator creates the namespace's nodes on first use; a create directly
+/// under a fresh namespace must not fail with NoNode.
+#[test]
+fn a_fresh_namespace_is_created_on_first_use() {
+    let server = shared_server();
+    let ns = format!("{}/sub", unique("fresh-ns").trim_start_matches('/'));
+    let c = start_connected(
+        Client::builder()
+            .connect_string(server.connect_string())
+            .namespace(ns.clone()),
+    );
+    let plain = connect(&server.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &plain);
+    assert!(plain.exists(&format!("/{ns}")).unwrap().is_none());
+    let created = c.create().for_path("/a", b"x");
+    assert_eq!(
+        created.as_deref().ok(),
+        Some("/a"),
+        "{created:?}\n{}",
+        ctx.dump()
+    );
+    let (data, _) = plain.get_data(&format!("/{ns}/a")).unwrap();
+    assert_eq!(data, b"x");
+    assert_eq!(c.get_children("/").unwrap(), vec!["a"]);
+    c.close();
+    plain
+        .delete()
+        .deleting_children_if_needed()
+        .for_path(&format!("/{ns}"))
+        .unwrap();
+    plain.close();
+}
+
 #[test]
 fn server_restart_within_session_is_suspended_then_reconnected() {
     let mut server = TestingServer::start().unwrap();
