@@ -23,14 +23,21 @@ pub(crate) enum Job {
 
 #[derive(Default)]
 pub(crate) struct Background {
-    jobs: Mutex<Vec<Job>>,
+    jobs: Mutex<Queue>,
     wake: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: Vec<Job>,
+    /// Jobs taken out for the pass under way; still pending.
+    in_flight: usize,
 }
 
 impl Background {
     pub(crate) fn push(&self, job: Job) {
         log::debug!("background cleanup queued: {job:?}");
-        self.jobs.lock().push(job);
+        self.jobs.lock().waiting.push(job);
         self.wake.notify_all();
     }
 
@@ -39,7 +46,8 @@ impl Background {
     }
 
     pub(crate) fn pending(&self) -> usize {
-        self.jobs.lock().len()
+        let q = self.jobs.lock();
+        q.waiting.len() + q.in_flight
     }
 }
 
@@ -54,26 +62,40 @@ pub(crate) fn run(weak: Weak<Shared>, background: Arc<Background>) {
             if shared.closed_flag().load(Ordering::Acquire) {
                 return;
             }
-            let jobs = std::mem::take(&mut *background.jobs.lock());
+            let jobs = {
+                let mut q = background.jobs.lock();
+                q.in_flight = q.waiting.len();
+                std::mem::take(&mut q.waiting)
+            };
             let mut failed = Vec::new();
             for job in jobs {
-                if let Err(e) = attempt(&shared, &job) {
-                    log::debug!("background cleanup {job:?} failed: {e}");
-                    failed.push(job);
+                match attempt(&shared, &job) {
+                    Ok(()) => {}
+                    // As Curator: only a connection problem is worth another try.
+                    Err(e) if e.is_retryable() => {
+                        log::debug!("background cleanup {job:?} failed, will retry: {e}");
+                        failed.push(job);
+                    }
+                    Err(e) => log::warn!("background cleanup {job:?} given up: {e}"),
                 }
             }
-            if failed.is_empty() {
-                pause = Duration::from_millis(50);
-            } else {
-                background.jobs.lock().extend(failed);
+            let retrying = !failed.is_empty();
+            {
+                let mut q = background.jobs.lock();
+                q.waiting.extend(failed);
+                q.in_flight = 0;
+            }
+            if retrying {
                 pause = (pause * 2).min(Duration::from_secs(1));
+            } else {
+                pause = Duration::from_millis(50);
             }
         }
         let mut jobs = background.jobs.lock();
         if weak.strong_count() == 0 {
             return;
         }
-        let wait = if jobs.is_empty() {
+        let wait = if jobs.waiting.is_empty() {
             Duration::from_millis(250)
         } else {
             pause

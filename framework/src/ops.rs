@@ -490,7 +490,10 @@ pub struct DeleteBuilder<'a> {
 
 impl DeleteBuilder<'_> {
     /// Keeps trying in the background until the node is gone, even after
-    /// this call returns an error (a missing node counts as deleted).
+    /// this call returns an error (a missing node counts as deleted). As in
+    /// Curator, the background retries only after connection problems; an
+    /// error that retrying cannot fix (`NotEmpty`, `BadVersion`, `NoAuth`)
+    /// ends the job with a warning in the log.
     pub fn guaranteed(mut self) -> Self {
         self.guaranteed = true;
         self

@@ -592,6 +592,71 @@ fn background_delete_returns_at_once_when_disconnected() {
     observer.close();
 }
 
+/// Curator's background deletes re-queue only on connection loss: an
+/// error that retrying cannot fix (the node gained a child, its version
+/// moved on) ends the job instead of keeping it busy for ever.
+#[test]
+fn background_deletes_drop_errors_that_retrying_cannot_fix() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(20))
+            .connection_timeout(Duration::from_secs(5)),
+    );
+    let ctx = Ctx::new(server, &c);
+    let observer = connect(&server.connect_string(), Duration::from_secs(10));
+    let parent = unique("not-empty");
+    let versioned = unique("bad-version");
+    c.create().for_path(&parent, b"").unwrap();
+    let stat = c.create().for_path_with_stat(&versioned, b"").unwrap().1;
+    let states = c.listen();
+    proxy.set_refuse(true);
+    proxy.cut();
+    ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(10));
+    c.delete().in_background().for_path(&parent).unwrap();
+    c.delete()
+        .in_background()
+        .with_version(stat.version)
+        .for_path(&versioned)
+        .unwrap();
+    assert_eq!(c.pending_background_work(), 2);
+    // Meanwhile the nodes change so that neither delete can succeed.
+    observer
+        .create()
+        .for_path(&format!("{parent}/child"), b"")
+        .unwrap();
+    observer.set_data(&versioned, b"moved on", None).unwrap();
+    proxy.set_refuse(false);
+    ctx.expect(
+        &states,
+        ConnectionState::Reconnected,
+        Duration::from_secs(20),
+    );
+    wait_until(
+        Duration::from_secs(10),
+        || c.pending_background_work() == 0,
+        || {
+            format!(
+                "{} jobs still queued\n{}",
+                c.pending_background_work(),
+                ctx.dump()
+            )
+        },
+    );
+    assert!(observer.exists(&parent).unwrap().is_some());
+    assert!(observer.exists(&versioned).unwrap().is_some());
+    observer
+        .delete()
+        .deleting_children_if_needed()
+        .for_path(&parent)
+        .unwrap();
+    observer.delete().for_path(&versioned).unwrap();
+    c.close();
+    observer.close();
+}
+
 /// A member that loses its quorum serves reads only (`readonlymode.enabled`):
 /// a client that allows it reports `ReadOnly`, can read but not write, and
 /// goes back to read-write once the quorum returns.
