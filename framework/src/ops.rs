@@ -416,7 +416,20 @@ impl CreateBuilder<'_> {
         let result = shared.with_retry(self.client.deadline, |s, deadline| {
             if let (false, Some(prefix)) = (first, &prefix) {
                 if let Some((found, stat)) = find_protected(s, parent, prefix, deadline)? {
-                    return Ok((found, stat, None));
+                    // Curator's validateFoundNode: an ephemeral node of an
+                    // earlier session goes with that session; remove it
+                    // and create one for this session instead.
+                    if self.mode.is_ephemeral() && stat.ephemeral_owner != s.session_id() {
+                        log::info!(
+                            "protected create found {found} of an earlier session; deleting it"
+                        );
+                        shared.background.push(Job::Delete {
+                            path: found,
+                            version: None,
+                        });
+                    } else {
+                        return Ok((found, stat, None));
+                    }
                 }
             }
             first = false;

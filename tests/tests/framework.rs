@@ -592,6 +592,76 @@ fn background_delete_returns_at_once_when_disconnected() {
     observer.close();
 }
 
+/// A protected ephemeral create whose reply was lost, retried on a new
+/// session after the client declared the old one lost, must not return the
+/// old session's node (which goes when that session expires): Curator's
+/// `ProtectedMode.validateFoundNode`.
+#[test]
+fn protected_create_does_not_return_a_node_of_a_lost_session() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(4))
+            .connection_timeout(Duration::from_secs(1))
+            .retry_policy(latchkey_framework::RetryForever::new(
+                Duration::from_millis(200),
+            )),
+    );
+    let ctx = Ctx::new(server, &c);
+    let observer = connect(&server.connect_string(), Duration::from_secs(10));
+    let parent = unique("protected-lost");
+    c.create().for_path(&parent, b"").unwrap();
+    let old_session = c.session_id();
+    let states = c.listen();
+    // The create reaches the server; its reply does not come back.
+    proxy.pause_replies();
+    let creator = {
+        let c = c.clone();
+        let parent = parent.clone();
+        std::thread::spawn(move || {
+            c.create()
+                .with_protection()
+                .mode(CreateMode::EphemeralSequential)
+                .for_path(&format!("{parent}/n-"), b"")
+        })
+    };
+    wait_until(
+        Duration::from_secs(10),
+        || observer.get_children(&parent).unwrap().len() == 1,
+        || ctx.dump(),
+    );
+    ctx.expect(&states, ConnectionState::Lost, Duration::from_secs(20));
+    proxy.resume();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !creator.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        creator.is_finished(),
+        "create still running\n{}",
+        ctx.dump()
+    );
+    let node = creator.join().unwrap().unwrap();
+    assert_ne!(c.session_id(), old_session, "{}", ctx.dump());
+    let owner = observer.exists(&node).unwrap().map(|s| s.ephemeral_owner);
+    assert_eq!(
+        owner,
+        Some(c.session_id()),
+        "{node} belongs to session {owner:x?}, not the client's {:x} (old {old_session:x})\n{}",
+        c.session_id(),
+        ctx.dump()
+    );
+    c.close();
+    observer
+        .delete()
+        .deleting_children_if_needed()
+        .for_path(&parent)
+        .unwrap();
+    observer.close();
+}
+
 /// Curator's background deletes re-queue only on connection loss: an
 /// error that retrying cannot fix (the node gained a child, its version
 /// moved on) ends the job instead of keeping it busy for ever.
