@@ -95,7 +95,9 @@ impl ClientBuilder {
     }
 
     /// Every path the client uses is under `/<namespace>` on the server,
-    /// transparently (`"app"` or `"app/sub"`, no leading slash).
+    /// transparently (`"app"` or `"app/sub"`). As in Curator, a leading or
+    /// trailing `/` makes [`ClientBuilder::build`] fail; an empty namespace
+    /// means none. The namespace's nodes are created on first use.
     pub fn namespace(mut self, ns: impl Into<String>) -> Self {
         self.namespace = Some(ns.into());
         self
@@ -132,6 +134,14 @@ impl ClientBuilder {
             return Err(Error::InvalidArgument(
                 "connection timeout must be positive".into(),
             ));
+        }
+        if let Some(ns) = self.namespace.as_deref() {
+            if ns.starts_with('/') || ns.ends_with('/') {
+                return Err(Error::InvalidArgument(format!(
+                    "namespace {ns:?} must be a relative path such as \"app\" or \"app/sub\" \
+                     (no leading or trailing '/')"
+                )));
+            }
         }
         let namespace = match (chroot, self.namespace) {
             (None, None) => None,
@@ -406,7 +416,8 @@ impl Client {
         self.shared.closed.load(Ordering::Acquire)
     }
 
-    /// The current connection state; `None` before the first connection.
+    /// The current connection state; `None` before the first connection
+    /// and after [`Client::close`].
     pub fn state(&self) -> Option<ConnectionState> {
         self.shared.board.current()
     }
@@ -431,7 +442,9 @@ impl Client {
         self.handle(id)
     }
 
-    /// A channel that receives every new state, in order.
+    /// A channel ([`Receiver`](crate::Receiver), re-exported from
+    /// `crossbeam-channel`) that receives every new state, in order; use
+    /// `recv_timeout` to wait with a bound, or `select!` over several.
     /// The listener goes away with the receiver (at the next state change
     /// after it is dropped).
     pub fn listen(&self) -> Receiver<ConnectionState> {
@@ -880,7 +893,9 @@ mod tests {
         let b = || Client::builder().connect_string("127.0.0.1:1");
         assert!(b().session_timeout(Duration::ZERO).build().is_err());
         assert!(b().namespace("bad//ns").build().is_err());
-        let c = b().namespace("/app/").build().unwrap();
+        assert!(b().namespace("/app").build().is_err());
+        assert!(b().namespace("app/").build().is_err());
+        let c = b().namespace("app").build().unwrap();
         assert_eq!(c.namespace(), Some("app"));
     }
 

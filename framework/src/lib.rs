@@ -38,6 +38,9 @@ mod state;
 mod types;
 mod wire;
 
+/// The channel end [`Client::listen`] returns (from `crossbeam-channel`).
+pub use crossbeam_channel::Receiver;
+
 pub use acl::{Acl, AclProvider, DefaultAclProvider, FixedAclProvider, Id, Perms};
 pub use client::{Client, ClientBuilder, WeakClient};
 pub use error::{Error, ErrorCode, Result};

@@ -88,8 +88,13 @@ impl StateBoard {
         }
     }
 
+    /// The current state; none once closed.
     pub(crate) fn current(&self) -> Option<ConnectionState> {
-        self.inner.lock().current
+        let b = self.inner.lock();
+        if b.closed {
+            return None;
+        }
+        b.current
     }
 
     pub(crate) fn history(&self) -> Vec<(Duration, ConnectionState)> {

@@ -434,3 +434,38 @@ fn operations_return_by_their_deadline(outage: Outage) {
     assert!(c.deadline().is_none());
     c.close();
 }
+
+/// After `close()` the client is not connected, whatever it was before.
+#[test]
+fn state_is_not_connected_after_close() {
+    let _serial = serial();
+    let c = connect(&shared_server().connect_string(), Duration::from_secs(10));
+    assert_eq!(c.state(), Some(ConnectionState::Connected));
+    c.close();
+    assert!(
+        !c.state().is_some_and(ConnectionState::is_connected),
+        "{:?}",
+        c.state()
+    );
+}
+
+/// A namespace is a relative path; Curator refuses `/app` and `app/`.
+#[test]
+fn namespaces_with_leading_or_trailing_slashes_are_refused() {
+    for bad in ["/app", "app/", "/", "a//b"] {
+        let built = Client::builder()
+            .connect_string("127.0.0.1:1")
+            .namespace(bad)
+            .build();
+        match built {
+            Err(e) => assert!(e.to_string().contains(bad), "{bad:?}: {e}"),
+            Ok(c) => panic!("namespace {bad:?} accepted as {:?}", c.namespace()),
+        }
+    }
+    let ok = Client::builder()
+        .connect_string("127.0.0.1:1/chroot")
+        .namespace("app/sub")
+        .build()
+        .unwrap();
+    assert_eq!(ok.namespace(), Some("chroot/app/sub"));
+}
