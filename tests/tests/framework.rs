@@ -109,6 +109,60 @@ fn operations_and_error_codes() {
     c.close();
 }
 
+/// Errors name the operation and the path, read well, and keep the
+/// ZooKeeper error as their `source()` and their `code()`.
+#[test]
+fn errors_name_the_operation_and_the_path() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), Duration::from_secs(10));
+    let base = unique("errors");
+    c.create().for_path(&base, b"").unwrap();
+    c.create().for_path(&format!("{base}/child"), b"").unwrap();
+    let missing = format!("{base}/missing");
+    let cases: Vec<(Error, String, ErrorCode)> = vec![
+        (
+            c.get_data(&missing).unwrap_err(),
+            format!("get_data {missing}: NoNode"),
+            ErrorCode::NoNode,
+        ),
+        (
+            c.create()
+                .for_path(&format!("{missing}/x"), b"")
+                .unwrap_err(),
+            format!("create {missing}/x: NoNode"),
+            ErrorCode::NoNode,
+        ),
+        (
+            c.delete().for_path(&base).unwrap_err(),
+            format!("delete {base}: NotEmpty"),
+            ErrorCode::NotEmpty,
+        ),
+        (
+            c.set_data(&base, b"", Some(99)).unwrap_err(),
+            format!("set_data {base}: BadVersion"),
+            ErrorCode::BadVersion,
+        ),
+    ];
+    for (err, start, code) in cases {
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with(&start),
+            "{shown:?} should start with {start:?}"
+        );
+        assert!(err.is(code), "{shown}");
+        let source = std::error::Error::source(&err);
+        assert!(
+            source.is_some_and(|s| s.to_string().contains(&format!("{code:?}"))),
+            "{shown}: source {source:?}"
+        );
+    }
+    c.delete()
+        .deleting_children_if_needed()
+        .for_path(&base)
+        .unwrap();
+    c.close();
+}
+
 #[test]
 fn bad_input_is_refused_before_sending() {
     let server = shared_server();
