@@ -2,15 +2,24 @@
 //! guaranteed deletes, and removal of protected nodes whose create was
 //! given up (Curator's `FailedDeleteManager` and protected-node cleanup).
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::client::Shared;
-use crate::error::{ErrorCode, Result};
+use crate::deadline::instant_after;
+use crate::error::{Error, ErrorCode, Result};
 use crate::ops;
+use crate::wire::WireSession;
+
+/// What the background work needs from the client it works for.
+pub(crate) trait Owner: Send + Sync {
+    /// The current session, if any.
+    fn session(&self) -> Option<WireSession>;
+    fn is_closed(&self) -> bool;
+    /// How long one attempt may wait for its reply.
+    fn connection_timeout(&self) -> Duration;
+}
 
 /// A piece of cleanup, with server paths.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,12 +63,12 @@ impl Background {
 /// Runs until the client goes away; tries each job whenever connected.
 /// Holds the client only while working, never while asleep, so that
 /// dropping the last handle closes the client at once.
-pub(crate) fn run(weak: Weak<Shared>, background: Arc<Background>) {
+pub(crate) fn run<O: Owner>(weak: Weak<O>, background: Arc<Background>) {
     let mut pause = Duration::from_millis(50);
     loop {
         {
-            let Some(shared) = weak.upgrade() else { return };
-            if shared.closed_flag().load(Ordering::Acquire) {
+            let Some(owner) = weak.upgrade() else { return };
+            if owner.is_closed() {
                 return;
             }
             let jobs = {
@@ -69,7 +78,7 @@ pub(crate) fn run(weak: Weak<Shared>, background: Arc<Background>) {
             };
             let mut failed = Vec::new();
             for job in jobs {
-                match attempt(&shared, &job) {
+                match attempt(&*owner, &job) {
                     Ok(()) => {}
                     // As Curator: only a connection problem is worth another try.
                     Err(e) if e.is_retryable() => {
@@ -104,13 +113,13 @@ pub(crate) fn run(weak: Weak<Shared>, background: Arc<Background>) {
     }
 }
 
-fn attempt(shared: &Shared, job: &Job) -> Result<()> {
-    let Some(session) = shared.session() else {
+fn attempt(owner: &dyn Owner, job: &Job) -> Result<()> {
+    let Some(session) = owner.session() else {
         return Ok(());
     };
-    let deadline = crate::client::instant_after(shared.cfg.wire.connection_timeout);
+    let deadline = instant_after(owner.connection_timeout());
     if !session.wait_connected(Instant::now()) {
-        return Err(crate::Error::from_code(ErrorCode::ConnectionLoss));
+        return Err(Error::from_code(ErrorCode::ConnectionLoss));
     }
     match job {
         Job::Delete { path, version } => {

@@ -10,11 +10,14 @@ use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Mutex, RwLock};
 
 use crate::acl::{AclProvider, DefaultAclProvider};
-use crate::background::Background;
+use crate::background::{self, Background};
+use crate::deadline::instant_after;
 use crate::error::{Error, ErrorCode, Result};
+use crate::ops;
 use crate::paths;
 use crate::retry::{ExponentialBackoffRetry, RetryPolicy};
 use crate::state::{ConnectionState, ListenerHandle, StateBoard};
+use crate::types::CreateMode;
 use crate::wire::{WireConfig, WireEvent, WireSession};
 
 /// Builds a [`Client`]; Curator's `CuratorFrameworkFactory.builder()`.
@@ -347,7 +350,7 @@ impl Client {
         let (weak, background) = (Arc::downgrade(s), Arc::clone(&s.background));
         thread::Builder::new()
             .name("latchkey-background".into())
-            .spawn(move || crate::background::run(weak, background))?;
+            .spawn(move || background::run(weak, background))?;
         Ok(())
     }
 
@@ -529,8 +532,30 @@ impl Shared {
         self.session.read().clone()
     }
 
-    pub(crate) fn closed_flag(&self) -> &AtomicBool {
-        &self.closed
+    /// Creates the namespace's nodes, once per client, before its first
+    /// operation (Curator's `NamespaceImpl`), so that a create directly under
+    /// a fresh namespace does not fail with NoNode. Unlike Curator, which
+    /// makes them containers, they are persistent: the server would remove
+    /// an emptied container, and later creates would fail again.
+    pub(crate) fn ensure_namespace(&self, s: &WireSession, deadline: Instant) -> Result<()> {
+        if self
+            .namespace_ready
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Ok(());
+        }
+        let Some(ns) = &self.cfg.namespace else {
+            return Ok(());
+        };
+        let root = format!("/{ns}");
+        if ops::wire_exists(s, &root, None, deadline)?.is_none() {
+            let nodes = ops::ancestors(&root).chain([root.as_str()]);
+            let acl_for = |node: &str| self.cfg.acl_provider.acl_for_path(node);
+            ops::create_missing(s, nodes, CreateMode::Persistent, &acl_for, deadline)?;
+        }
+        self.namespace_ready
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 
     pub(crate) fn check_usable(&self) -> Result<()> {
@@ -685,6 +710,20 @@ impl Shared {
     }
 }
 
+impl background::Owner for Shared {
+    fn session(&self) -> Option<WireSession> {
+        Shared::session(self)
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn connection_timeout(&self) -> Duration {
+        self.cfg.wire.connection_timeout
+    }
+}
+
 impl Drop for Shared {
     fn drop(&mut self) {
         self.close();
@@ -770,15 +809,6 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
             shared.lose_session();
         }
     }
-}
-
-/// The instant `d` from now; a duration too large for an `Instant` (such as
-/// `Duration::MAX`) means a century from now, in effect no deadline.
-pub(crate) fn instant_after(d: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(d)
-        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
-        .unwrap_or(now)
 }
 
 /// The shortest pause between a rejected auth and the next session, so
