@@ -2,15 +2,24 @@
 //! guaranteed deletes, and removal of protected nodes whose create was
 //! given up (Curator's `FailedDeleteManager` and protected-node cleanup).
 
-use std::sync::atomic::Ordering;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::client::Shared;
-use crate::error::{ErrorCode, Result};
+use crate::deadline::instant_after;
+use crate::error::{Error, ErrorCode, Result};
 use crate::ops;
+use crate::wire::WireSession;
+
+/// What the background work needs from the client it works for.
+pub(crate) trait Owner: Send + Sync {
+    /// The current session, if any.
+    fn session(&self) -> Option<WireSession>;
+    fn is_closed(&self) -> bool;
+    /// How long one attempt may wait for its reply.
+    fn connection_timeout(&self) -> Duration;
+}
 
 /// A piece of cleanup, with server paths.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,14 +32,21 @@ pub(crate) enum Job {
 
 #[derive(Default)]
 pub(crate) struct Background {
-    jobs: Mutex<Vec<Job>>,
+    jobs: Mutex<Queue>,
     wake: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: Vec<Job>,
+    /// Jobs taken out for the pass under way; still pending.
+    in_flight: usize,
 }
 
 impl Background {
     pub(crate) fn push(&self, job: Job) {
         log::debug!("background cleanup queued: {job:?}");
-        self.jobs.lock().push(job);
+        self.jobs.lock().waiting.push(job);
         self.wake.notify_all();
     }
 
@@ -39,54 +55,71 @@ impl Background {
     }
 
     pub(crate) fn pending(&self) -> usize {
-        self.jobs.lock().len()
+        let q = self.jobs.lock();
+        q.waiting.len() + q.in_flight
     }
 }
 
 /// Runs until the client goes away; tries each job whenever connected.
-pub(crate) fn run(weak: Weak<Shared>) {
+/// Holds the client only while working, never while asleep, so that
+/// dropping the last handle closes the client at once.
+pub(crate) fn run<O: Owner>(weak: Weak<O>, background: Arc<Background>) {
     let mut pause = Duration::from_millis(50);
     loop {
-        let Some(shared) = weak.upgrade() else { return };
-        if shared.closed_flag().load(Ordering::Acquire) {
-            return;
-        }
-        let jobs = std::mem::take(&mut *shared.background.jobs.lock());
-        let mut failed = Vec::new();
-        for job in jobs {
-            if let Err(e) = attempt(&shared, &job) {
-                log::debug!("background cleanup {job:?} failed: {e}");
-                failed.push(job);
+        {
+            let Some(owner) = weak.upgrade() else { return };
+            if owner.is_closed() {
+                return;
+            }
+            let jobs = {
+                let mut q = background.jobs.lock();
+                q.in_flight = q.waiting.len();
+                std::mem::take(&mut q.waiting)
+            };
+            let mut failed = Vec::new();
+            for job in jobs {
+                match attempt(&*owner, &job) {
+                    Ok(()) => {}
+                    // As Curator: only a connection problem is worth another try.
+                    Err(e) if e.is_retryable() => {
+                        log::debug!("background cleanup {job:?} failed, will retry: {e}");
+                        failed.push(job);
+                    }
+                    Err(e) => log::warn!("background cleanup {job:?} given up: {e}"),
+                }
+            }
+            let retrying = !failed.is_empty();
+            {
+                let mut q = background.jobs.lock();
+                q.waiting.extend(failed);
+                q.in_flight = 0;
+            }
+            if retrying {
+                pause = (pause * 2).min(Duration::from_secs(1));
+            } else {
+                pause = Duration::from_millis(50);
             }
         }
-        let any_failed = !failed.is_empty();
-        if any_failed {
-            shared.background.jobs.lock().extend(failed);
-            pause = (pause * 2).min(Duration::from_secs(1));
-        } else {
-            pause = Duration::from_millis(50);
+        let mut jobs = background.jobs.lock();
+        if weak.strong_count() == 0 {
+            return;
         }
-        let mut jobs = shared.background.jobs.lock();
-        let wait = if jobs.is_empty() {
+        let wait = if jobs.waiting.is_empty() {
             Duration::from_millis(250)
         } else {
             pause
         };
-        // Holding only the job lock while asleep; the client may drop meanwhile.
-        let bg = &shared.background;
-        let _ = bg.wake.wait_for(&mut jobs, wait);
-        drop(jobs);
-        drop(shared);
+        let _ = background.wake.wait_for(&mut jobs, wait);
     }
 }
 
-fn attempt(shared: &Shared, job: &Job) -> Result<()> {
-    let Some(session) = shared.session() else {
+fn attempt(owner: &dyn Owner, job: &Job) -> Result<()> {
+    let Some(session) = owner.session() else {
         return Ok(());
     };
-    let deadline = Instant::now() + shared.cfg.wire.connection_timeout;
+    let deadline = instant_after(owner.connection_timeout());
     if !session.wait_connected(Instant::now()) {
-        return Err(crate::Error::from_code(ErrorCode::ConnectionLoss));
+        return Err(Error::from_code(ErrorCode::ConnectionLoss));
     }
     match job {
         Job::Delete { path, version } => {

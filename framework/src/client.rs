@@ -10,11 +10,14 @@ use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Mutex, RwLock};
 
 use crate::acl::{AclProvider, DefaultAclProvider};
-use crate::background::Background;
+use crate::background::{self, Background};
+use crate::deadline::instant_after;
 use crate::error::{Error, ErrorCode, Result};
+use crate::ops;
 use crate::paths;
 use crate::retry::{ExponentialBackoffRetry, RetryPolicy};
 use crate::state::{ConnectionState, ListenerHandle, StateBoard};
+use crate::types::CreateMode;
 use crate::wire::{WireConfig, WireEvent, WireSession};
 
 /// Builds a [`Client`]; Curator's `CuratorFrameworkFactory.builder()`.
@@ -95,7 +98,9 @@ impl ClientBuilder {
     }
 
     /// Every path the client uses is under `/<namespace>` on the server,
-    /// transparently (`"app"` or `"app/sub"`, no leading slash).
+    /// transparently (`"app"` or `"app/sub"`). As in Curator, a leading or
+    /// trailing `/` makes [`ClientBuilder::build`] fail; an empty namespace
+    /// means none. The namespace's nodes are created on first use.
     pub fn namespace(mut self, ns: impl Into<String>) -> Self {
         self.namespace = Some(ns.into());
         self
@@ -133,6 +138,14 @@ impl ClientBuilder {
                 "connection timeout must be positive".into(),
             ));
         }
+        if let Some(ns) = self.namespace.as_deref() {
+            if ns.starts_with('/') || ns.ends_with('/') {
+                return Err(Error::InvalidArgument(format!(
+                    "namespace {ns:?} must be a relative path such as \"app\" or \"app/sub\" \
+                     (no leading or trailing '/')"
+                )));
+            }
+        }
         let namespace = match (chroot, self.namespace) {
             (None, None) => None,
             (c, n) => {
@@ -155,6 +168,7 @@ impl ClientBuilder {
         };
         let (events_tx, events_rx) = unbounded();
         Ok(Client {
+            deadline: None,
             shared: Arc::new(Shared {
                 cfg: Config {
                     wire: WireConfig {
@@ -165,7 +179,7 @@ impl ClientBuilder {
                         auth: self.auth,
                     },
                     retry: self.retry,
-                    namespace,
+                    namespace: namespace.clone(),
                     acl_provider: self.acl_provider,
                 },
                 board: Arc::new(StateBoard::new()),
@@ -175,7 +189,9 @@ impl ClientBuilder {
                 events_rx: Mutex::new(Some(events_rx)),
                 started: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
-                background: Background::default(),
+                auth_failed: AtomicBool::new(false),
+                namespace_ready: AtomicBool::new(namespace.is_none()),
+                background: Arc::new(Background::default()),
             }),
         })
     }
@@ -226,18 +242,44 @@ pub(crate) struct Shared {
     events_rx: Mutex<Option<Receiver<(u64, WireEvent)>>>,
     started: AtomicBool,
     closed: AtomicBool,
-    pub background: Background,
+    /// Set while the server has rejected the client's auth and no new
+    /// session has been started since: calls fail with `AuthFailed`.
+    auth_failed: AtomicBool,
+    /// Whether the namespace's nodes are known to exist (see
+    /// `Shared::ensure_namespace`).
+    pub(crate) namespace_ready: AtomicBool,
+    pub background: Arc<Background>,
 }
 
 /// A ZooKeeper client with Curator's connection handling; cheap to clone
 /// (clones share one session). The session closes when [`Client::close`]
-/// is called or the last clone is dropped.
+/// is called or the last clone is dropped: its ephemeral nodes go at once
+/// and the client's threads end.
+///
+/// The client's own threads hold no `Client`, but a callback you give it
+/// (a watcher, a listener) that captures a `Client` keeps the session open
+/// until the callback is dropped; a watch may never fire. A callback that
+/// needs the client should capture a [`WeakClient`] from
+/// [`Client::downgrade`] instead:
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// let weak = client.downgrade();
+/// client.get_data_watch("/config", move |_event| {
+///     if let Some(client) = weak.upgrade() {
+///         let _ = client.get_data("/config");
+///     }
+/// })?;
+/// # Ok(()) }
+/// ```
 ///
 /// Every operation validates its path, applies the namespace and runs in the
 /// retry loop. See [`ClientBuilder`] for an example.
 #[derive(Clone)]
 pub struct Client {
     pub(crate) shared: Arc<Shared>,
+    /// Every operation on this handle ends by then; see [`Client::with_deadline`].
+    pub(crate) deadline: Option<Instant>,
 }
 
 impl std::fmt::Debug for Client {
@@ -250,7 +292,33 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// A handle on a [`Client`] that does not keep its session open; see
+/// [`Client::downgrade`].
+#[derive(Clone, Debug)]
+pub struct WeakClient {
+    shared: Weak<Shared>,
+}
+
+impl WeakClient {
+    /// The client, unless every [`Client`] handle has been dropped.
+    pub fn upgrade(&self) -> Option<Client> {
+        self.shared.upgrade().map(|shared| Client {
+            shared,
+            deadline: None,
+        })
+    }
+}
+
 impl Client {
+    /// A handle for callbacks the client itself holds (watchers,
+    /// listeners): unlike a clone, it does not keep the session open once
+    /// every `Client` handle is dropped.
+    pub fn downgrade(&self) -> WeakClient {
+        WeakClient {
+            shared: Arc::downgrade(&self.shared),
+        }
+    }
+
     /// A builder with Curator's defaults.
     pub fn builder() -> ClientBuilder {
         ClientBuilder::default()
@@ -273,22 +341,70 @@ impl Client {
         let Some(events) = s.events_rx.lock().take() else {
             return Err(Error::IllegalState("client already started".into()));
         };
+        s.board.start_listener_thread()?;
         s.new_session()?;
         let weak = Arc::downgrade(s);
         thread::Builder::new()
             .name("latchkey-state".into())
             .spawn(move || state_thread(weak, events))?;
-        let weak = Arc::downgrade(s);
+        let (weak, background) = (Arc::downgrade(s), Arc::clone(&s.background));
         thread::Builder::new()
             .name("latchkey-background".into())
-            .spawn(move || crate::background::run(weak))?;
+            .spawn(move || background::run(weak, background))?;
         Ok(())
     }
 
-    /// Waits until connected. `Ok(false)` when `timeout` passes first.
+    /// Waits until connected. `Ok(false)` when `timeout` passes first (or
+    /// this handle's deadline, see [`Client::with_deadline`]). A timeout too
+    /// large for the clock, such as `Duration::MAX`, waits without limit.
     pub fn block_until_connected(&self, timeout: Duration) -> Result<bool> {
         self.shared.check_usable()?;
-        Ok(self.shared.board.wait_connected(Instant::now() + timeout))
+        let by_timeout = Instant::now().checked_add(timeout);
+        let deadline = match (by_timeout, self.deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Ok(self.shared.board.wait_connected(deadline))
+    }
+
+    /// A handle on this client whose every operation returns by `deadline`
+    /// (`None`: no deadline), retries, back-off sleeps and waits for a
+    /// connection included. An operation still running at the deadline
+    /// fails with [`Error::Timeout`], which names the operation and the path
+    /// and carries the last error as its `source()`; whether a write that
+    /// timed out took effect is unknown, as with connection loss.
+    ///
+    /// Operations return within a few milliseconds of the deadline (the
+    /// time to wake a thread; 50 ms covers a loaded machine). The handle
+    /// shares the client's session, like a clone; the client's own
+    /// background work (guaranteed deletes) is not bounded by it.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use std::time::{Duration, Instant};
+    /// let bounded = client.with_deadline(Some(Instant::now() + Duration::from_secs(2)));
+    /// match bounded.get_data("/config") {
+    ///     Err(latchkey_framework::Error::Timeout { .. }) => { /* not within 2 s */ }
+    ///     other => { other?; }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn with_deadline(&self, deadline: Option<Instant>) -> Client {
+        Client {
+            shared: Arc::clone(&self.shared),
+            deadline,
+        }
+    }
+
+    /// [`Client::with_deadline`] `timeout` from now; a timeout too large for
+    /// the clock (such as `Duration::MAX`) means no deadline.
+    pub fn with_timeout(&self, timeout: Duration) -> Client {
+        self.with_deadline(Instant::now().checked_add(timeout))
+    }
+
+    /// This handle's deadline, if it has one (see [`Client::with_deadline`]).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
     }
 
     /// Closes the session on the server (waiting at most the connection
@@ -303,7 +419,8 @@ impl Client {
         self.shared.closed.load(Ordering::Acquire)
     }
 
-    /// The current connection state; `None` before the first connection.
+    /// The current connection state; `None` before the first connection
+    /// and after [`Client::close`].
     pub fn state(&self) -> Option<ConnectionState> {
         self.shared.board.current()
     }
@@ -315,8 +432,11 @@ impl Client {
     }
 
     /// Calls `listener` with every new state, in order, on the client's
-    /// state thread. The listener may call the client; it should not block
-    /// for long. Removed when the handle drops.
+    /// listener thread (shared by all listeners of the client, as in
+    /// Curator). The listener may call the client, block or panic without
+    /// holding up the session: the client keeps reconnecting and starting
+    /// new sessions meanwhile; only later listeners wait. Removed when the
+    /// handle drops.
     pub fn add_listener(
         &self,
         listener: impl Fn(ConnectionState) + Send + Sync + 'static,
@@ -325,7 +445,9 @@ impl Client {
         self.handle(id)
     }
 
-    /// A channel that receives every new state, in order.
+    /// A channel ([`Receiver`](crate::Receiver), re-exported from
+    /// `crossbeam-channel`) that receives every new state, in order; use
+    /// `recv_timeout` to wait with a bound, or `select!` over several.
     /// The listener goes away with the receiver (at the next state change
     /// after it is dropped).
     pub fn listen(&self) -> Receiver<ConnectionState> {
@@ -346,7 +468,9 @@ impl Client {
 
     /// For recipe authors: calls `wake` on every state change and once when
     /// the client closes, so that a thread sleeping on a watch re-checks.
-    /// Called right away if the client is already closed.
+    /// Called right away if the client is already closed. A waker runs on
+    /// the client's state thread as the state changes, so it must return at
+    /// once and must not call the client: set a flag, notify a condvar.
     pub fn add_waker(&self, wake: impl Fn() + Send + Sync + 'static) -> ListenerHandle {
         let id = self.shared.board.add_waker(Arc::new(wake));
         self.handle(id)
@@ -393,7 +517,13 @@ impl Client {
     /// its id and password and closes it. For tests.
     pub fn expire_session_for_testing(&self) -> Result<()> {
         let session = self.shared.session().ok_or(Error::Closed)?;
-        session.expire_for_testing(self.shared.cfg.wire.connection_timeout)
+        session.expire_for_testing(
+            self.shared
+                .cfg
+                .wire
+                .connection_timeout
+                .min(Duration::from_secs(60)),
+        )
     }
 }
 
@@ -402,8 +532,30 @@ impl Shared {
         self.session.read().clone()
     }
 
-    pub(crate) fn closed_flag(&self) -> &AtomicBool {
-        &self.closed
+    /// Creates the namespace's nodes, once per client, before its first
+    /// operation (Curator's `NamespaceImpl`), so that a create directly under
+    /// a fresh namespace does not fail with NoNode. Unlike Curator, which
+    /// makes them containers, they are persistent: the server would remove
+    /// an emptied container, and later creates would fail again.
+    pub(crate) fn ensure_namespace(&self, s: &WireSession, deadline: Instant) -> Result<()> {
+        if self
+            .namespace_ready
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Ok(());
+        }
+        let Some(ns) = &self.cfg.namespace else {
+            return Ok(());
+        };
+        let root = format!("/{ns}");
+        if ops::wire_exists(s, &root, None, deadline)?.is_none() {
+            let nodes = ops::ancestors(&root).chain([root.as_str()]);
+            let acl_for = |node: &str| self.cfg.acl_provider.acl_for_path(node);
+            ops::create_missing(s, nodes, CreateMode::Persistent, &acl_for, deadline)?;
+        }
+        self.namespace_ready
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 
     pub(crate) fn check_usable(&self) -> Result<()> {
@@ -445,21 +597,28 @@ impl Shared {
 
     /// Curator's retry loop: runs `attempt` on the current session, retrying
     /// retryable errors as the policy allows. Each attempt waits at most the
-    /// connection timeout for a connection and for its reply.
+    /// connection timeout for a connection and for its reply, and nothing
+    /// waits past `deadline`: then the loop fails with [`Error::Timeout`]
+    /// (its operation and path are filled in by the caller).
     pub(crate) fn with_retry<T>(
         &self,
+        deadline: Option<Instant>,
         mut attempt: impl FnMut(&WireSession, Instant) -> Result<T>,
     ) -> Result<T> {
         self.check_usable()?;
         let started = Instant::now();
         let mut count = 0u32;
         loop {
+            if self.auth_failed.load(Ordering::Acquire) {
+                return Err(Error::from_code(ErrorCode::AuthFailed));
+            }
+            let attempt_deadline = self.attempt_deadline(deadline);
             let result = match self.session() {
                 None => Err(Error::Closed),
                 Some(session) => {
-                    let deadline = Instant::now() + self.cfg.wire.connection_timeout;
-                    if session.wait_connected(deadline) {
-                        attempt(&session, deadline)
+                    if session.wait_connected(attempt_deadline) {
+                        self.ensure_namespace(&session, attempt_deadline)
+                            .and_then(|()| attempt(&session, attempt_deadline))
                     } else {
                         Err(Error::from_code(ErrorCode::ConnectionLoss))
                     }
@@ -478,10 +637,23 @@ impl Shared {
             if !retryable {
                 return Err(err);
             }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return Err(Error::timeout(err)),
+                },
+                None => None,
+            };
             match self.cfg.retry.allow_retry(count, started.elapsed()) {
                 Some(sleep) => {
                     log::debug!("retry {count} after {err} in {sleep:?}");
-                    thread::sleep(sleep);
+                    match left {
+                        Some(left) if left <= sleep => {
+                            thread::sleep(left);
+                            return Err(Error::timeout(err));
+                        }
+                        _ => thread::sleep(sleep),
+                    }
                     count += 1;
                 }
                 None => return Err(err),
@@ -489,18 +661,35 @@ impl Shared {
         }
     }
 
+    /// When one attempt gives up: a connection timeout from now, or the
+    /// operation's deadline if that comes first.
+    fn attempt_deadline(&self, deadline: Option<Instant>) -> Instant {
+        let by_timeout = instant_after(self.cfg.wire.connection_timeout);
+        deadline.map_or(by_timeout, |d| d.min(by_timeout))
+    }
+
     /// One attempt, only if connected right now; no retries, no waiting for
     /// a connection. For work that has somewhere else to go on failure.
     pub(crate) fn try_once<T>(
         &self,
+        deadline: Option<Instant>,
         attempt: impl FnOnce(&WireSession, Instant) -> Result<T>,
     ) -> Result<T> {
         self.check_usable()?;
+        if self.auth_failed.load(Ordering::Acquire) {
+            return Err(Error::from_code(ErrorCode::AuthFailed));
+        }
         let session = self.session().ok_or(Error::Closed)?;
         if !session.wait_connected(Instant::now()) {
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
         }
-        attempt(&session, Instant::now() + self.cfg.wire.connection_timeout)
+        let attempt_deadline = self.attempt_deadline(deadline);
+        match attempt(&session, attempt_deadline) {
+            Err(e) if e.is_retryable() && deadline.is_some_and(|d| Instant::now() >= d) => {
+                Err(Error::timeout(e))
+            }
+            other => other,
+        }
     }
 
     /// The server path for a namespace-relative path, validated.
@@ -521,6 +710,20 @@ impl Shared {
     }
 }
 
+impl background::Owner for Shared {
+    fn session(&self) -> Option<WireSession> {
+        Shared::session(self)
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn connection_timeout(&self) -> Duration {
+        self.cfg.wire.connection_timeout
+    }
+}
+
 impl Drop for Shared {
     fn drop(&mut self) {
         self.close();
@@ -532,6 +735,7 @@ impl Drop for Shared {
 /// expiration) and then starts a new one.
 fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
     let mut lost_at: Option<Instant> = None;
+    let mut auth = AuthFailures::default();
     loop {
         let tick = match weak.upgrade() {
             Some(s) => (s.cfg.wire.session_timeout / 20)
@@ -570,19 +774,32 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
                         // answered). This loop checks once a tick, so aim
                         // two ticks early.
                         let left = timeout.saturating_sub(silent_for).saturating_sub(tick * 2);
-                        lost_at = Some(Instant::now() + left);
+                        lost_at = Some(instant_after(left));
                         shared.board.post(ConnectionState::Suspended);
                     }
                 }
-                WireEvent::Expired | WireEvent::AuthFailed => {
+                WireEvent::Expired => {
                     lost_at = None;
                     shared.lose_session();
+                }
+                WireEvent::AuthFailed => {
+                    lost_at = None;
+                    shared.auth_failed.store(true, Ordering::Release);
+                    if shared.board.current() != Some(ConnectionState::Lost) {
+                        shared.board.post(ConnectionState::Lost);
+                    }
+                    auth.failed(&*shared.cfg.retry);
                 }
                 WireEvent::Closed => {}
             },
             Ok(_) => {} // from a session already replaced
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if auth.retry_due() {
+            log::info!("starting a new session after the rejected auth");
+            shared.auth_failed.store(false, Ordering::Release);
+            shared.start_new_session();
         }
         if lost_at.is_some_and(|t| Instant::now() >= t)
             && shared.board.current() == Some(ConnectionState::Suspended)
@@ -594,9 +811,63 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
     }
 }
 
+/// The shortest pause between a rejected auth and the next session, so
+/// that even a policy that never sleeps cannot open sessions in a loop.
+const AUTH_RETRY_FLOOR: Duration = Duration::from_secs(1);
+
+/// Rejected auths over the client's life. The Java client treats one as
+/// final (`AUTH_FAILED`); latchkey tries a new session as the retry policy
+/// allows (at least [`AUTH_RETRY_FLOOR`] apart) and then gives up for good.
+#[derive(Default)]
+struct AuthFailures {
+    count: u32,
+    first: Option<Instant>,
+    retry_at: Option<Instant>,
+}
+
+impl AuthFailures {
+    fn failed(&mut self, policy: &dyn RetryPolicy) {
+        let first = *self.first.get_or_insert_with(Instant::now);
+        match policy.allow_retry(self.count, first.elapsed()) {
+            Some(sleep) => {
+                let sleep = sleep.max(AUTH_RETRY_FLOOR);
+                log::error!(
+                    "the server rejected the client's auth; new session in {sleep:?} \
+                     (attempt {})",
+                    self.count + 1
+                );
+                self.count += 1;
+                self.retry_at = Instant::now().checked_add(sleep);
+            }
+            None => {
+                log::error!(
+                    "the server rejected the client's auth {} times; giving up: \
+                     calls fail with AuthFailed until the client is closed",
+                    self.count + 1
+                );
+                self.retry_at = None;
+            }
+        }
+    }
+
+    /// Whether the next session is due now (then it is no longer pending).
+    fn retry_due(&mut self) -> bool {
+        if self.retry_at.is_some_and(|t| Instant::now() >= t) {
+            self.retry_at = None;
+            return true;
+        }
+        false
+    }
+}
+
 impl Shared {
     fn lose_session(&self) {
         self.board.post(ConnectionState::Lost);
+        self.start_new_session();
+    }
+
+    /// Starts a new session, trying again until it starts or the client closes.
+    fn start_new_session(&self) {
         loop {
             match self.new_session() {
                 Ok(()) => return,
@@ -622,9 +893,17 @@ mod tests {
         let kept = c.listen();
         drop(c.listen());
         assert_eq!(c.shared.board.listener_count(), 2);
+        c.shared.board.start_listener_thread().unwrap();
         c.shared.board.post(ConnectionState::Suspended);
+        assert_eq!(
+            kept.recv_timeout(Duration::from_secs(5)),
+            Ok(ConnectionState::Suspended)
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while c.shared.board.listener_count() != 1 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
         assert_eq!(c.shared.board.listener_count(), 1);
-        assert_eq!(kept.try_recv(), Ok(ConnectionState::Suspended));
     }
 
     #[test]
@@ -644,7 +923,9 @@ mod tests {
         let b = || Client::builder().connect_string("127.0.0.1:1");
         assert!(b().session_timeout(Duration::ZERO).build().is_err());
         assert!(b().namespace("bad//ns").build().is_err());
-        let c = b().namespace("/app/").build().unwrap();
+        assert!(b().namespace("/app").build().is_err());
+        assert!(b().namespace("app/").build().is_err());
+        let c = b().namespace("app").build().unwrap();
         assert_eq!(c.namespace(), Some("app"));
     }
 

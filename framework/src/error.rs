@@ -110,6 +110,42 @@ impl ErrorCode {
     }
 }
 
+impl ErrorCode {
+    /// What the code means, in a few words.
+    pub fn describe(self) -> &'static str {
+        use ErrorCode::*;
+        match self {
+            ConnectionLoss => {
+                "the connection to ZooKeeper was lost; the operation may or may not have run"
+            }
+            OperationTimeout => "no reply in time; the operation may or may not have run",
+            SessionExpired => "the session expired; its ephemeral nodes are gone",
+            SessionMoved => "the session moved to another server",
+            NoNode => "the node does not exist",
+            NodeExists => "the node already exists",
+            NotEmpty => "the node has children",
+            BadVersion => "the node's version does not match",
+            NoAuth => "not authorized",
+            AuthFailed => "the server rejected the client's authentication",
+            NoChildrenForEphemerals => "ephemeral nodes cannot have children",
+            InvalidAcl => "invalid ACL",
+            NotReadOnly => "a write sent to a read-only server",
+            BadArguments => "invalid arguments",
+            MarshallingError => "a request or reply could not be encoded or decoded",
+            Throttled => "the server is throttling requests",
+            QuotaExceeded => "a quota was exceeded",
+            _ => "see ZooKeeper's KeeperException.Code",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    /// The code's name (`NoNode`, `ConnectionLoss`, ...).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
 /// Everything that can go wrong in latchkey.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -143,11 +179,65 @@ pub enum Error {
     Marshalling(&'static str),
     /// An I/O error outside a session (for example resolving a host).
     Io(std::io::Error),
+    /// A client operation failed: names the operation and the path it was
+    /// given; the error itself (usually [`Error::Zk`]) is its `source()`,
+    /// and [`Error::code`] and [`Error::is`] look through to it.
+    Operation {
+        /// The operation, such as `"create"`.
+        op: &'static str,
+        /// The (namespace-relative) path the operation was given.
+        path: String,
+        /// What went wrong.
+        source: Box<Error>,
+    },
+    /// The operation did not finish by the deadline of the handle it ran
+    /// on (see `Client::with_deadline`); a write may or may not have taken
+    /// effect. Its code is `OperationTimeout`.
+    Timeout {
+        /// The operation, such as `"create"`.
+        op: &'static str,
+        /// The (namespace-relative) path of the operation.
+        path: Option<String>,
+        /// The last error before the deadline (say, `ConnectionLoss`), if any.
+        source: Option<Box<Error>>,
+    },
 }
 
 impl Error {
     pub(crate) fn from_code(code: ErrorCode) -> Self {
         Error::Zk { code, path: None }
+    }
+
+    /// A timeout whose operation and path the caller fills in.
+    pub(crate) fn timeout(last: Error) -> Self {
+        Error::Timeout {
+            op: "",
+            path: None,
+            source: Some(Box::new(last)),
+        }
+    }
+
+    /// Names the operation and path of an error from ZooKeeper, or of a
+    /// timeout that does not name them yet. Errors that already say what
+    /// they are about (bad input, closed client) stay as they are.
+    pub(crate) fn for_op(self, name: &'static str, user_path: &str) -> Self {
+        match self {
+            e @ (Error::Zk { .. } | Error::Marshalling(_)) => Error::Operation {
+                op: name,
+                path: user_path.to_owned(),
+                source: Box::new(e),
+            },
+            Error::Timeout {
+                op: "",
+                path: None,
+                source,
+            } => Error::Timeout {
+                op: name,
+                path: Some(user_path.to_owned()),
+                source,
+            },
+            other => other,
+        }
     }
 
     pub(crate) fn with_path(self, path: &str) -> Self {
@@ -164,6 +254,8 @@ impl Error {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             Error::Zk { code, .. } => Some(*code),
+            Error::Operation { source, .. } => source.code(),
+            Error::Timeout { .. } => Some(ErrorCode::OperationTimeout),
             _ => None,
         }
     }
@@ -195,8 +287,22 @@ impl fmt::Display for Error {
             Error::Zk {
                 code,
                 path: Some(p),
-            } => write!(f, "ZooKeeper error {code:?} for {p}"),
-            Error::Zk { code, path: None } => write!(f, "ZooKeeper error {code:?}"),
+            } => write!(f, "{code} at {p} ({})", code.describe()),
+            Error::Zk { code, path: None } => write!(f, "{code} ({})", code.describe()),
+            Error::Operation { op, path, source } => {
+                write!(f, "{op} {path}: ")?;
+                match &**source {
+                    // The code first; the path only where it is another one.
+                    Error::Zk { code, path: p } => {
+                        write!(f, "{code}")?;
+                        if let Some(p) = p.as_deref().filter(|p| p != path) {
+                            write!(f, " at {p}")?;
+                        }
+                        write!(f, " ({})", code.describe())
+                    }
+                    other => write!(f, "{other}"),
+                }
+            }
             Error::InvalidPath { path, reason } => write!(f, "invalid path {path:?}: {reason}"),
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             Error::IllegalState(m) => write!(f, "illegal state: {m}"),
@@ -204,6 +310,17 @@ impl fmt::Display for Error {
             Error::Cancelled => write!(f, "the call was cancelled"),
             Error::Marshalling(m) => write!(f, "malformed reply: {m}"),
             Error::Io(e) => write!(f, "I/O error: {e}"),
+            Error::Timeout { op, path, source } => {
+                match path {
+                    Some(p) => write!(f, "{op} {p}: ")?,
+                    None => write!(f, "{op}: ")?,
+                }
+                write!(f, "not done by the deadline")?;
+                match source {
+                    Some(e) => write!(f, " (last error: {e})"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -212,6 +329,10 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Io(e) => Some(e),
+            Error::Operation { source, .. } => Some(&**source),
+            Error::Timeout {
+                source: Some(e), ..
+            } => Some(&**e),
             _ => None,
         }
     }

@@ -27,9 +27,15 @@
 //! # Ok::<(), latchkey_framework::Error>(())
 //! ```
 
+// Layers, each using only those before it: `wire` (the protocol and one
+// session) -> `ops` (one operation over a session) -> `background` and
+// `client` (sessions, states, the retry loop) -> `builders` (the public,
+// namespaced, retried operations).
 mod acl;
 mod background;
+mod builders;
 mod client;
+mod deadline;
 mod error;
 mod ops;
 pub mod paths;
@@ -38,10 +44,13 @@ mod state;
 mod types;
 mod wire;
 
+/// The channel end [`Client::listen`] returns (from `crossbeam-channel`).
+pub use crossbeam_channel::Receiver;
+
 pub use acl::{Acl, AclProvider, DefaultAclProvider, FixedAclProvider, Id, Perms};
-pub use client::{Client, ClientBuilder};
+pub use builders::{CreateBuilder, DeleteBuilder};
+pub use client::{Client, ClientBuilder, WeakClient};
 pub use error::{Error, ErrorCode, Result};
-pub use ops::{CreateBuilder, DeleteBuilder};
 pub use retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
     RetryOneTime, RetryPolicy, RetryUntilElapsed, SessionFailedRetryPolicy,

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{unbounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 /// The state of a client's connection, as Curator's `ConnectionState`.
@@ -39,12 +40,22 @@ impl ConnectionState {
 type Listener = Arc<dyn Fn(ConnectionState) + Send + Sync>;
 type Waker = Arc<dyn Fn() + Send + Sync>;
 
+/// States for the listener thread, with the listeners to tell.
+type Delivery = (Vec<Listener>, ConnectionState);
+
 /// The state, its history and who to tell about changes.
+///
+/// Listeners are user code that may block, panic or call the client, so
+/// they run on a thread of their own (as Curator's do): posting a state
+/// never waits for them, and they still hear every state in order.
 pub(crate) struct StateBoard {
     started: Instant,
     inner: Mutex<Board>,
     changed: Condvar,
     next_id: AtomicU64,
+    /// `None` once closed: the listener thread then ends.
+    deliveries: Mutex<Option<Sender<Delivery>>>,
+    delivery_rx: Mutex<Option<Receiver<Delivery>>>,
 }
 
 struct Board {
@@ -60,7 +71,10 @@ const HISTORY_LIMIT: usize = 1000;
 
 impl StateBoard {
     pub(crate) fn new() -> Self {
+        let (tx, rx) = unbounded();
         StateBoard {
+            deliveries: Mutex::new(Some(tx)),
+            delivery_rx: Mutex::new(Some(rx)),
             started: Instant::now(),
             inner: Mutex::new(Board {
                 current: None,
@@ -74,15 +88,32 @@ impl StateBoard {
         }
     }
 
+    /// The current state; none once closed.
     pub(crate) fn current(&self) -> Option<ConnectionState> {
-        self.inner.lock().current
+        let b = self.inner.lock();
+        if b.closed {
+            return None;
+        }
+        b.current
     }
 
     pub(crate) fn history(&self) -> Vec<(Duration, ConnectionState)> {
         self.inner.lock().history.clone()
     }
 
-    /// Records a new state and tells everyone, on the calling (state) thread.
+    /// Starts the thread that runs listeners (once; later calls do nothing).
+    pub(crate) fn start_listener_thread(&self) -> std::io::Result<()> {
+        let Some(rx) = self.delivery_rx.lock().take() else {
+            return Ok(());
+        };
+        std::thread::Builder::new()
+            .name("latchkey-listeners".into())
+            .spawn(move || deliver(rx))?;
+        Ok(())
+    }
+
+    /// Records a new state, runs the wakers on the calling thread and hands
+    /// the listeners to the listener thread.
     pub(crate) fn post(&self, state: ConnectionState) {
         let (listeners, wakers) = {
             let mut b = self.inner.lock();
@@ -109,11 +140,11 @@ impl StateBoard {
         self.changed.notify_all();
         log::info!("connection state: {state:?}");
         for w in wakers {
-            w();
+            run_waker(&w);
         }
-        for l in listeners {
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l(state))).is_err() {
-                log::error!("a connection-state listener panicked on {state:?}");
+        if !listeners.is_empty() {
+            if let Some(tx) = self.deliveries.lock().as_ref() {
+                let _ = tx.send((listeners, state));
             }
         }
     }
@@ -126,21 +157,33 @@ impl StateBoard {
             b.listeners.clear();
             std::mem::take(&mut b.wakers)
         };
+        // The listener thread ends once it has delivered what is queued.
+        self.deliveries.lock().take();
+        self.delivery_rx.lock().take();
         self.changed.notify_all();
         for (_, w) in wakers {
-            w();
+            run_waker(&w);
         }
     }
 
-    /// Waits until connected; false when the deadline passes or the client closes.
-    pub(crate) fn wait_connected(&self, deadline: Instant) -> bool {
+    /// Waits until connected; false when the deadline (if any) passes or
+    /// the client closes.
+    pub(crate) fn wait_connected(&self, deadline: Option<Instant>) -> bool {
         let mut b = self.inner.lock();
         loop {
             if b.current.is_some_and(ConnectionState::is_connected) {
                 return true;
             }
-            if b.closed || self.changed.wait_until(&mut b, deadline).timed_out() {
-                return b.current.is_some_and(ConnectionState::is_connected);
+            if b.closed {
+                return false;
+            }
+            match deadline {
+                Some(d) => {
+                    if self.changed.wait_until(&mut b, d).timed_out() {
+                        return b.current.is_some_and(ConnectionState::is_connected);
+                    }
+                }
+                None => self.changed.wait(&mut b),
             }
         }
     }
@@ -172,6 +215,25 @@ impl StateBoard {
         let mut b = self.inner.lock();
         b.listeners.retain(|(i, _)| *i != id);
         b.wakers.retain(|(i, _)| *i != id);
+    }
+}
+
+/// A waker only wakes a thread; one that panics must not stop the others.
+fn run_waker(w: &Waker) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w())).is_err() {
+        log::error!("a connection-state waker panicked");
+    }
+}
+
+/// The listener thread: runs each listener with each state, in order,
+/// until the board closes or goes away.
+fn deliver(rx: Receiver<Delivery>) {
+    for (listeners, state) in rx {
+        for l in listeners {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l(state))).is_err() {
+                log::error!("a connection-state listener panicked on {state:?}");
+            }
+        }
     }
 }
 

@@ -38,8 +38,10 @@ pub(crate) fn in_doubt(client: &Client, owner: i64) -> bool {
 pub(crate) fn subscribe(client: &Client, owner: i64) -> (Receiver<HoldEvent>, ListenerHandle) {
     let (tx, rx) = unbounded();
     let lost = Arc::new(AtomicBool::new(false));
+    // A weak handle: a listener must not keep the session open once the
+    // user drops the client.
     let (listener_client, listener_lost, listener_tx) =
-        (client.clone(), Arc::clone(&lost), tx.clone());
+        (client.downgrade(), Arc::clone(&lost), tx.clone());
     let handle = client.add_listener(move |state| {
         if listener_lost.load(Ordering::Acquire) {
             return;
@@ -47,7 +49,12 @@ pub(crate) fn subscribe(client: &Client, owner: i64) -> (Receiver<HoldEvent>, Li
         let event = match state {
             ConnectionState::Suspended => HoldEvent::InDoubt,
             ConnectionState::Lost => HoldEvent::Lost,
-            _ if listener_client.session_id() != owner => HoldEvent::Lost,
+            _ if listener_client
+                .upgrade()
+                .is_none_or(|c| c.session_id() != owner) =>
+            {
+                HoldEvent::Lost
+            }
             _ => HoldEvent::Restored,
         };
         if event == HoldEvent::Lost {

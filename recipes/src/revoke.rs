@@ -107,10 +107,15 @@ impl Revocable {
 
     /// Reads the node's data with a watch that re-checks it on every change.
     fn watch_data(&self, client: &Client, path: &str) -> Result<Vec<u8>> {
-        let again = (self.clone(), client.clone(), path.to_owned());
+        // A weak handle: the watch must not keep the session open once the
+        // user drops the client.
+        let again = (self.clone(), client.downgrade(), path.to_owned());
         let (data, _) = client.get_data_watch(path, move |ev| {
             let (this, client, path) = again;
             if ev.event_type == EventType::NodeDataChanged && this.get().is_some() {
+                let Some(client) = client.upgrade() else {
+                    return;
+                };
                 off_client_thread(move || this.recheck(&client, &path));
             }
         })?;

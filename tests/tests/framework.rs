@@ -109,6 +109,60 @@ fn operations_and_error_codes() {
     c.close();
 }
 
+/// Errors name the operation and the path, read well, and keep the
+/// ZooKeeper error as their `source()` and their `code()`.
+#[test]
+fn errors_name_the_operation_and_the_path() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), Duration::from_secs(10));
+    let base = unique("errors");
+    c.create().for_path(&base, b"").unwrap();
+    c.create().for_path(&format!("{base}/child"), b"").unwrap();
+    let missing = format!("{base}/missing");
+    let cases: Vec<(Error, String, ErrorCode)> = vec![
+        (
+            c.get_data(&missing).unwrap_err(),
+            format!("get_data {missing}: NoNode"),
+            ErrorCode::NoNode,
+        ),
+        (
+            c.create()
+                .for_path(&format!("{missing}/x"), b"")
+                .unwrap_err(),
+            format!("create {missing}/x: NoNode"),
+            ErrorCode::NoNode,
+        ),
+        (
+            c.delete().for_path(&base).unwrap_err(),
+            format!("delete {base}: NotEmpty"),
+            ErrorCode::NotEmpty,
+        ),
+        (
+            c.set_data(&base, b"", Some(99)).unwrap_err(),
+            format!("set_data {base}: BadVersion"),
+            ErrorCode::BadVersion,
+        ),
+    ];
+    for (err, start, code) in cases {
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with(&start),
+            "{shown:?} should start with {start:?}"
+        );
+        assert!(err.is(code), "{shown}");
+        let source = std::error::Error::source(&err);
+        assert!(
+            source.is_some_and(|s| s.to_string().contains(&format!("{code:?}"))),
+            "{shown}: source {source:?}"
+        );
+    }
+    c.delete()
+        .deleting_children_if_needed()
+        .for_path(&base)
+        .unwrap();
+    c.close();
+}
+
 #[test]
 fn bad_input_is_refused_before_sending() {
     let server = shared_server();
@@ -170,6 +224,39 @@ fn namespace_is_applied_and_stripped() {
     assert_eq!(ev.path, p);
     assert_eq!(ev.event_type, EventType::NodeDeleted);
     c.close();
+    plain.close();
+}
+
+/// Curator creates the namespace's nodes on first use; a create directly
+/// under a fresh namespace must not fail with NoNode.
+#[test]
+fn a_fresh_namespace_is_created_on_first_use() {
+    let server = shared_server();
+    let ns = format!("{}/sub", unique("fresh-ns").trim_start_matches('/'));
+    let c = start_connected(
+        Client::builder()
+            .connect_string(server.connect_string())
+            .namespace(ns.clone()),
+    );
+    let plain = connect(&server.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &plain);
+    assert!(plain.exists(&format!("/{ns}")).unwrap().is_none());
+    let created = c.create().for_path("/a", b"x");
+    assert_eq!(
+        created.as_deref().ok(),
+        Some("/a"),
+        "{created:?}\n{}",
+        ctx.dump()
+    );
+    let (data, _) = plain.get_data(&format!("/{ns}/a")).unwrap();
+    assert_eq!(data, b"x");
+    assert_eq!(c.get_children("/").unwrap(), vec!["a"]);
+    c.close();
+    plain
+        .delete()
+        .deleting_children_if_needed()
+        .for_path(&format!("/{ns}"))
+        .unwrap();
     plain.close();
 }
 
@@ -555,6 +642,141 @@ fn background_delete_returns_at_once_when_disconnected() {
         "{}",
         ctx.dump()
     );
+    c.close();
+    observer.close();
+}
+
+/// A protected ephemeral create whose reply was lost, retried on a new
+/// session after the client declared the old one lost, must not return the
+/// old session's node (which goes when that session expires): Curator's
+/// `ProtectedMode.validateFoundNode`.
+#[test]
+fn protected_create_does_not_return_a_node_of_a_lost_session() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(4))
+            .connection_timeout(Duration::from_secs(1))
+            .retry_policy(latchkey_framework::RetryForever::new(
+                Duration::from_millis(200),
+            )),
+    );
+    let ctx = Ctx::new(server, &c);
+    let observer = connect(&server.connect_string(), Duration::from_secs(10));
+    let parent = unique("protected-lost");
+    c.create().for_path(&parent, b"").unwrap();
+    let old_session = c.session_id();
+    let states = c.listen();
+    // The create reaches the server; its reply does not come back.
+    proxy.pause_replies();
+    let creator = {
+        let c = c.clone();
+        let parent = parent.clone();
+        std::thread::spawn(move || {
+            c.create()
+                .with_protection()
+                .mode(CreateMode::EphemeralSequential)
+                .for_path(&format!("{parent}/n-"), b"")
+        })
+    };
+    wait_until(
+        Duration::from_secs(10),
+        || observer.get_children(&parent).unwrap().len() == 1,
+        || ctx.dump(),
+    );
+    ctx.expect(&states, ConnectionState::Lost, Duration::from_secs(20));
+    proxy.resume();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !creator.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        creator.is_finished(),
+        "create still running\n{}",
+        ctx.dump()
+    );
+    let node = creator.join().unwrap().unwrap();
+    assert_ne!(c.session_id(), old_session, "{}", ctx.dump());
+    let owner = observer.exists(&node).unwrap().map(|s| s.ephemeral_owner);
+    assert_eq!(
+        owner,
+        Some(c.session_id()),
+        "{node} belongs to session {owner:x?}, not the client's {:x} (old {old_session:x})\n{}",
+        c.session_id(),
+        ctx.dump()
+    );
+    c.close();
+    observer
+        .delete()
+        .deleting_children_if_needed()
+        .for_path(&parent)
+        .unwrap();
+    observer.close();
+}
+
+/// Curator's background deletes re-queue only on connection loss: an
+/// error that retrying cannot fix (the node gained a child, its version
+/// moved on) ends the job instead of keeping it busy for ever.
+#[test]
+fn background_deletes_drop_errors_that_retrying_cannot_fix() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(20))
+            .connection_timeout(Duration::from_secs(5)),
+    );
+    let ctx = Ctx::new(server, &c);
+    let observer = connect(&server.connect_string(), Duration::from_secs(10));
+    let parent = unique("not-empty");
+    let versioned = unique("bad-version");
+    c.create().for_path(&parent, b"").unwrap();
+    let stat = c.create().for_path_with_stat(&versioned, b"").unwrap().1;
+    let states = c.listen();
+    proxy.set_refuse(true);
+    proxy.cut();
+    ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(10));
+    c.delete().in_background().for_path(&parent).unwrap();
+    c.delete()
+        .in_background()
+        .with_version(stat.version)
+        .for_path(&versioned)
+        .unwrap();
+    assert_eq!(c.pending_background_work(), 2);
+    // Meanwhile the nodes change so that neither delete can succeed.
+    observer
+        .create()
+        .for_path(&format!("{parent}/child"), b"")
+        .unwrap();
+    observer.set_data(&versioned, b"moved on", None).unwrap();
+    proxy.set_refuse(false);
+    ctx.expect(
+        &states,
+        ConnectionState::Reconnected,
+        Duration::from_secs(20),
+    );
+    wait_until(
+        Duration::from_secs(10),
+        || c.pending_background_work() == 0,
+        || {
+            format!(
+                "{} jobs still queued\n{}",
+                c.pending_background_work(),
+                ctx.dump()
+            )
+        },
+    );
+    assert!(observer.exists(&parent).unwrap().is_some());
+    assert!(observer.exists(&versioned).unwrap().is_some());
+    observer
+        .delete()
+        .deleting_children_if_needed()
+        .for_path(&parent)
+        .unwrap();
+    observer.delete().for_path(&versioned).unwrap();
     c.close();
     observer.close();
 }

@@ -495,7 +495,11 @@ impl Inner {
                     pause.reset();
                     (self.events)(WireEvent::Connected { read_only });
                     let (ended, last_recv) = self.read_loop(stream);
-                    self.drop_connection(ErrorCode::ConnectionLoss);
+                    // Requests behind a rejected auth fail with AuthFailed.
+                    self.drop_connection(match ended {
+                        Ended::AuthFailed => ErrorCode::AuthFailed,
+                        _ => ErrorCode::ConnectionLoss,
+                    });
                     if !self.closed.load(Ordering::Acquire) {
                         (self.events)(WireEvent::Disconnected {
                             silent_for: last_recv.elapsed(),

@@ -1,0 +1,559 @@
+//! The public operations: the create and delete builders, and the
+//! client's other operations, each validated, namespaced and retried on
+//! top of the session operations in `ops`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use crate::acl::Acl;
+use crate::background::Job;
+use crate::client::{Client, Shared};
+use crate::error::{Error, ErrorCode, Result};
+use crate::ops::{self, wire_children, wire_create, wire_delete, wire_exists, wire_get_data};
+use crate::paths;
+use crate::types::{CreateMode, Stat, WatchedEvent};
+use crate::wire::{WatchKind, WatchRegistration, Watcher, WireSession};
+
+/// A one-shot watcher that may be registered by several attempts of a
+/// retried read; whichever registration fires first calls it.
+type SharedWatcher = Arc<Mutex<Option<Box<dyn FnOnce(WatchedEvent) + Send>>>>;
+
+impl Shared {
+    fn registration(
+        self: &Arc<Self>,
+        server_path: &str,
+        on_ok: WatchKind,
+        on_no_node: Option<WatchKind>,
+        watcher: &SharedWatcher,
+        waker: bool,
+    ) -> WatchRegistration {
+        let slot = Arc::clone(watcher);
+        let ns = self.cfg.namespace.clone();
+        WatchRegistration {
+            path: server_path.to_owned(),
+            on_ok,
+            on_no_node,
+            watcher: Watcher {
+                run: Box::new(move |ev: WatchedEvent| {
+                    if let Some(f) = slot.lock().take() {
+                        f(WatchedEvent {
+                            event_type: ev.event_type,
+                            path: paths::strip_namespace(ns.as_deref(), &ev.path),
+                        });
+                    }
+                }),
+                waker,
+            },
+        }
+    }
+
+    /// Creates every missing ancestor of `server_path` (not the node itself).
+    fn create_parents(
+        &self,
+        s: &WireSession,
+        server_path: &str,
+        containers: bool,
+        deadline: Instant,
+    ) -> Result<()> {
+        let mode = if containers {
+            CreateMode::Container
+        } else {
+            CreateMode::Persistent
+        };
+        let acl_for = |node: &str| self.cfg.acl_provider.acl_for_path(&self.user_path(node));
+        ops::create_missing(s, ops::ancestors(server_path), mode, &acl_for, deadline)
+    }
+}
+
+/// Builds a create; Curator's `client.create()`.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use latchkey_framework::CreateMode;
+/// let path = client
+///     .create()
+///     .creating_parents_if_needed()
+///     .with_protection()
+///     .mode(CreateMode::EphemeralSequential)
+///     .for_path("/jobs/job-", b"payload")?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a create does nothing until for_path is called"]
+pub struct CreateBuilder<'a> {
+    client: &'a Client,
+    mode: CreateMode,
+    parents: bool,
+    parent_containers: bool,
+    protected: bool,
+    acl: Option<Vec<Acl>>,
+}
+
+impl CreateBuilder<'_> {
+    /// The create mode (default persistent).
+    pub fn mode(mut self, mode: CreateMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Creates missing parents as persistent nodes.
+    pub fn creating_parents_if_needed(mut self) -> Self {
+        self.parents = true;
+        self
+    }
+
+    /// Creates missing parents as container nodes.
+    pub fn creating_parent_containers_if_needed(mut self) -> Self {
+        self.parents = true;
+        self.parent_containers = true;
+        self
+    }
+
+    /// Curator's protected mode: the node's name gets a `_c_<uuid>-` prefix,
+    /// and when a create's reply is lost the retry finds the node by that
+    /// prefix instead of creating a second one. A protected create that
+    /// finally fails leaves a background job that deletes any such node.
+    pub fn with_protection(mut self) -> Self {
+        self.protected = true;
+        self
+    }
+
+    /// The node's ACL, instead of the ACL provider's.
+    pub fn with_acl(mut self, acl: Vec<Acl>) -> Self {
+        self.acl = Some(acl);
+        self
+    }
+
+    /// Creates the node and returns its (namespace-relative) path.
+    pub fn for_path(self, path: &str, data: &[u8]) -> Result<String> {
+        self.for_path_with_stat(path, data).map(|(p, _)| p)
+    }
+
+    /// Creates the node and returns its path and stat.
+    pub fn for_path_with_stat(self, path: &str, data: &[u8]) -> Result<(String, Stat)> {
+        self.create(path, data, false).map(|(p, stat, _)| (p, stat))
+    }
+
+    /// Like [`CreateBuilder::for_path_with_stat`], and lists the new node's
+    /// parent in the same round trip: the listing is sent right behind the
+    /// create and ZooKeeper answers a session's requests in order, so it
+    /// shows the children just after the create (the new node among them).
+    /// The listing is `None` when it could not ride along (say, the create
+    /// was retried); list the parent yourself then.
+    ///
+    /// A lock recipe needs both to queue, so this saves it a round trip.
+    pub fn for_path_listing_parent(
+        self,
+        path: &str,
+        data: &[u8],
+    ) -> Result<(String, Stat, Option<Vec<String>>)> {
+        self.create(path, data, true)
+    }
+
+    fn create(
+        self,
+        path: &str,
+        data: &[u8],
+        list_parent: bool,
+    ) -> Result<(String, Stat, Option<Vec<String>>)> {
+        let shared = &self.client.shared;
+        let valid = if self.mode.is_sequential() {
+            paths::validate_path_sequential(path)
+        } else {
+            paths::validate_path(path)
+        };
+        valid.map_err(|e| Error::InvalidPath {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+        if path == "/" && shared.cfg.namespace.is_none() {
+            return Err(Error::InvalidPath {
+                path: path.into(),
+                reason: "cannot create the root".into(),
+            });
+        }
+        let acl = self
+            .acl
+            .clone()
+            .unwrap_or_else(|| shared.cfg.acl_provider.acl_for_path(path));
+        if acl.is_empty() {
+            return Err(Error::InvalidArgument(
+                "an ACL needs at least one entry".into(),
+            ));
+        }
+        let protection = self.protected.then(paths::new_protection_id);
+        let user_path = match &protection {
+            Some(id) => paths::protected_path(path, id),
+            None => path.to_owned(),
+        };
+        let server_path = paths::fix_for_namespace(shared.cfg.namespace.as_deref(), &user_path);
+        let (parent, _) = ops::split_parent(&server_path);
+        let prefix = protection.as_ref().map(|id| paths::protected_prefix(id));
+        let mut first = true;
+        let create = |s: &WireSession, deadline| match list_parent {
+            true => ops::wire_create_listing_parent(
+                s,
+                &server_path,
+                data,
+                &acl,
+                self.mode,
+                parent,
+                deadline,
+            ),
+            false => wire_create(s, &server_path, data, &acl, self.mode, deadline)
+                .map(|(p, stat)| (p, stat, None)),
+        };
+        let result = shared.with_retry(self.client.deadline, |s, deadline| {
+            if let (false, Some(prefix)) = (first, &prefix) {
+                if let Some((found, stat)) = ops::find_protected(s, parent, prefix, deadline)? {
+                    // Curator's validateFoundNode: an ephemeral node of an
+                    // earlier session goes with that session; remove it
+                    // and create one for this session instead.
+                    if self.mode.is_ephemeral() && stat.ephemeral_owner != s.session_id() {
+                        log::info!(
+                            "protected create found {found} of an earlier session; deleting it"
+                        );
+                        shared.background.push(Job::Delete {
+                            path: found,
+                            version: None,
+                        });
+                    } else {
+                        return Ok((found, stat, None));
+                    }
+                }
+            }
+            first = false;
+            match create(s, deadline) {
+                Err(e) if e.is(ErrorCode::NoNode) && self.parents => {
+                    shared.create_parents(s, &server_path, self.parent_containers, deadline)?;
+                    create(s, deadline)
+                }
+                other => other,
+            }
+        });
+        match result {
+            Ok((node, stat, children)) => Ok((shared.user_path(&node), stat, children)),
+            Err(e) => {
+                if let (Some(prefix), true) = (prefix, e.is_retryable()) {
+                    shared.background.push(Job::DeleteProtected {
+                        parent: parent.to_owned(),
+                        prefix,
+                    });
+                }
+                Err(self.client.relative(e).for_op("create", path))
+            }
+        }
+    }
+}
+
+/// Builds a delete; Curator's `client.delete()`.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// client.delete().guaranteed().deleting_children_if_needed().for_path("/jobs")?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a delete does nothing until for_path is called"]
+pub struct DeleteBuilder<'a> {
+    client: &'a Client,
+    guaranteed: bool,
+    in_background: bool,
+    version: Option<i32>,
+    children: bool,
+}
+
+impl DeleteBuilder<'_> {
+    /// Keeps trying in the background until the node is gone, even after
+    /// this call returns an error (a missing node counts as deleted). As in
+    /// Curator, the background retries only after connection problems; an
+    /// error that retrying cannot fix (`NotEmpty`, `BadVersion`, `NoAuth`)
+    /// ends the job with a warning in the log.
+    pub fn guaranteed(mut self) -> Self {
+        self.guaranteed = true;
+        self
+    }
+
+    /// Curator's `guaranteed().inBackground()`: makes one attempt only if
+    /// connected right now, and otherwise leaves the delete to the
+    /// background (which retries until the node is gone), so the call never
+    /// waits on a broken connection. `Ok` then means deleted or handed over;
+    /// errors that retrying cannot fix (such as `NotEmpty`) still return.
+    /// Implies [`DeleteBuilder::guaranteed`].
+    pub fn in_background(mut self) -> Self {
+        self.guaranteed = true;
+        self.in_background = true;
+        self
+    }
+
+    /// Deletes only if the node's version matches.
+    pub fn with_version(mut self, version: i32) -> Self {
+        self.version = Some(version);
+        self
+    }
+
+    /// Deletes the node's descendants first.
+    pub fn deleting_children_if_needed(mut self) -> Self {
+        self.children = true;
+        self
+    }
+
+    /// Deletes the node. A guaranteed delete of a missing node succeeds.
+    pub fn for_path(self, path: &str) -> Result<()> {
+        let shared = &self.client.shared;
+        let server_path = shared.server_path(path)?;
+        if server_path == "/" {
+            return Err(Error::InvalidPath {
+                path: path.into(),
+                reason: "cannot delete the root".into(),
+            });
+        }
+        let attempt = |s: &WireSession, deadline: Instant| {
+            if self.children {
+                ops::delete_children(s, &server_path, deadline)?;
+            }
+            wire_delete(s, &server_path, self.version, deadline)
+        };
+        let result = match self.in_background {
+            true => shared.try_once(self.client.deadline, attempt),
+            false => shared.with_retry(self.client.deadline, attempt),
+        };
+        match result {
+            Err(e) if self.guaranteed && e.is(ErrorCode::NoNode) => Ok(()),
+            Err(e) if self.guaranteed && (e.is_retryable() || matches!(e, Error::Closed)) => {
+                if !matches!(e, Error::Closed) {
+                    shared.background.push(Job::Delete {
+                        path: server_path,
+                        version: self.version,
+                    });
+                }
+                match self.in_background {
+                    true => Ok(()),
+                    false => Err(self.client.relative(e).for_op("delete", path)),
+                }
+            }
+            other => other.map_err(|e| self.client.relative(e).for_op("delete", path)),
+        }
+    }
+}
+
+impl Client {
+    /// Starts a create.
+    pub fn create(&self) -> CreateBuilder<'_> {
+        CreateBuilder {
+            client: self,
+            mode: CreateMode::Persistent,
+            parents: false,
+            parent_containers: false,
+            protected: false,
+            acl: None,
+        }
+    }
+
+    /// Starts a delete.
+    pub fn delete(&self) -> DeleteBuilder<'_> {
+        DeleteBuilder {
+            client: self,
+            guaranteed: false,
+            in_background: false,
+            version: None,
+            children: false,
+        }
+    }
+
+    /// The node's stat, or `None` if it does not exist.
+    pub fn exists(&self, path: &str) -> Result<Option<Stat>> {
+        let sp = self.shared.server_path(path)?;
+        self.retrying("exists", path, |s, d| wire_exists(s, &sp, None, d))
+    }
+
+    /// Like [`Client::exists`], and leaves a one-shot watch that fires when
+    /// the node is created, deleted or its data changes.
+    pub fn exists_watch(
+        &self,
+        path: &str,
+        watcher: impl FnOnce(WatchedEvent) + Send + 'static,
+    ) -> Result<Option<Stat>> {
+        let tables = (WatchKind::Data, Some(WatchKind::Exist));
+        self.watched_read(
+            "exists",
+            path,
+            Box::new(watcher),
+            false,
+            tables,
+            wire_exists,
+        )
+    }
+
+    /// For recipe authors: [`Client::exists_watch`] with a waker (see
+    /// [`Client::get_data_watch_waker`]). Wakers on one session run in the
+    /// order ZooKeeper sent their events, which a waiter may rely on.
+    pub fn exists_watch_waker(
+        &self,
+        path: &str,
+        wake: impl FnOnce(WatchedEvent) + Send + 'static,
+    ) -> Result<Option<Stat>> {
+        let tables = (WatchKind::Data, Some(WatchKind::Exist));
+        self.watched_read("exists", path, Box::new(wake), true, tables, wire_exists)
+    }
+
+    /// The node's data and stat.
+    pub fn get_data(&self, path: &str) -> Result<(Vec<u8>, Stat)> {
+        let sp = self.shared.server_path(path)?;
+        self.retrying("get_data", path, |s, d| wire_get_data(s, &sp, None, d))
+    }
+
+    /// Like [`Client::get_data`], and leaves a one-shot watch that fires when
+    /// the node is deleted or its data changes. No watch is left when the
+    /// node does not exist (the call fails with `NoNode`).
+    pub fn get_data_watch(
+        &self,
+        path: &str,
+        watcher: impl FnOnce(WatchedEvent) + Send + 'static,
+    ) -> Result<(Vec<u8>, Stat)> {
+        let tables = (WatchKind::Data, None);
+        self.watched_read(
+            "get_data",
+            path,
+            Box::new(watcher),
+            false,
+            tables,
+            wire_get_data,
+        )
+    }
+
+    /// For recipe authors: [`Client::get_data_watch`] with a waker instead
+    /// of a watcher. A waker runs on the session's I/O thread as soon as the
+    /// event is read, a thread hop sooner than a watcher (which runs on the
+    /// watcher thread), so it must return at once and must not call the
+    /// client: set a flag, notify a condvar. A lock waiter wakes this way
+    /// when its predecessor goes.
+    pub fn get_data_watch_waker(
+        &self,
+        path: &str,
+        wake: impl FnOnce(WatchedEvent) + Send + 'static,
+    ) -> Result<(Vec<u8>, Stat)> {
+        let tables = (WatchKind::Data, None);
+        self.watched_read(
+            "get_data",
+            path,
+            Box::new(wake),
+            true,
+            tables,
+            wire_get_data,
+        )
+    }
+
+    /// Sets the node's data, if `version` is `None` or matches.
+    pub fn set_data(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<Stat> {
+        let sp = self.shared.server_path(path)?;
+        self.retrying("set_data", path, |s, d| {
+            ops::wire_set_data(s, &sp, data, version, d)
+        })
+    }
+
+    /// The names of the node's children, in the server's (unspecified) order.
+    pub fn get_children(&self, path: &str) -> Result<Vec<String>> {
+        let sp = self.shared.server_path(path)?;
+        self.retrying("get_children", path, |s, d| wire_children(s, &sp, None, d))
+    }
+
+    /// Like [`Client::get_children`], and leaves a one-shot watch that fires
+    /// when a child is added or removed, or the node is deleted.
+    pub fn get_children_watch(
+        &self,
+        path: &str,
+        watcher: impl FnOnce(WatchedEvent) + Send + 'static,
+    ) -> Result<Vec<String>> {
+        let tables = (WatchKind::Child, None);
+        self.watched_read(
+            "get_children",
+            path,
+            Box::new(watcher),
+            false,
+            tables,
+            wire_children,
+        )
+    }
+
+    /// Runs `read` on `path` leaving a one-shot watch: in the `tables.0`
+    /// table when the read succeeds, in `tables.1` (if any) when the node is
+    /// missing. A retried read registers the same watcher again; it runs at
+    /// most once.
+    fn watched_read<T>(
+        &self,
+        op: &'static str,
+        path: &str,
+        watcher: Box<dyn FnOnce(WatchedEvent) + Send>,
+        waker: bool,
+        (on_ok, on_no_node): (WatchKind, Option<WatchKind>),
+        read: impl Fn(&WireSession, &str, Option<WatchRegistration>, Instant) -> Result<T>,
+    ) -> Result<T> {
+        let sp = self.shared.server_path(path)?;
+        let w: SharedWatcher = Arc::new(Mutex::new(Some(watcher)));
+        self.retrying(op, path, |s, d| {
+            let reg = self.shared.registration(&sp, on_ok, on_no_node, &w, waker);
+            read(s, &sp, Some(reg), d)
+        })
+    }
+
+    /// Creates every node of `path` that does not exist yet, as persistent
+    /// nodes with the provider's ACL (Curator's `EnsurePath`).
+    pub fn ensure_path(&self, path: &str) -> Result<()> {
+        let sp = self.shared.server_path(path)?;
+        if sp == "/" {
+            return Ok(());
+        }
+        let shared = &self.shared;
+        self.retrying("ensure_path", path, |s, d| {
+            if wire_exists(s, &sp, None, d)?.is_some() {
+                return Ok(());
+            }
+            shared.create_parents(s, &sp, false, d)?;
+            let acl = shared.cfg.acl_provider.acl_for_path(path);
+            match wire_create(s, &sp, &[], &acl, CreateMode::Persistent, d) {
+                Err(e) if e.is(ErrorCode::NodeExists) => Ok(()),
+                other => other.map(|_| ()),
+            }
+        })
+    }
+
+    /// Makes the connected server catch up with the leader for `path`.
+    pub fn sync(&self, path: &str) -> Result<()> {
+        let sp = self.shared.server_path(path)?;
+        self.retrying("sync", path, |s, d| ops::wire_sync(s, &sp, d))
+    }
+
+    /// How many guaranteed deletes and protected-node cleanups are still
+    /// waiting to be done in the background.
+    pub fn pending_background_work(&self) -> usize {
+        self.shared.background.pending()
+    }
+
+    /// Runs `attempt` in the retry loop under this handle's deadline.
+    /// Errors name namespace-relative paths; a timeout names `op` and `path`.
+    pub(crate) fn retrying<T>(
+        &self,
+        op: &'static str,
+        path: &str,
+        attempt: impl FnMut(&WireSession, Instant) -> Result<T>,
+    ) -> Result<T> {
+        self.shared
+            .with_retry(self.deadline, attempt)
+            .map_err(|e| self.relative(e).for_op(op, path))
+    }
+
+    /// Errors name namespace-relative paths, as the caller gave them.
+    pub(crate) fn relative(&self, e: Error) -> Error {
+        match e {
+            Error::Zk {
+                code,
+                path: Some(p),
+            } => Error::Zk {
+                code,
+                path: Some(self.shared.user_path(&p)),
+            },
+            other => other,
+        }
+    }
+}
