@@ -232,8 +232,27 @@ fn read_pid(file: &Path) -> Option<i32> {
     std::fs::read_to_string(file).ok()?.trim().parse().ok()
 }
 
+/// Whether `pid` runs: a zombie (dead, not yet reaped by whoever adopted
+/// it) counts as gone.
 fn alive(pid: i32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
+
+/// A shell script that starts `sleep 30` in the background, writes that
+/// grandchild's pid to `pidfile` and waits for it: the pattern a wrapper
+/// script without `exec` has. (The grandchild does not hold lock's output
+/// pipes, so that the test sees lock's exit at once.)
+fn grandchild_script(pidfile: &Path) -> String {
+    format!(
+        "sleep 30 </dev/null >/dev/null 2>&1 & echo $! > {}; wait",
+        pidfile.display()
+    )
 }
 
 fn signal(pid: i32, sig: nix::sys::signal::Signal) {
@@ -649,6 +668,96 @@ fn ctrl_c_stops_the_command_and_releases() {
         participants(&c, &path).is_empty()
     });
     c.close();
+}
+
+#[test]
+fn ctrl_c_stops_the_commands_whole_process_group() {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    let script = grandchild_script(&pidfile);
+    let proc = lock(&["--connect", &cs, &path, "--", "sh", "-c", &script]);
+    wait_until(QUICK, "lock holds and the grandchild runs", || {
+        participants(&c, &path).len() == 1 && read_pid(&pidfile).is_some()
+    });
+    let grandchild = read_pid(&pidfile).unwrap();
+    assert!(alive(grandchild));
+    signal(proc.pid(), nix::sys::signal::Signal::SIGINT);
+    proc.wait(QUICK).expect_code(130);
+    let outlived = wait_for_exit(grandchild, Duration::from_secs(5));
+    // Clean up before failing, so that no sleep outlives the test.
+    if outlived {
+        signal(grandchild, nix::sys::signal::Signal::SIGKILL);
+    }
+    assert!(
+        !outlived,
+        "the command's background process {grandchild} outlived lock's Ctrl-C"
+    );
+    c.close();
+}
+
+#[test]
+fn lost_lock_kills_the_commands_whole_process_group() {
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    let proxy = FaultProxy::start(server().addr()).expect("proxy");
+    let script = grandchild_script(&pidfile);
+    let (proc, grandchild) = hold_through_proxy(&proxy, &c, &path, &[], &script, &pidfile);
+    assert!(alive(grandchild));
+    proxy.pause();
+    let done = proc.wait(Duration::from_secs(12));
+    done.expect_code(78);
+    let outlived = wait_for_exit(grandchild, Duration::from_secs(5));
+    if outlived {
+        signal(grandchild, nix::sys::signal::Signal::SIGKILL);
+    }
+    assert!(
+        !outlived,
+        "the command's background process {grandchild} kept running without the lock"
+    );
+    proxy.resume();
+    c.close();
+}
+
+#[test]
+fn processes_left_by_the_command_stop_before_the_release() {
+    let cs = server().connect_string();
+    let path = unique();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    // Leaves a background process behind and exits at once.
+    let script = format!(
+        "sleep 30 </dev/null >/dev/null 2>&1 & echo $! > {}",
+        pidfile.display()
+    );
+    lock(&["--connect", &cs, &path, "--", "sh", "-c", &script])
+        .wait(QUICK)
+        .expect_code(0);
+    let grandchild = read_pid(&pidfile).expect("the script wrote its pid");
+    let outlived = wait_for_exit(grandchild, Duration::from_secs(5));
+    if outlived {
+        signal(grandchild, nix::sys::signal::Signal::SIGKILL);
+    }
+    assert!(
+        !outlived,
+        "the command's background process {grandchild} kept running after the release"
+    );
+}
+
+/// Waits up to `within` for `pid` to exit; true if it still runs then.
+fn wait_for_exit(pid: i32, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while alive(pid) {
+        if Instant::now() >= deadline {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    false
 }
 
 #[test]

@@ -18,11 +18,20 @@
 //! later holder) in its environment. The lock is released when the command
 //! ends, and on Ctrl-C.
 //!
+//! The command runs in a process group of its own, and `lock` signals the
+//! whole group, so that what the command started (a shell's background
+//! jobs, a pipeline) stops with it: on Ctrl-C, SIGTERM and up to 2 s to
+//! exit, then SIGKILL; when the command exits, the same for anything it
+//! left running, before the release. When `lock` runs in the foreground of
+//! a terminal, the command's group gets the terminal while it runs (it can
+//! read from it, and a Ctrl-C typed there reaches it directly).
+//!
 //! If the ZooKeeper session is lost while the command runs (the client was
 //! cut off for the whole session timeout, or the server expired the
 //! session), another process may already hold the lock: by default the
-//! command is killed (SIGKILL) and `lock` exits 78; with `--on-lost warn` a
-//! warning goes to stderr and the command keeps running.
+//! command's whole process group is killed (SIGKILL, no grace) and `lock`
+//! exits 78; with `--on-lost warn` a warning goes to stderr and the command
+//! keeps running.
 //!
 //! # Exit codes
 //!
@@ -42,7 +51,8 @@
 //! As with `flock`, a command may itself exit with one of these codes.
 
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
+use std::io::IsTerminal;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -54,6 +64,8 @@ use latchkey_framework::{
 use latchkey_recipes::{
     InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2, Lease,
 };
+use nix::sys::signal::{killpg, SigSet, Signal};
+use nix::unistd::Pid;
 
 /// Bad usage (sysexits' EX_USAGE).
 const EX_USAGE: i32 = 64;
@@ -106,7 +118,10 @@ Options:
   -V, --version             print the version
 
 CMD gets LATCHKEY_LOCK_PATH, LATCHKEY_LOCK_NODE and LATCHKEY_FENCING_TOKEN
-in its environment.
+in its environment. CMD runs in a process group of its own, and lock signals
+the whole group: on Ctrl-C (SIGINT, SIGTERM, SIGHUP) SIGTERM, up to 2 s to
+exit, then SIGKILL; when CMD exits, the same for what it left running, before
+the release; when the lock is lost, SIGKILL at once (--on-lost kill).
 
 Exit codes:
   CMD's own    CMD ran; 128+N if it died of signal N
@@ -182,9 +197,9 @@ impl Exit {
 /// happens on ordinary threads.
 static INTERRUPTS: AtomicUsize = AtomicUsize::new(0);
 
-/// The running command's pid (0 when none), so that a second Ctrl-C can
-/// kill it before `lock` exits without waiting.
-static CHILD_PID: AtomicU32 = AtomicU32::new(0);
+/// The running command's process group (its pid; 0 when none), so that a
+/// second Ctrl-C can kill it before `lock` exits without waiting.
+static CHILD_GROUP: AtomicU32 = AtomicU32::new(0);
 
 fn interrupted() -> bool {
     INTERRUPTS.load(Ordering::Acquire) > 0
@@ -430,7 +445,7 @@ fn spawn_interrupt_watch(client: Client, phase: Arc<AtomicUsize>) {
                 let n = INTERRUPTS.load(Ordering::Acquire);
                 if n >= 2 {
                     eprintln!("lock: interrupted twice; exiting without waiting for the release");
-                    signal_child(nix::sys::signal::Signal::SIGKILL);
+                    signal_group(Signal::SIGKILL);
                     std::process::exit(EX_INTERRUPTED);
                 }
                 if n == 1 && !closed && phase.load(Ordering::Acquire) == PHASE_WAITING {
@@ -717,6 +732,10 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
     let mut command = Command::new(&opts.command[0]);
     command
         .args(&opts.command[1..])
+        // Its own process group, so that stopping the command stops
+        // everything it started too (a shell's background jobs, a
+        // pipeline), not only its first process.
+        .process_group(0)
         .env("LATCHKEY_LOCK_PATH", &opts.path)
         .env("LATCHKEY_LOCK_NODE", &node)
         .env("LATCHKEY_FENCING_TOKEN", stat.czxid.to_string());
@@ -736,9 +755,11 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
         }
     };
 
-    CHILD_PID.store(child.id(), Ordering::Release);
+    CHILD_GROUP.store(child.id(), Ordering::Release);
+    let terminal = Terminal::hand_to(child.id());
     let outcome = supervise(child, opts, &client, &held, &watch);
-    CHILD_PID.store(0, Ordering::Release);
+    CHILD_GROUP.store(0, Ordering::Release);
+    drop(terminal);
     let lost = matches!(outcome, Outcome::Lost | Outcome::LostThenExited(_));
     close_and_release(&client, held, lost, opts.verbose);
     Ok(match outcome {
@@ -791,8 +812,8 @@ fn supervise(
                         "lock: lost the lock on {} (the ZooKeeper session was lost); killing the command",
                         opts.path
                     );
-                    let _ = child.kill();
-                    let _ = child.wait();
+                    // No grace: another process may hold the lock already.
+                    kill_group(&mut child);
                     return Outcome::Lost;
                 }
                 OnLost::Warn => {
@@ -806,12 +827,24 @@ fn supervise(
             }
         }
         match child.try_wait() {
-            Ok(Some(status)) if warned => return Outcome::LostThenExited(status),
-            Ok(Some(status)) => return Outcome::Exited(status),
+            Ok(Some(status)) => {
+                // What the command left running must not go on once the
+                // lock is released.
+                if group_alive() {
+                    if opts.verbose {
+                        eprintln!("lock: the command exited; stopping what it left running");
+                    }
+                    stop_rest_of_group();
+                }
+                return if warned {
+                    Outcome::LostThenExited(status)
+                } else {
+                    Outcome::Exited(status)
+                };
+            }
             Ok(None) => {}
             Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
+                kill_group(&mut child);
                 return Outcome::WaitFailed(e);
             }
         }
@@ -819,32 +852,99 @@ fn supervise(
     }
 }
 
-/// SIGTERM, up to [`GRACE`] to exit, then SIGKILL. (A Ctrl-C typed at the
-/// terminal has reached the command too, since it shares our process group.)
+/// SIGTERM to the command's process group, up to [`GRACE`] for all of it
+/// to exit, then SIGKILL to what is left.
 fn stop_gently(child: &mut Child) {
-    if let Ok(Some(_)) = child.try_wait() {
-        return;
-    }
-    signal_child(nix::sys::signal::Signal::SIGTERM);
+    signal_group(Signal::SIGTERM);
     let deadline = Instant::now() + GRACE;
+    let mut reaped = false;
     while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
+        // Reap the command as soon as it exits: a zombie still counts as a
+        // member of its group.
+        reaped = reaped || matches!(child.try_wait(), Ok(Some(_)));
+        if reaped && !group_alive() {
             return;
         }
         std::thread::sleep(POLL);
     }
+    kill_group(child);
+}
+
+/// SIGTERM to what is left of the group once the command has exited, up to
+/// [`GRACE`] for it to exit, then SIGKILL.
+fn stop_rest_of_group() {
+    signal_group(Signal::SIGTERM);
+    let deadline = Instant::now() + GRACE;
+    while group_alive() && Instant::now() < deadline {
+        std::thread::sleep(POLL);
+    }
+    if group_alive() {
+        signal_group(Signal::SIGKILL);
+    }
+}
+
+/// SIGKILL to the command's whole process group, then reaps the command.
+fn kill_group(child: &mut Child) {
+    signal_group(Signal::SIGKILL);
     let _ = child.kill();
     let _ = child.wait();
 }
 
-/// Sends `signal` to the running command, if there is one. (`nix` comes
-/// with `ctrlc` already; it sends a signal without `unsafe`.)
-fn signal_child(signal: nix::sys::signal::Signal) {
-    let pid = CHILD_PID.load(Ordering::Acquire);
-    if let Ok(pid) = i32::try_from(pid) {
-        if pid > 0 {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+/// The running command's process group, if there is one.
+fn child_group() -> Option<Pid> {
+    let pid = CHILD_GROUP.load(Ordering::Acquire);
+    i32::try_from(pid)
+        .ok()
+        .filter(|pid| *pid > 0)
+        .map(Pid::from_raw)
+}
+
+/// Sends `signal` to every process of the running command's group. (`nix`
+/// comes with `ctrlc` already; it sends a signal without `unsafe`.)
+fn signal_group(signal: Signal) {
+    if let Some(group) = child_group() {
+        let _ = killpg(group, signal);
+    }
+}
+
+/// Whether a process of the command's group still exists.
+fn group_alive() -> bool {
+    child_group().is_some_and(|group| killpg(group, None).is_ok())
+}
+
+/// The controlling terminal, lent to the command's process group while it
+/// runs when `lock` runs in the foreground of one, so that the command can
+/// read from it and gets the terminal's Ctrl-C itself, as a job of the
+/// shell would. Dropping it takes the terminal back.
+struct Terminal {
+    ours: Pid,
+}
+
+impl Terminal {
+    fn hand_to(group: u32) -> Option<Terminal> {
+        let stdin = std::io::stdin();
+        let ours = nix::unistd::getpgrp();
+        if !stdin.is_terminal() || nix::unistd::tcgetpgrp(&stdin).ok() != Some(ours) {
+            return None;
         }
+        let group = Pid::from_raw(i32::try_from(group).ok()?);
+        nix::unistd::tcsetpgrp(&stdin, group).ok()?;
+        // The command may have touched the terminal before it was its own
+        // and been stopped for that (SIGTTIN): let it go on.
+        let _ = killpg(group, Signal::SIGCONT);
+        Some(Terminal { ours })
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        // A background group that sets the foreground group gets SIGTTOU,
+        // which would stop `lock`, unless it blocks that signal.
+        let mut ttou = SigSet::empty();
+        ttou.add(Signal::SIGTTOU);
+        let _ = ttou.thread_block();
+        let _ = nix::unistd::tcsetpgrp(std::io::stdin(), self.ours);
+        let _ = ttou.thread_unblock();
     }
 }
 
