@@ -412,6 +412,54 @@ fn list_shows_holder_and_waiter() {
     c.close();
 }
 
+/// Queues a `lock` (with `extra` options) behind a lock the test holds,
+/// and returns the data of its node and the `--list` output.
+fn queued_node_data(extra: &[&str], command: &[&str]) -> (String, String) {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let guard = mutex.lock().unwrap();
+    let mut args = vec!["--connect", cs.as_str()];
+    args.extend_from_slice(extra);
+    args.push(&path);
+    args.push("--");
+    args.extend_from_slice(command);
+    let waiter = lock(&args);
+    wait_until(QUICK, "the lock process queues", || {
+        participants(&c, &path).len() == 2
+    });
+    let node = participants(&c, &path).pop().unwrap();
+    let data = String::from_utf8(c.get_data(&node).expect("read the node").0).unwrap();
+    let listed = lock(&["--connect", &cs, "--list", &path]).wait(QUICK);
+    listed.expect_code(0);
+    assert!(
+        data.contains(&format!("pid {}", waiter.pid())),
+        "node data {data:?}"
+    );
+    drop(guard);
+    waiter.wait(QUICK).expect_code(0);
+    c.close();
+    (data, listed.stdout)
+}
+
+#[test]
+fn node_data_names_the_program_not_its_arguments() {
+    // The default ACL lets anyone read the node: no arguments go there.
+    let (data, listed) = queued_node_data(&[], &["/bin/sh", "-c", "true", "hunter2-password"]);
+    assert!(!data.contains("hunter2"), "arguments leaked: {data:?}");
+    assert!(data.ends_with(": sh"), "the program name: {data:?}");
+    assert!(!listed.contains("hunter2"), "{listed}");
+    // --data TEXT says more, on purpose.
+    let (data, listed) = queued_node_data(
+        &["--data", "nightly backup of db-1"],
+        &["sh", "-c", "true", "hunter2-password"],
+    );
+    assert!(data.ends_with(": nightly backup of db-1"), "{data:?}");
+    assert!(!data.contains("hunter2"), "{data:?}");
+    assert!(listed.contains("nightly backup of db-1"), "{listed}");
+}
+
 #[test]
 fn list_shows_readers_writers_and_leases() {
     let cs = server().connect_string();

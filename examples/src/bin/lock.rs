@@ -112,6 +112,9 @@ Options:
   --on-lost kill|warn       if the lock is lost while CMD runs: kill CMD and
                             exit 78 (kill, the default), or print a warning
                             and let CMD go on (warn)
+  --data TEXT               what the lock node says after host and pid, for
+                            --list (default: CMD's program name; its arguments
+                            are never stored, as anyone may read the node)
   --list                    print who holds and who waits on PATH, then exit
   -v, --verbose             say what happens on stderr
   -h, --help                print this help
@@ -161,6 +164,8 @@ struct Opts {
     on_lost: OnLost,
     list: bool,
     verbose: bool,
+    /// `--data`: said in the lock node instead of the program name.
+    data: Option<String>,
     path: String,
     command: Vec<OsString>,
 }
@@ -254,6 +259,7 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
     let mut on_lost: Option<OnLost> = None;
     let mut list = false;
     let mut verbose = false;
+    let mut data: Option<String> = None;
     let mut path: Option<String> = None;
     let mut timeout_given = false;
 
@@ -311,6 +317,7 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
                 }
                 connect = Some(v);
             }
+            "--data" => data = Some(value("TEXT")?),
             "--timeout" => {
                 timeout = Some(seconds(&name, &value("SECS")?, true)?);
                 timeout_given = true;
@@ -340,6 +347,7 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
             && !matches!(
                 name.as_str(),
                 "--connect"
+                    | "--data"
                     | "--timeout"
                     | "--session-timeout"
                     | "--connection-timeout"
@@ -374,9 +382,9 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
         if !rest.is_empty() {
             return Err(Exit::usage("--list takes only PATH, no command"));
         }
-        if timeout_given || on_lost.is_some() {
+        if timeout_given || on_lost.is_some() || data.is_some() {
             return Err(Exit::usage(
-                "--timeout and --on-lost do not apply to --list",
+                "--timeout, --on-lost and --data do not apply to --list",
             ));
         }
         if matches!(kind, Some(Kind::Read | Kind::Write)) {
@@ -409,6 +417,7 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
         on_lost: on_lost.unwrap_or(OnLost::Kill),
         list,
         verbose,
+        data,
         path,
         command: rest,
     }))
@@ -590,19 +599,26 @@ fn acquire(client: &Client, opts: &Opts, data: &[u8]) -> Result<Option<Held>, Er
 }
 
 /// Who holds the lock, stored in its node for `lock --list` (Curator stores
-/// the holder's IP address there by default).
-fn node_data(command: &[OsString]) -> Vec<u8> {
+/// the holder's IP address there by default): host, pid and the program's
+/// name, or `--data` instead of the name. Never the command's arguments:
+/// under the default open ACL anyone can read the node, and arguments may
+/// hold secrets.
+fn node_data(program: &OsString, data: Option<&str>) -> Vec<u8> {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "unknown-host".into());
-    let cmd: Vec<String> = command
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let mut text = format!("{host} pid {}: {}", std::process::id(), cmd.join(" "));
+    let what = match data {
+        Some(data) => data.to_owned(),
+        None => std::path::Path::new(program)
+            .file_name()
+            .unwrap_or(program)
+            .to_string_lossy()
+            .into_owned(),
+    };
+    let mut text = format!("{host} pid {}: {what}", std::process::id());
     if text.len() > MAX_NODE_DATA {
         let mut end = MAX_NODE_DATA;
         while !text.is_char_boundary(end) {
@@ -668,7 +684,11 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
         eprintln!("lock: waiting for {} ({})", opts.path, describe(opts.kind));
     }
     let started = Instant::now();
-    let acquired = acquire(&client, opts, &node_data(&opts.command));
+    let acquired = acquire(
+        &client,
+        opts,
+        &node_data(&opts.command[0], opts.data.as_deref()),
+    );
     let held = match acquired {
         Ok(Some(held)) => held,
         Ok(None) => {
@@ -1244,6 +1264,8 @@ mod tests {
             &["/", "true"],
             &["--list", "/a", "true"],
             &["--list", "--read", "/a"],
+            &["--list", "--data", "x", "/a"],
+            &["--data"],
             &["--connect", "nohostport", "/a", "true"],
         ] {
             match parse(bad) {
@@ -1251,6 +1273,17 @@ mod tests {
                 Ok(p) => panic!("{bad:?} parsed as {p:?}"),
             }
         }
+    }
+
+    #[test]
+    fn node_data_holds_no_arguments() {
+        let text = |program: &str, data| {
+            String::from_utf8(node_data(&OsString::from(program), data)).unwrap()
+        };
+        let pid = format!(" pid {}: ", std::process::id());
+        assert!(text("/usr/bin/backup", None).ends_with(&format!("{pid}backup")));
+        assert!(text("backup", Some("db-1 nightly")).ends_with(&format!("{pid}db-1 nightly")));
+        assert!(text("x", Some(&"y".repeat(10_000))).len() <= MAX_NODE_DATA);
     }
 
     #[test]
