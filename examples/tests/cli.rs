@@ -885,3 +885,160 @@ fn works_against_an_ensemble_through_a_leader_kill() {
     wait_until(QUICK, "no node left", || participants(&c, &path).is_empty());
     c.close();
 }
+
+#[test]
+fn options_after_the_path_apply() {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    lock(&[
+        &path,
+        "--connect",
+        &cs,
+        "--timeout",
+        "5",
+        "--",
+        "sh",
+        "-c",
+        "exit 7",
+    ])
+    .wait(QUICK)
+    .expect_code(7);
+    // Without `--`, the first word that is not an option starts the command.
+    lock(&[&path, "--connect", &cs, "-v", "sh", "-c", "exit 8"])
+        .wait(QUICK)
+        .expect_code(8);
+    // An option lock does not know, after the path, is refused by name.
+    let done = lock(&[&path, "--connect", &cs, "--bogus", "--", "true"]).wait(QUICK);
+    done.expect_code(64);
+    assert!(done.stderr.contains("--bogus"), "{}", done.stderr);
+    wait_until(QUICK, "no lock node left", || {
+        participants(&c, &path).is_empty()
+    });
+    c.close();
+}
+
+#[test]
+fn timeout_messages_read_as_durations() {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let guard = mutex.lock().unwrap();
+    let once = lock(&["--connect", &cs, "--timeout", "0", &path, "--", "true"]).wait(QUICK);
+    once.expect_code(75);
+    assert!(
+        once.stderr.contains("not taken: the lock is held"),
+        "{}",
+        once.stderr
+    );
+    let timed = lock(&["--connect", &cs, "--timeout", "0.5", &path, "--", "true"]).wait(QUICK);
+    timed.expect_code(75);
+    assert!(
+        timed.stderr.contains("not taken within 500 ms"),
+        "{}",
+        timed.stderr
+    );
+    drop(guard);
+    c.close();
+}
+
+#[test]
+fn a_huge_timeout_means_no_timeout() {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let guard = mutex.lock().unwrap();
+    let mut waiter = lock(&["--connect", &cs, "--timeout", "1e30", &path, "--", "true"]);
+    wait_until(QUICK, "the lock process queues", || {
+        participants(&c, &path).len() == 2 || !waiter.is_running()
+    });
+    assert!(waiter.is_running(), "lock gave up on --timeout 1e30");
+    drop(guard);
+    waiter.wait(QUICK).expect_code(0);
+    c.close();
+}
+
+#[test]
+fn a_loss_with_zookeeper_down_says_where_the_node_goes() {
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    let proxy = FaultProxy::start(server().addr()).expect("proxy");
+    let script = format!("echo $$ > {}; exec sleep 30", pidfile.display());
+    let (proc, _) = hold_through_proxy(&proxy, &c, &path, &["-v"], &script, &pidfile);
+    // ZooKeeper goes away for lock: connections refused.
+    proxy.set_refuse(true);
+    proxy.cut();
+    let done = proc.wait(Duration::from_secs(12));
+    done.expect_code(78);
+    assert!(
+        !done.stderr.contains("goes with it"),
+        "claims the node is gone with the session:\n{}",
+        done.stderr
+    );
+    assert!(
+        done.stderr.contains("until ZooKeeper expires"),
+        "does not say the node waits for the session to expire:\n{}",
+        done.stderr
+    );
+    // ... which the server does.
+    wait_until(QUICK, "the server expires the session", || {
+        participants(&c, &path).is_empty()
+    });
+    c.close();
+}
+
+#[test]
+fn verbose_tells_reconnected_and_released_after_an_outage() {
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    let stop = scratch.file("stop");
+    let proxy = FaultProxy::start(server().addr()).expect("proxy");
+    let script = format!(
+        "echo $$ > {}; i=0; while [ ! -e {} ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done",
+        pidfile.display(),
+        stop.display()
+    );
+    let pcs = proxy.connect_string();
+    let proc = lock(&[
+        "-v",
+        "--connect",
+        &pcs,
+        "--session-timeout",
+        "8",
+        &path,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    wait_until(QUICK, "lock holds and the command runs", || {
+        participants(&c, &path).len() == 1 && read_pid(&pidfile).is_some()
+    });
+    // The command ends while ZooKeeper is out of reach, and it comes back
+    // within the session timeout: lock reconnects and releases.
+    proxy.set_refuse(true);
+    proxy.cut();
+    proc.wait_stderr("Suspended", QUICK);
+    std::fs::write(&stop, b"").unwrap();
+    thread::sleep(Duration::from_millis(300)); // the outage goes on a moment after the command ended
+    proxy.set_refuse(false);
+    let done = proc.wait(QUICK);
+    done.expect_code(0);
+    let at = |needle: &str| {
+        done.stderr
+            .find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} in:\n{}", done.stderr))
+    };
+    assert!(at("Suspended") < at("Reconnected"), "{}", done.stderr);
+    assert!(at("Reconnected") < at("lock: released"), "{}", done.stderr);
+    wait_until(QUICK, "no lock node left", || {
+        participants(&c, &path).is_empty()
+    });
+    c.close();
+}

@@ -2,7 +2,7 @@
 //! the spirit of `flock(1)` and `etcdctl lock`.
 //!
 //! ```text
-//! lock [OPTIONS] PATH -- CMD [ARGS...]
+//! lock [OPTIONS] PATH [OPTIONS] [--] CMD [ARGS...]
 //! lock --list [OPTIONS] PATH
 //! ```
 //!
@@ -92,17 +92,19 @@ const GRACE: Duration = Duration::from_secs(2);
 const MAX_NODE_DATA: usize = 256;
 
 const USAGE: &str = "\
-Usage: lock [OPTIONS] PATH -- CMD [ARGS...]
+Usage: lock [OPTIONS] PATH [OPTIONS] [--] CMD [ARGS...]
        lock --list [OPTIONS] PATH
 
 Runs CMD while holding a ZooKeeper lock on PATH (Curator-compatible), and
-releases it when CMD ends or on Ctrl-C.
+releases it when CMD ends or on Ctrl-C. Options may come before or after
+PATH; after PATH, '--' or the first word that is not an option starts CMD.
 
 Options:
   --connect HOSTS           ZooKeeper hosts, host:port[,host:port...][/chroot]
                             (default: $LATCHKEY_CONNECT, else 127.0.0.1:2181)
   --timeout SECS            give up (exit 75) if the lock is not taken within
-                            SECS; 0 tries once (default: wait as long as it takes)
+                            SECS; 0 tries once; a year or more, or inf, waits as
+                            long as it takes (the default)
   --session-timeout SECS    ZooKeeper session timeout (default 15)
   --connection-timeout SECS how long to wait for ZooKeeper (default 15)
   --read                    take the read side of a read-write lock
@@ -263,8 +265,19 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
     let mut path: Option<String> = None;
     let mut timeout_given = false;
 
+    let mut rest: Vec<OsString> = Vec::new();
     let mut it = args.into_iter();
     while let Some(raw) = it.next() {
+        // After PATH, `--` or the first word that is not an option starts
+        // the command; options may come before or after PATH.
+        if path.is_some() && (raw == "--" || raw == "-" || !raw.to_string_lossy().starts_with('-'))
+        {
+            if raw != "--" {
+                rest.push(raw);
+            }
+            rest.extend(it.by_ref());
+            break;
+        }
         let Some(arg) = raw.to_str().map(str::to_owned) else {
             return Err(Exit::usage(format!(
                 "argument {raw:?} is not valid UTF-8 (only the command may have such arguments)"
@@ -272,7 +285,7 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
         };
         if !arg.starts_with('-') || arg == "-" {
             path = Some(arg);
-            break;
+            continue;
         }
         if arg == "--" {
             return Err(Exit::usage("missing PATH before '--'"));
@@ -319,7 +332,8 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
             }
             "--data" => data = Some(value("TEXT")?),
             "--timeout" => {
-                timeout = Some(seconds(&name, &value("SECS")?, true)?);
+                // A timeout of a year or more is no timeout.
+                timeout = Some(seconds(&name, &value("SECS")?, true)?).filter(|t| *t < FOREVER);
                 timeout_given = true;
             }
             "--session-timeout" => session_timeout = seconds(&name, &value("SECS")?, false)?,
@@ -374,10 +388,6 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
             "PATH cannot be the root: a lock needs its own node",
         ));
     }
-    let mut rest: Vec<OsString> = it.collect();
-    if rest.first().is_some_and(|a| a == "--") {
-        rest.remove(0);
-    }
     if list {
         if !rest.is_empty() {
             return Err(Exit::usage("--list takes only PATH, no command"));
@@ -423,7 +433,12 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
     }))
 }
 
-/// Parses seconds (`3`, `0.5`); zero is allowed only where `zero_ok`.
+/// A year: as long as `lock` ever waits. Longer durations, `inf` among them,
+/// are taken as this (for `--timeout`: no timeout at all).
+const FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Parses seconds (`3`, `0.5`, `1e9`); zero is allowed only where `zero_ok`.
+/// Durations of a year or more come back as [`FOREVER`].
 fn seconds(option: &str, v: &str, zero_ok: bool) -> Result<Duration, Exit> {
     let bad = || {
         Exit::usage(format!(
@@ -431,12 +446,13 @@ fn seconds(option: &str, v: &str, zero_ok: bool) -> Result<Duration, Exit> {
         ))
     };
     let secs: f64 = v.trim().parse().map_err(|_| bad())?;
-    if !secs.is_finite() || secs < 0.0 || (!zero_ok && secs == 0.0) {
+    if secs.is_nan() || secs < 0.0 || (!zero_ok && secs == 0.0) {
         return Err(bad());
     }
-    let d = Duration::try_from_secs_f64(secs).map_err(|_| bad())?;
-    // Beyond a year is "forever" for a lock tool, and keeps Instant math safe.
-    Ok(d.min(Duration::from_secs(365 * 24 * 3600)))
+    if secs >= FOREVER.as_secs_f64() {
+        return Ok(FOREVER);
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| bad())
 }
 
 // ---------------------------------------------------------------------------
@@ -669,16 +685,13 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
     let lost_events = Arc::new(AtomicU64::new(0));
     let listener = {
         let lost_events = Arc::clone(&lost_events);
-        let verbose = opts.verbose;
         client.add_listener(move |state| {
             if state == ConnectionState::Lost {
                 lost_events.fetch_add(1, Ordering::AcqRel);
             }
-            if verbose {
-                eprintln!("lock: connection state {state:?}");
-            }
         })
     };
+    let progress = Progress::start(&client, opts.verbose);
 
     if opts.verbose {
         eprintln!("lock: waiting for {} ({})", opts.path, describe(opts.kind));
@@ -696,14 +709,11 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
             if interrupted() {
                 return Err(Exit::new(EX_INTERRUPTED, "interrupted"));
             }
-            return Err(Exit::new(
-                EX_TEMPFAIL,
-                format!(
-                    "{} is held by someone else; not taken within {:?}",
-                    opts.path,
-                    opts.timeout.unwrap_or_default()
-                ),
-            ));
+            let why = match opts.timeout {
+                Some(t) if !t.is_zero() => format!("not taken within {}", human(t)),
+                _ => "not taken: the lock is held".to_owned(),
+            };
+            return Err(Exit::new(EX_TEMPFAIL, format!("{}: {why}", opts.path)));
         }
         Err(e) => {
             client.close();
@@ -719,12 +729,12 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
     let stat = match client.exists(&node) {
         Ok(stat) => stat,
         Err(e) => {
-            close_and_release(&client, held, false, opts.verbose);
+            close_and_release(&client, held, false, &progress, None);
             return Err(zk_failure(&e, &format!("cannot read the lock node {node}")));
         }
     };
     let Some(stat) = stat else {
-        close_and_release(&client, held, true, opts.verbose);
+        close_and_release(&client, held, true, &progress, None);
         return Err(Exit::new(
             EX_LOST,
             format!("the lock node {node} vanished right after the lock was taken"),
@@ -745,7 +755,7 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
         );
     }
     if interrupted() {
-        close_and_release(&client, held, false, opts.verbose);
+        close_and_release(&client, held, false, &progress, None);
         return Err(Exit::new(EX_INTERRUPTED, "interrupted"));
     }
 
@@ -762,7 +772,7 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
     let child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
-            close_and_release(&client, held, false, opts.verbose);
+            close_and_release(&client, held, false, &progress, None);
             let code = if e.kind() == std::io::ErrorKind::NotFound {
                 EX_NOT_FOUND
             } else {
@@ -777,11 +787,11 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
 
     CHILD_GROUP.store(child.id(), Ordering::Release);
     let terminal = Terminal::hand_to(child.id());
-    let outcome = supervise(child, opts, &client, &held, &watch);
+    let outcome = supervise(child, opts, &client, &held, &watch, &progress);
     CHILD_GROUP.store(0, Ordering::Release);
     drop(terminal);
     let lost = matches!(outcome, Outcome::Lost | Outcome::LostThenExited(_));
-    close_and_release(&client, held, lost, opts.verbose);
+    close_and_release(&client, held, lost, &progress, Some(&watch));
     Ok(match outcome {
         Outcome::Exited(status) | Outcome::LostThenExited(status) => exit_code(status),
         Outcome::Lost => EX_LOST,
@@ -818,6 +828,7 @@ fn supervise(
     client: &Client,
     held: &Held,
     watch: &LossWatch,
+    progress: &Progress,
 ) -> Outcome {
     let mut warned = false;
     loop {
@@ -826,6 +837,7 @@ fn supervise(
             return Outcome::Interrupted;
         }
         if !warned && watch.lost(client, held) {
+            progress.flush();
             match opts.on_lost {
                 OnLost::Kill => {
                     eprintln!(
@@ -968,25 +980,115 @@ impl Drop for Terminal {
     }
 }
 
-/// Releases the lock and closes the client. When the lock was lost, or the
-/// client cannot reach ZooKeeper right now, the client is closed first: the
-/// node then goes with its session, and the release does not wait out the
-/// retry policy against an unreachable server.
-fn close_and_release(client: &Client, held: Held, lost: bool, verbose: bool) {
-    let connected = client.state().is_some_and(ConnectionState::is_connected);
-    if lost || !connected {
+/// Under `-v`, prints every connection state the client goes through, in
+/// order and each once, from the client's state history: a background
+/// thread keeps up while `lock` waits or the command runs, and
+/// [`Progress::flush`] catches up before a final message, so that a state
+/// the client reached before the release is always told before it.
+#[derive(Clone)]
+struct Progress {
+    client: Client,
+    verbose: bool,
+    /// When the last printed state was recorded (on the client's clock).
+    printed: Arc<std::sync::Mutex<Option<Duration>>>,
+}
+
+impl Progress {
+    /// Starts after the states the client has been in so far (`connect`
+    /// already said it connected).
+    fn start(client: &Client, verbose: bool) -> Progress {
+        let last = client.state_history().last().map(|(at, _)| *at);
+        let progress = Progress {
+            client: client.clone(),
+            verbose,
+            printed: Arc::new(std::sync::Mutex::new(last)),
+        };
+        if verbose {
+            let background = progress.clone();
+            let spawned = std::thread::Builder::new()
+                .name("lock-progress".into())
+                .spawn(move || loop {
+                    background.flush();
+                    std::thread::sleep(POLL);
+                });
+            if let Err(e) = spawned {
+                eprintln!("lock: warning: cannot follow the connection state: {e}");
+            }
+        }
+        progress
+    }
+
+    /// Prints the states not printed yet.
+    fn flush(&self) {
+        if !self.verbose {
+            return;
+        }
+        let mut printed = self.printed.lock().unwrap_or_else(|e| e.into_inner());
+        for (at, state) in self.client.state_history() {
+            if printed.is_none_or(|p| at > p) {
+                eprintln!("lock: connection state {state:?}");
+                *printed = Some(at);
+            }
+        }
+    }
+}
+
+fn is_connected(client: &Client) -> bool {
+    client.state().is_some_and(ConnectionState::is_connected)
+}
+
+/// Releases the lock and closes the client.
+///
+/// When the command is done while ZooKeeper is out of reach but the session
+/// may still live, this waits for the connection to come back, at most
+/// until the session would be lost, so that the lock is released and not
+/// left to the session's expiry. When the lock was lost, or ZooKeeper stays
+/// out of reach, the client is closed first (the release then does not wait
+/// out the retry policy) and the message says where the node stands.
+fn close_and_release(
+    client: &Client,
+    held: Held,
+    lost: bool,
+    progress: &Progress,
+    watch: Option<&LossWatch>,
+) {
+    let lost_now =
+        |held: &Held| lost || held.is_lost() || watch.is_some_and(|w| w.lost(client, held));
+    if !lost_now(&held) && !is_connected(client) && !interrupted() {
+        let session = client.negotiated_session_timeout();
+        if progress.verbose {
+            eprintln!(
+                "lock: ZooKeeper is out of reach; waiting up to {} for it, to release the lock",
+                human(session)
+            );
+        }
+        let deadline = Instant::now() + session + POLL;
+        while !is_connected(client)
+            && !lost_now(&held)
+            && !interrupted()
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(POLL);
+        }
+    }
+    progress.flush();
+    let node = held.node_path().unwrap_or_default();
+    let lost = lost_now(&held);
+    if lost || !is_connected(client) {
+        let fate = node_fate(client, &node);
         client.close();
         drop(held.release());
-        if verbose {
-            eprintln!("lock: closed the session; its lock node goes with it");
+        if !lost {
+            eprintln!("lock: warning: cannot release the lock: {fate}");
+        } else if progress.verbose {
+            eprintln!("lock: {fate}");
         }
         return;
     }
-    let node = held.node_path();
     match held.release() {
         Ok(()) => {
-            if verbose {
-                eprintln!("lock: released {}", node.unwrap_or_default());
+            if progress.verbose {
+                eprintln!("lock: released {node}");
             }
         }
         Err(e) => {
@@ -994,6 +1096,46 @@ fn close_and_release(client: &Client, held: Held, lost: bool, verbose: bool) {
         }
     }
     client.close();
+}
+
+/// Where a lock node stands that `lock` cannot delete: with ZooKeeper in
+/// reach (on a new session) it looks; otherwise the node stays until the
+/// server expires the session that owns it.
+fn node_fate(client: &Client, node: &str) -> String {
+    let expiry = format!(
+        "until ZooKeeper expires the session that owns it (at most {} after ZooKeeper last heard from it)",
+        human(client.negotiated_session_timeout())
+    );
+    if !is_connected(client) {
+        return format!("ZooKeeper is out of reach; the lock node {node} stays {expiry}");
+    }
+    match client.exists(node) {
+        Ok(None) => format!("the lock node {node} is gone with the session that owned it"),
+        Ok(Some(_)) => format!("the lock node {node} stays {expiry}"),
+        Err(e) => format!(
+            "cannot tell whether the lock node {node} is gone ({e}); it stays at most {expiry}"
+        ),
+    }
+}
+
+/// A duration as people write it: `250 ms`, `1.5 s`, `2 min 30 s`, `3 h 5 min`.
+fn human(d: Duration) -> String {
+    let secs = d.as_secs();
+    if d < Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else if secs < 60 {
+        // Tenths, without a trailing ".0".
+        let tenths = d.as_millis().div_ceil(100);
+        if tenths.is_multiple_of(10) {
+            format!("{} s", tenths / 10)
+        } else {
+            format!("{}.{} s", tenths / 10, tenths % 10)
+        }
+    } else if secs < 3600 {
+        format!("{} min {} s", secs / 60, secs % 60)
+    } else {
+        format!("{} h {} min", secs / 3600, secs % 3600 / 60)
+    }
 }
 
 /// The exit code that stands for a command's status, as shells report it.
@@ -1284,6 +1426,46 @@ mod tests {
         assert!(text("/usr/bin/backup", None).ends_with(&format!("{pid}backup")));
         assert!(text("backup", Some("db-1 nightly")).ends_with(&format!("{pid}db-1 nightly")));
         assert!(text("x", Some(&"y".repeat(10_000))).len() <= MAX_NODE_DATA);
+    }
+
+    #[test]
+    fn options_may_follow_the_path() {
+        let Ok(Parsed::Run(o)) = parse(&["/a", "--timeout", "2", "-v", "--", "cmd", "-x"]) else {
+            panic!("should parse");
+        };
+        assert_eq!(o.timeout, Some(Duration::from_secs(2)));
+        assert!(o.verbose);
+        assert_eq!(o.command, args(&["cmd", "-x"]));
+        // The command's own options are the command's.
+        let Ok(Parsed::Run(o)) = parse(&["/a", "cmd", "--timeout", "2"]) else {
+            panic!("should parse");
+        };
+        assert!(o.timeout.is_none());
+        assert_eq!(o.command, args(&["cmd", "--timeout", "2"]));
+    }
+
+    #[test]
+    fn huge_durations_are_forever() {
+        for huge in ["1e30", "inf", "31536000", "99999999999999999999999"] {
+            let Ok(Parsed::Run(o)) =
+                parse(&["--timeout", huge, "--session-timeout", huge, "/a", "x"])
+            else {
+                panic!("{huge} should parse");
+            };
+            assert_eq!(o.timeout, None, "{huge}");
+            assert_eq!(o.session_timeout, FOREVER, "{huge}");
+        }
+        assert!(parse(&["--timeout", "nan", "/a", "x"]).is_err());
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(human(Duration::from_millis(250)), "250 ms");
+        assert_eq!(human(Duration::from_millis(500)), "500 ms");
+        assert_eq!(human(Duration::from_secs(1)), "1 s");
+        assert_eq!(human(Duration::from_millis(1500)), "1.5 s");
+        assert_eq!(human(Duration::from_secs(150)), "2 min 30 s");
+        assert_eq!(human(Duration::from_secs(3 * 3600 + 300)), "3 h 5 min");
     }
 
     #[test]
