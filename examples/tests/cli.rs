@@ -1042,3 +1042,100 @@ fn verbose_tells_reconnected_and_released_after_an_outage() {
     });
     c.close();
 }
+
+/// The state letter of `pid` in /proc (`R`, `S`, `T` for stopped, ...).
+fn proc_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// At an interactive shell on a terminal (bash in a pty from `script`),
+/// the command gets the terminal: it reads from it, and a Ctrl-Z typed
+/// there stops `lock` with the command, so that the shell reports the job
+/// stopped; `fg` resumes both.
+#[test]
+fn at_a_terminal_the_command_reads_it_and_ctrl_z_stops_lock_too() {
+    use std::io::Write;
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let (ready, out) = (scratch.file("ready"), scratch.file("out"));
+    let mut term = Command::new("script")
+        .args(["-qec", "bash --norc --noprofile -i", "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("script(1) from util-linux runs the terminal");
+    let mut keys = term.stdin.take().expect("stdin");
+    let mut typed = |text: &str| {
+        keys.write_all(text.as_bytes()).unwrap();
+        keys.flush().unwrap();
+    };
+    let fail = |term: &mut Child, why: &str| -> ! {
+        let _ = term.kill();
+        let _ = term.wait();
+        panic!("{why}");
+    };
+    typed(&format!(
+        "{LOCK} --connect {cs} {path} -- sh -c 'echo x > {}; exec head -n1 > {}'\n",
+        ready.display(),
+        out.display()
+    ));
+    let deadline = Instant::now() + QUICK;
+    while !ready.exists() {
+        if Instant::now() > deadline {
+            fail(&mut term, "the command did not start under the lock");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let node = participants(&c, &path).pop().expect("lock's node");
+    let data = String::from_utf8(c.get_data(&node).unwrap().0).unwrap();
+    let lock_pid: i32 = data
+        .split_whitespace()
+        .skip_while(|w| *w != "pid")
+        .nth(1)
+        .and_then(|p| p.trim_end_matches(':').parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {data:?}"));
+
+    typed("\x1a"); // Ctrl-Z
+    let deadline = Instant::now() + QUICK;
+    while proc_state(lock_pid) != Some('T') {
+        if Instant::now() > deadline {
+            fail(&mut term, "lock did not stop with its command on Ctrl-Z");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    typed("fg\n");
+    let deadline = Instant::now() + QUICK;
+    while proc_state(lock_pid) == Some('T') {
+        if Instant::now() > deadline {
+            fail(&mut term, "lock did not run again on fg");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    typed("hello\n");
+    let deadline = Instant::now() + QUICK;
+    while !std::fs::read_to_string(&out).is_ok_and(|s| s.contains("hello")) {
+        if Instant::now() > deadline {
+            fail(
+                &mut term,
+                "the command did not read the line from the terminal",
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    wait_until(QUICK, "the lock is released", || {
+        participants(&c, &path).is_empty()
+    });
+    typed("exit\n");
+    let deadline = Instant::now() + QUICK;
+    while matches!(term.try_wait(), Ok(None)) {
+        if Instant::now() > deadline {
+            fail(&mut term, "the shell did not exit");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    c.close();
+}

@@ -24,7 +24,8 @@
 //! exit, then SIGKILL; when the command exits, the same for anything it
 //! left running, before the release. When `lock` runs in the foreground of
 //! a terminal, the command's group gets the terminal while it runs (it can
-//! read from it, and a Ctrl-C typed there reaches it directly).
+//! read from it, and a Ctrl-C typed there reaches it directly); a Ctrl-Z
+//! stops `lock` with the command, as a shell job, and `fg` resumes both.
 //!
 //! If the ZooKeeper session is lost while the command runs (the client was
 //! cut off for the whole session timeout, or the server expired the
@@ -787,7 +788,15 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
 
     CHILD_GROUP.store(child.id(), Ordering::Release);
     let terminal = Terminal::hand_to(child.id());
-    let outcome = supervise(child, opts, &client, &held, &watch, &progress);
+    let outcome = supervise(
+        child,
+        opts,
+        &client,
+        &held,
+        &watch,
+        &progress,
+        terminal.as_ref(),
+    );
     CHILD_GROUP.store(0, Ordering::Release);
     drop(terminal);
     let lost = matches!(outcome, Outcome::Lost | Outcome::LostThenExited(_));
@@ -829,6 +838,7 @@ fn supervise(
     held: &Held,
     watch: &LossWatch,
     progress: &Progress,
+    terminal: Option<&Terminal>,
 ) -> Outcome {
     let mut warned = false;
     loop {
@@ -874,7 +884,11 @@ fn supervise(
                     Outcome::Exited(status)
                 };
             }
-            Ok(None) => {}
+            Ok(None) => {
+                if let Some(terminal) = terminal {
+                    terminal.follow_stop();
+                }
+            }
             Err(e) => {
                 kill_group(&mut child);
                 return Outcome::WaitFailed(e);
@@ -946,10 +960,13 @@ fn group_alive() -> bool {
 
 /// The controlling terminal, lent to the command's process group while it
 /// runs when `lock` runs in the foreground of one, so that the command can
-/// read from it and gets the terminal's Ctrl-C itself, as a job of the
-/// shell would. Dropping it takes the terminal back.
+/// read from it and gets the terminal's Ctrl-C and Ctrl-Z itself, as a job
+/// of the shell would. Dropping it takes the terminal back.
 struct Terminal {
+    /// `lock`'s own process group.
     ours: Pid,
+    /// The command's.
+    theirs: Pid,
 }
 
 impl Terminal {
@@ -959,17 +976,35 @@ impl Terminal {
         if !stdin.is_terminal() || nix::unistd::tcgetpgrp(&stdin).ok() != Some(ours) {
             return None;
         }
-        let group = Pid::from_raw(i32::try_from(group).ok()?);
-        nix::unistd::tcsetpgrp(&stdin, group).ok()?;
+        let theirs = Pid::from_raw(i32::try_from(group).ok()?);
+        nix::unistd::tcsetpgrp(&stdin, theirs).ok()?;
         // The command may have touched the terminal before it was its own
         // and been stopped for that (SIGTTIN): let it go on.
-        let _ = killpg(group, Signal::SIGCONT);
-        Some(Terminal { ours })
+        let _ = killpg(theirs, Signal::SIGCONT);
+        Some(Terminal { ours, theirs })
     }
-}
 
-impl Drop for Terminal {
-    fn drop(&mut self) {
+    /// When the command was stopped from the terminal (Ctrl-Z), stops
+    /// `lock`'s own job too, so that the shell sees the job stopped and
+    /// gets its prompt back; once continued (`fg` or `bg`), lends the
+    /// terminal again if `lock` is in the foreground, and continues the
+    /// command.
+    fn follow_stop(&self) {
+        let leader = self.theirs.as_raw();
+        if process_state(leader) != Some('T') {
+            return;
+        }
+        self.take_back();
+        // Returns once the job is continued.
+        let _ = killpg(self.ours, Signal::SIGTSTP);
+        let stdin = std::io::stdin();
+        if nix::unistd::tcgetpgrp(&stdin).ok() == Some(self.ours) {
+            let _ = nix::unistd::tcsetpgrp(&stdin, self.theirs);
+        }
+        let _ = killpg(self.theirs, Signal::SIGCONT);
+    }
+
+    fn take_back(&self) {
         // A background group that sets the foreground group gets SIGTTOU,
         // which would stop `lock`, unless it blocks that signal.
         let mut ttou = SigSet::empty();
@@ -978,6 +1013,19 @@ impl Drop for Terminal {
         let _ = nix::unistd::tcsetpgrp(std::io::stdin(), self.ours);
         let _ = ttou.thread_unblock();
     }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        self.take_back();
+    }
+}
+
+/// The state letter of a process (`T` when stopped), from /proc.
+fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The state follows the command name, which is in parentheses.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
 /// Under `-v`, prints every connection state the client goes through, in
