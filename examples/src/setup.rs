@@ -61,7 +61,7 @@ fn usage(program: &str) -> String {
     format!("usage: {program} [--connect HOST:PORT[,HOST:PORT...]]")
 }
 
-/// The whole `main` of an example: finds ZooKeeper with [`zookeeper`], then
+/// The whole `main` of an example: finds ZooKeeper with [`zookeeper()`], then
 /// runs `run` with its connect string.
 ///
 /// On failure it prints the embedded server's log tail (a lock that was

@@ -232,8 +232,27 @@ fn read_pid(file: &Path) -> Option<i32> {
     std::fs::read_to_string(file).ok()?.trim().parse().ok()
 }
 
+/// Whether `pid` runs: a zombie (dead, not yet reaped by whoever adopted
+/// it) counts as gone.
 fn alive(pid: i32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
+
+/// A shell script that starts `sleep 30` in the background, writes that
+/// grandchild's pid to `pidfile` and waits for it: the pattern a wrapper
+/// script without `exec` has. (The grandchild does not hold lock's output
+/// pipes, so that the test sees lock's exit at once.)
+fn grandchild_script(pidfile: &Path) -> String {
+    format!(
+        "sleep 30 </dev/null >/dev/null 2>&1 & echo $! > {}; wait",
+        pidfile.display()
+    )
 }
 
 fn signal(pid: i32, sig: nix::sys::signal::Signal) {
@@ -391,6 +410,54 @@ fn list_shows_holder_and_waiter() {
     drop(guard);
     waiter.wait(QUICK).expect_code(0);
     c.close();
+}
+
+/// Queues a `lock` (with `extra` options) behind a lock the test holds,
+/// and returns the data of its node and the `--list` output.
+fn queued_node_data(extra: &[&str], command: &[&str]) -> (String, String) {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let guard = mutex.lock().unwrap();
+    let mut args = vec!["--connect", cs.as_str()];
+    args.extend_from_slice(extra);
+    args.push(&path);
+    args.push("--");
+    args.extend_from_slice(command);
+    let waiter = lock(&args);
+    wait_until(QUICK, "the lock process queues", || {
+        participants(&c, &path).len() == 2
+    });
+    let node = participants(&c, &path).pop().unwrap();
+    let data = String::from_utf8(c.get_data(&node).expect("read the node").0).unwrap();
+    let listed = lock(&["--connect", &cs, "--list", &path]).wait(QUICK);
+    listed.expect_code(0);
+    assert!(
+        data.contains(&format!("pid {}", waiter.pid())),
+        "node data {data:?}"
+    );
+    drop(guard);
+    waiter.wait(QUICK).expect_code(0);
+    c.close();
+    (data, listed.stdout)
+}
+
+#[test]
+fn node_data_names_the_program_not_its_arguments() {
+    // The default ACL lets anyone read the node: no arguments go there.
+    let (data, listed) = queued_node_data(&[], &["/bin/sh", "-c", "true", "hunter2-password"]);
+    assert!(!data.contains("hunter2"), "arguments leaked: {data:?}");
+    assert!(data.ends_with(": sh"), "the program name: {data:?}");
+    assert!(!listed.contains("hunter2"), "{listed}");
+    // --data TEXT says more, on purpose.
+    let (data, listed) = queued_node_data(
+        &["--data", "nightly backup of db-1"],
+        &["sh", "-c", "true", "hunter2-password"],
+    );
+    assert!(data.ends_with(": nightly backup of db-1"), "{data:?}");
+    assert!(!data.contains("hunter2"), "{data:?}");
+    assert!(listed.contains("nightly backup of db-1"), "{listed}");
 }
 
 #[test]
@@ -652,6 +719,96 @@ fn ctrl_c_stops_the_command_and_releases() {
 }
 
 #[test]
+fn ctrl_c_stops_the_commands_whole_process_group() {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    let script = grandchild_script(&pidfile);
+    let proc = lock(&["--connect", &cs, &path, "--", "sh", "-c", &script]);
+    wait_until(QUICK, "lock holds and the grandchild runs", || {
+        participants(&c, &path).len() == 1 && read_pid(&pidfile).is_some()
+    });
+    let grandchild = read_pid(&pidfile).unwrap();
+    assert!(alive(grandchild));
+    signal(proc.pid(), nix::sys::signal::Signal::SIGINT);
+    proc.wait(QUICK).expect_code(130);
+    let outlived = wait_for_exit(grandchild, Duration::from_secs(5));
+    // Clean up before failing, so that no sleep outlives the test.
+    if outlived {
+        signal(grandchild, nix::sys::signal::Signal::SIGKILL);
+    }
+    assert!(
+        !outlived,
+        "the command's background process {grandchild} outlived lock's Ctrl-C"
+    );
+    c.close();
+}
+
+#[test]
+fn lost_lock_kills_the_commands_whole_process_group() {
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    let proxy = FaultProxy::start(server().addr()).expect("proxy");
+    let script = grandchild_script(&pidfile);
+    let (proc, grandchild) = hold_through_proxy(&proxy, &c, &path, &[], &script, &pidfile);
+    assert!(alive(grandchild));
+    proxy.pause();
+    let done = proc.wait(Duration::from_secs(12));
+    done.expect_code(78);
+    let outlived = wait_for_exit(grandchild, Duration::from_secs(5));
+    if outlived {
+        signal(grandchild, nix::sys::signal::Signal::SIGKILL);
+    }
+    assert!(
+        !outlived,
+        "the command's background process {grandchild} kept running without the lock"
+    );
+    proxy.resume();
+    c.close();
+}
+
+#[test]
+fn processes_left_by_the_command_stop_before_the_release() {
+    let cs = server().connect_string();
+    let path = unique();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    // Leaves a background process behind and exits at once.
+    let script = format!(
+        "sleep 30 </dev/null >/dev/null 2>&1 & echo $! > {}",
+        pidfile.display()
+    );
+    lock(&["--connect", &cs, &path, "--", "sh", "-c", &script])
+        .wait(QUICK)
+        .expect_code(0);
+    let grandchild = read_pid(&pidfile).expect("the script wrote its pid");
+    let outlived = wait_for_exit(grandchild, Duration::from_secs(5));
+    if outlived {
+        signal(grandchild, nix::sys::signal::Signal::SIGKILL);
+    }
+    assert!(
+        !outlived,
+        "the command's background process {grandchild} kept running after the release"
+    );
+}
+
+/// Waits up to `within` for `pid` to exit; true if it still runs then.
+fn wait_for_exit(pid: i32, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while alive(pid) {
+        if Instant::now() >= deadline {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
 fn ctrl_c_while_waiting_leaves_no_node() {
     let cs = server().connect_string();
     let path = unique();
@@ -726,5 +883,259 @@ fn works_against_an_ensemble_through_a_leader_kill() {
     holder.wait(Duration::from_secs(60)).expect_code(0);
     waiter.wait(Duration::from_secs(60)).expect_code(0);
     wait_until(QUICK, "no node left", || participants(&c, &path).is_empty());
+    c.close();
+}
+
+#[test]
+fn options_after_the_path_apply() {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    lock(&[
+        &path,
+        "--connect",
+        &cs,
+        "--timeout",
+        "5",
+        "--",
+        "sh",
+        "-c",
+        "exit 7",
+    ])
+    .wait(QUICK)
+    .expect_code(7);
+    // Without `--`, the first word that is not an option starts the command.
+    lock(&[&path, "--connect", &cs, "-v", "sh", "-c", "exit 8"])
+        .wait(QUICK)
+        .expect_code(8);
+    // An option lock does not know, after the path, is refused by name.
+    let done = lock(&[&path, "--connect", &cs, "--bogus", "--", "true"]).wait(QUICK);
+    done.expect_code(64);
+    assert!(done.stderr.contains("--bogus"), "{}", done.stderr);
+    wait_until(QUICK, "no lock node left", || {
+        participants(&c, &path).is_empty()
+    });
+    c.close();
+}
+
+#[test]
+fn timeout_messages_read_as_durations() {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let guard = mutex.lock().unwrap();
+    let once = lock(&["--connect", &cs, "--timeout", "0", &path, "--", "true"]).wait(QUICK);
+    once.expect_code(75);
+    assert!(
+        once.stderr.contains("not taken: the lock is held"),
+        "{}",
+        once.stderr
+    );
+    let timed = lock(&["--connect", &cs, "--timeout", "0.5", &path, "--", "true"]).wait(QUICK);
+    timed.expect_code(75);
+    assert!(
+        timed.stderr.contains("not taken within 500 ms"),
+        "{}",
+        timed.stderr
+    );
+    drop(guard);
+    c.close();
+}
+
+#[test]
+fn a_huge_timeout_means_no_timeout() {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let guard = mutex.lock().unwrap();
+    let mut waiter = lock(&["--connect", &cs, "--timeout", "1e30", &path, "--", "true"]);
+    wait_until(QUICK, "the lock process queues", || {
+        participants(&c, &path).len() == 2 || !waiter.is_running()
+    });
+    assert!(waiter.is_running(), "lock gave up on --timeout 1e30");
+    drop(guard);
+    waiter.wait(QUICK).expect_code(0);
+    c.close();
+}
+
+#[test]
+fn a_loss_with_zookeeper_down_says_where_the_node_goes() {
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    let proxy = FaultProxy::start(server().addr()).expect("proxy");
+    let script = format!("echo $$ > {}; exec sleep 30", pidfile.display());
+    let (proc, _) = hold_through_proxy(&proxy, &c, &path, &["-v"], &script, &pidfile);
+    // ZooKeeper goes away for lock: connections refused.
+    proxy.set_refuse(true);
+    proxy.cut();
+    let done = proc.wait(Duration::from_secs(12));
+    done.expect_code(78);
+    assert!(
+        !done.stderr.contains("goes with it"),
+        "claims the node is gone with the session:\n{}",
+        done.stderr
+    );
+    assert!(
+        done.stderr.contains("until ZooKeeper expires"),
+        "does not say the node waits for the session to expire:\n{}",
+        done.stderr
+    );
+    // ... which the server does.
+    wait_until(QUICK, "the server expires the session", || {
+        participants(&c, &path).is_empty()
+    });
+    c.close();
+}
+
+#[test]
+fn verbose_tells_reconnected_and_released_after_an_outage() {
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    let stop = scratch.file("stop");
+    let proxy = FaultProxy::start(server().addr()).expect("proxy");
+    let script = format!(
+        "echo $$ > {}; i=0; while [ ! -e {} ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done",
+        pidfile.display(),
+        stop.display()
+    );
+    let pcs = proxy.connect_string();
+    let proc = lock(&[
+        "-v",
+        "--connect",
+        &pcs,
+        "--session-timeout",
+        "8",
+        &path,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    wait_until(QUICK, "lock holds and the command runs", || {
+        participants(&c, &path).len() == 1 && read_pid(&pidfile).is_some()
+    });
+    // The command ends while ZooKeeper is out of reach, and it comes back
+    // within the session timeout: lock reconnects and releases.
+    proxy.set_refuse(true);
+    proxy.cut();
+    proc.wait_stderr("Suspended", QUICK);
+    std::fs::write(&stop, b"").unwrap();
+    thread::sleep(Duration::from_millis(300)); // the outage goes on a moment after the command ended
+    proxy.set_refuse(false);
+    let done = proc.wait(QUICK);
+    done.expect_code(0);
+    let at = |needle: &str| {
+        done.stderr
+            .find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} in:\n{}", done.stderr))
+    };
+    assert!(at("Suspended") < at("Reconnected"), "{}", done.stderr);
+    assert!(at("Reconnected") < at("lock: released"), "{}", done.stderr);
+    wait_until(QUICK, "no lock node left", || {
+        participants(&c, &path).is_empty()
+    });
+    c.close();
+}
+
+/// The state letter of `pid` in /proc (`R`, `S`, `T` for stopped, ...).
+fn proc_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// At an interactive shell on a terminal (bash in a pty from `script`),
+/// the command gets the terminal: it reads from it, and a Ctrl-Z typed
+/// there stops `lock` with the command, so that the shell reports the job
+/// stopped; `fg` resumes both.
+#[test]
+fn at_a_terminal_the_command_reads_it_and_ctrl_z_stops_lock_too() {
+    use std::io::Write;
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let (ready, out) = (scratch.file("ready"), scratch.file("out"));
+    let mut term = Command::new("script")
+        .args(["-qec", "bash --norc --noprofile -i", "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("script(1) from util-linux runs the terminal");
+    let mut keys = term.stdin.take().expect("stdin");
+    let mut typed = |text: &str| {
+        keys.write_all(text.as_bytes()).unwrap();
+        keys.flush().unwrap();
+    };
+    let fail = |term: &mut Child, why: &str| -> ! {
+        let _ = term.kill();
+        let _ = term.wait();
+        panic!("{why}");
+    };
+    typed(&format!(
+        "{LOCK} --connect {cs} {path} -- sh -c 'echo x > {}; exec head -n1 > {}'\n",
+        ready.display(),
+        out.display()
+    ));
+    let deadline = Instant::now() + QUICK;
+    while !ready.exists() {
+        if Instant::now() > deadline {
+            fail(&mut term, "the command did not start under the lock");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let node = participants(&c, &path).pop().expect("lock's node");
+    let data = String::from_utf8(c.get_data(&node).unwrap().0).unwrap();
+    let lock_pid: i32 = data
+        .split_whitespace()
+        .skip_while(|w| *w != "pid")
+        .nth(1)
+        .and_then(|p| p.trim_end_matches(':').parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {data:?}"));
+
+    typed("\x1a"); // Ctrl-Z
+    let deadline = Instant::now() + QUICK;
+    while proc_state(lock_pid) != Some('T') {
+        if Instant::now() > deadline {
+            fail(&mut term, "lock did not stop with its command on Ctrl-Z");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    typed("fg\n");
+    let deadline = Instant::now() + QUICK;
+    while proc_state(lock_pid) == Some('T') {
+        if Instant::now() > deadline {
+            fail(&mut term, "lock did not run again on fg");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    typed("hello\n");
+    let deadline = Instant::now() + QUICK;
+    while !std::fs::read_to_string(&out).is_ok_and(|s| s.contains("hello")) {
+        if Instant::now() > deadline {
+            fail(
+                &mut term,
+                "the command did not read the line from the terminal",
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    wait_until(QUICK, "the lock is released", || {
+        participants(&c, &path).is_empty()
+    });
+    typed("exit\n");
+    let deadline = Instant::now() + QUICK;
+    while matches!(term.try_wait(), Ok(None)) {
+        if Instant::now() > deadline {
+            fail(&mut term, "the shell did not exit");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
     c.close();
 }

@@ -15,11 +15,19 @@ pub enum Library {
     Curator,
     /// kazoo, through the Python peer.
     Kazoo,
+    /// The `zookeeper` crate (0.8), in the bench process: a client without
+    /// recipes, so it takes part in the raw floor only.
+    Zookeeper08,
 }
 
 impl Library {
     /// Every library, in table order.
-    pub const ALL: [Library; 3] = [Library::Latchkey, Library::Curator, Library::Kazoo];
+    pub const ALL: [Library; 4] = [
+        Library::Latchkey,
+        Library::Curator,
+        Library::Kazoo,
+        Library::Zookeeper08,
+    ];
 
     /// The name shown in tables and legends.
     pub fn name(self) -> &'static str {
@@ -27,6 +35,7 @@ impl Library {
             Library::Latchkey => "latchkey",
             Library::Curator => "Curator",
             Library::Kazoo => "kazoo",
+            Library::Zookeeper08 => "zookeeper 0.8",
         }
     }
 
@@ -36,7 +45,13 @@ impl Library {
             Library::Latchkey => "#d62728",
             Library::Curator => "#1f77b4",
             Library::Kazoo => "#2ca02c",
+            Library::Zookeeper08 => "#9467bd",
         }
+    }
+
+    /// Whether it runs only the raw floor (it has no lock recipes).
+    pub fn floor_only(self) -> bool {
+        self == Library::Zookeeper08
     }
 }
 

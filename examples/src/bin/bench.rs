@@ -15,7 +15,9 @@
 //! round, and the figures are medians over the rounds:
 //!
 //! - floor: raw create (ephemeral sequential) + getChildren + delete with
-//!   each library's own client, the least one lock cycle can cost;
+//!   each library's own client, the least one lock cycle can cost; the
+//!   `zookeeper` crate (0.8), a client without recipes, takes part here
+//!   only;
 //! - uncontended `InterProcessMutex` acquire + release, with the CPU time
 //!   the client process spent per 1,000 cycles;
 //! - contended: N sessions loop on one mutex; handoffs per second and
@@ -72,7 +74,7 @@ const TARGET_SESSIONS: usize = 8;
 const COMMAND: &str = "cargo run --release -p latchkey-examples --bin bench";
 
 const USAGE: &str = "\
-usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazoo]
+usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazoo,zookeeper]
              [--rounds N] [--out DIR | --no-write]
 
   --quick      a short run (~2 minutes): fewer rounds, cycles and contenders
@@ -193,6 +195,7 @@ fn parse_args(args: &[String]) -> Res<Args> {
                         "latchkey" => Ok(Library::Latchkey),
                         "curator" => Ok(Library::Curator),
                         "kazoo" => Ok(Library::Kazoo),
+                        "zookeeper" | "zookeeper08" => Ok(Library::Zookeeper08),
                         other => Err(format!("unknown library {other:?}\n{USAGE}")),
                     })
                     .collect();
@@ -285,6 +288,10 @@ fn run(args: Args) -> Res<()> {
                     format!("{} (this build, release)", env!("CARGO_PKG_VERSION")),
                 ));
             }
+            Library::Zookeeper08 => {
+                drivers.push(Box::new(Zk08::new(&connect)?));
+                versions.push((Library::Zookeeper08, "0.8 (crates.io, release)".to_owned()));
+            }
             Library::Curator | Library::Kazoo => {
                 let kind = peer_kind(*lib);
                 if let Err(why) = peer_available(kind) {
@@ -329,7 +336,11 @@ fn run(args: Args) -> Res<()> {
         drivers.rotate_left(usize::from(round > 0));
         run_round(&mut drivers, &cfg, mntr_addr, &mut results)?;
     }
-    let libs: Vec<Library> = drivers.iter().map(|d| d.lib()).collect();
+    let libs: Vec<Library> = drivers
+        .iter()
+        .map(|d| d.lib())
+        .filter(|l| !l.floor_only())
+        .collect();
     drop(drivers);
     measure_memory(&libs, &connect, &cfg, &mut results)?;
     match server {
@@ -527,8 +538,11 @@ trait Driver {
 fn warm_up(drivers: &mut [Box<dyn Driver>], cfg: &Config) -> Res<()> {
     println!("warming up (JIT, caches, the server) ...");
     for d in drivers.iter_mut() {
-        let base = bench_path(&format!("warmup-{}", d.lib().name()));
+        let base = bench_path(&format!("warmup-{}", d.lib().name().replace(' ', "-")));
         d.floor(&format!("{base}/floor"), cfg.warmup_cycles)?;
+        if d.lib().floor_only() {
+            continue;
+        }
         d.mutex(&format!("{base}/mutex"), cfg.warmup_cycles)?;
         d.contended(&format!("{base}/contended"), TARGET_SESSIONS, cfg.run, None)?;
     }
@@ -541,7 +555,9 @@ fn run_round(
     mntr: Option<SocketAddr>,
     results: &mut Results,
 ) -> Res<()> {
-    let path = |d: &dyn Driver, what: &str| bench_path(&format!("{}-{what}", d.lib().name()));
+    let path = |d: &dyn Driver, what: &str| {
+        bench_path(&format!("{}-{what}", d.lib().name().replace(' ', "-")))
+    };
     for d in drivers.iter_mut() {
         let lib = d.lib();
         let c = d.floor(&path(d.as_ref(), "floor"), cfg.cycles)?;
@@ -554,13 +570,9 @@ fn run_round(
             lib,
             c.mean_us(),
         );
-        println!(
-            "  {:<8} floor       {:>8.0} µs/cycle",
-            lib.name(),
-            c.mean_us()
-        );
+        println!("  {:<13} floor  {:>8.0} µs/cycle", lib.name(), c.mean_us());
     }
-    for d in drivers.iter_mut() {
+    for d in drivers.iter_mut().filter(|d| !d.lib().floor_only()) {
         let lib = d.lib();
         let (c, cpu) = d.mutex(&path(d.as_ref(), "mutex"), cfg.cycles)?;
         let label = "uncontended mutex acquire + release";
@@ -591,7 +603,7 @@ fn run_round(
         );
     }
     for &n in &cfg.contenders {
-        for d in drivers.iter_mut() {
+        for d in drivers.iter_mut().filter(|d| !d.lib().floor_only()) {
             let lib = d.lib();
             let c = d.contended(&path(d.as_ref(), "contended"), n, cfg.run, None)?;
             let per_s = c.cycles as f64 / (c.elapsed_us.max(1) as f64 / 1e6);
@@ -629,7 +641,7 @@ fn run_round(
         }
     }
     for &w in cfg.waiters.iter().filter(|_| mntr.is_some()) {
-        for d in drivers.iter_mut() {
+        for d in drivers.iter_mut().filter(|d| !d.lib().floor_only()) {
             let lib = d.lib();
             let c = d.contended(&path(d.as_ref(), "herd"), w + 1, cfg.herd_run, mntr)?;
             let Some(win) = c.window.filter(|win| win.handoffs > 0) else {
@@ -664,7 +676,7 @@ fn run_round(
             );
         }
     }
-    for d in drivers.iter_mut() {
+    for d in drivers.iter_mut().filter(|d| !d.lib().floor_only()) {
         let lib = d.lib();
         let (n, every) = (cfg.rw_sessions, cfg.rw_write_every);
         let t = d.rw(&path(d.as_ref(), "rw"), n, cfg.run, every)?;
@@ -701,7 +713,7 @@ fn run_round(
             t.p99_us
         );
     }
-    for d in drivers.iter_mut() {
+    for d in drivers.iter_mut().filter(|d| !d.lib().floor_only()) {
         let lib = d.lib();
         let (n, leases) = (cfg.sem_sessions, cfg.sem_leases);
         let t = d.sem(&path(d.as_ref(), "sem"), n, leases, cfg.run)?;
@@ -760,6 +772,92 @@ impl Ours {
 impl Drop for Ours {
     fn drop(&mut self) {
         self.client.close();
+    }
+}
+
+/// The `zookeeper` crate (0.8) in this process, for the raw floor.
+struct Zk08 {
+    zk: zookeeper::ZooKeeper,
+}
+
+impl Zk08 {
+    const NO_RECIPES: &'static str =
+        "the zookeeper crate has no lock recipes: it runs the floor only";
+
+    fn new(connect: &str) -> Res<Self> {
+        let err =
+            |e: zookeeper::ZkError| format!("zookeeper 0.8: cannot connect to {connect}: {e:?}");
+        let zk = zookeeper::ZooKeeper::connect(connect, SESSION_TIMEOUT, |_| {}).map_err(err)?;
+        // It connects in the background: the first request waits for it.
+        let deadline = Instant::now() + CONNECT_WAIT;
+        while zk.exists("/", false).is_err() {
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "zookeeper 0.8: not connected to {connect} within {CONNECT_WAIT:?}"
+                ));
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        Ok(Zk08 { zk })
+    }
+}
+
+impl Drop for Zk08 {
+    fn drop(&mut self) {
+        let _ = self.zk.close();
+    }
+}
+
+impl Driver for Zk08 {
+    fn lib(&self) -> Library {
+        Library::Zookeeper08
+    }
+
+    fn floor(&mut self, path: &str, cycles: usize) -> Res<Cycles> {
+        use zookeeper::{Acl, CreateMode as Mode, ZooKeeperExt};
+        let err = |e: zookeeper::ZkError| format!("zookeeper 0.8 floor: {e:?}");
+        let zk = &self.zk;
+        zk.ensure_path(path).map_err(err)?;
+        let prefix = format!("{path}/lock-");
+        let mut per_cycle = Vec::with_capacity(cycles);
+        let start = Instant::now();
+        for _ in 0..cycles {
+            let t0 = Instant::now();
+            let node = zk
+                .create(
+                    &prefix,
+                    Vec::new(),
+                    Acl::open_unsafe().clone(),
+                    Mode::EphemeralSequential,
+                )
+                .map_err(err)?;
+            zk.get_children(path, false).map_err(err)?;
+            zk.delete(&node, None).map_err(err)?;
+            per_cycle.push(micros(t0.elapsed()));
+        }
+        Ok(cycles_of(per_cycle, start.elapsed()))
+    }
+
+    fn mutex(&mut self, _: &str, _: usize) -> Res<(Cycles, Duration)> {
+        Err(Self::NO_RECIPES.into())
+    }
+
+    fn contended(
+        &mut self,
+        _: &str,
+        _: usize,
+        _: Duration,
+        _: Option<SocketAddr>,
+    ) -> Res<Contended> {
+        Err(Self::NO_RECIPES.into())
+    }
+
+    fn rw(&mut self, _: &str, _: usize, _: Duration, _: usize) -> Res<Timed> {
+        Err(Self::NO_RECIPES.into())
+    }
+
+    fn sem(&mut self, _: &str, _: usize, _: usize, _: Duration) -> Res<Timed> {
+        Err(Self::NO_RECIPES.into())
     }
 }
 
@@ -1376,7 +1474,12 @@ fn write_docs(
         let p = dir.join(name);
         std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))
     };
-    let libs = results.libraries();
+    // The plots are about the recipes; a floor-only library has no point there.
+    let libs: Vec<Library> = results
+        .libraries()
+        .into_iter()
+        .filter(|l| !l.floor_only())
+        .collect();
     let series =
         |xs: &[usize], key: &dyn Fn(usize) -> String, lib: Library, name: String, dashed| Series {
             name,
@@ -1502,6 +1605,10 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
                 "Debian's `libcurator-recipes-java`, in the Java peer of `latchkey-test`"
             }
             Library::Kazoo => "Debian's `python3-kazoo`, in the Python peer of `latchkey-test`",
+            Library::Zookeeper08 => {
+                "the `zookeeper` crate from crates.io, in the bench process; a client without \
+                 recipes, so it runs the raw floor only"
+            }
         };
         line(&format!("- {} {v}: {how}.", lib.name()));
     }
@@ -1569,7 +1676,8 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
     line("");
     line(&format!(
         "- **floor**: {} cycles of create (ephemeral sequential), getChildren and delete with the \
-         library's own client: the requests one lock cycle cannot do without.",
+         library's own client: the requests one lock cycle cannot do without. The `zookeeper` \
+         crate (0.8), which latchkey chose not to build on (see the README), takes part here.",
         cfg.cycles
     ));
     line(&format!(

@@ -2,7 +2,7 @@
 //! the spirit of `flock(1)` and `etcdctl lock`.
 //!
 //! ```text
-//! lock [OPTIONS] PATH -- CMD [ARGS...]
+//! lock [OPTIONS] PATH [OPTIONS] [--] CMD [ARGS...]
 //! lock --list [OPTIONS] PATH
 //! ```
 //!
@@ -18,11 +18,21 @@
 //! later holder) in its environment. The lock is released when the command
 //! ends, and on Ctrl-C.
 //!
+//! The command runs in a process group of its own, and `lock` signals the
+//! whole group, so that what the command started (a shell's background
+//! jobs, a pipeline) stops with it: on Ctrl-C, SIGTERM and up to 2 s to
+//! exit, then SIGKILL; when the command exits, the same for anything it
+//! left running, before the release. When `lock` runs in the foreground of
+//! a terminal, the command's group gets the terminal while it runs (it can
+//! read from it, and a Ctrl-C typed there reaches it directly); a Ctrl-Z
+//! stops `lock` with the command, as a shell job, and `fg` resumes both.
+//!
 //! If the ZooKeeper session is lost while the command runs (the client was
 //! cut off for the whole session timeout, or the server expired the
 //! session), another process may already hold the lock: by default the
-//! command is killed (SIGKILL) and `lock` exits 78; with `--on-lost warn` a
-//! warning goes to stderr and the command keeps running.
+//! command's whole process group is killed (SIGKILL, no grace) and `lock`
+//! exits 78; with `--on-lost warn` a warning goes to stderr and the command
+//! keeps running.
 //!
 //! # Exit codes
 //!
@@ -42,7 +52,8 @@
 //! As with `flock`, a command may itself exit with one of these codes.
 
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
+use std::io::IsTerminal;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -54,6 +65,8 @@ use latchkey_framework::{
 use latchkey_recipes::{
     InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2, Lease,
 };
+use nix::sys::signal::{killpg, SigSet, Signal};
+use nix::unistd::Pid;
 
 /// Bad usage (sysexits' EX_USAGE).
 const EX_USAGE: i32 = 64;
@@ -80,17 +93,19 @@ const GRACE: Duration = Duration::from_secs(2);
 const MAX_NODE_DATA: usize = 256;
 
 const USAGE: &str = "\
-Usage: lock [OPTIONS] PATH -- CMD [ARGS...]
+Usage: lock [OPTIONS] PATH [OPTIONS] [--] CMD [ARGS...]
        lock --list [OPTIONS] PATH
 
 Runs CMD while holding a ZooKeeper lock on PATH (Curator-compatible), and
-releases it when CMD ends or on Ctrl-C.
+releases it when CMD ends or on Ctrl-C. Options may come before or after
+PATH; after PATH, '--' or the first word that is not an option starts CMD.
 
 Options:
   --connect HOSTS           ZooKeeper hosts, host:port[,host:port...][/chroot]
                             (default: $LATCHKEY_CONNECT, else 127.0.0.1:2181)
   --timeout SECS            give up (exit 75) if the lock is not taken within
-                            SECS; 0 tries once (default: wait as long as it takes)
+                            SECS; 0 tries once; a year or more, or inf, waits as
+                            long as it takes (the default)
   --session-timeout SECS    ZooKeeper session timeout (default 15)
   --connection-timeout SECS how long to wait for ZooKeeper (default 15)
   --read                    take the read side of a read-write lock
@@ -100,13 +115,19 @@ Options:
   --on-lost kill|warn       if the lock is lost while CMD runs: kill CMD and
                             exit 78 (kill, the default), or print a warning
                             and let CMD go on (warn)
+  --data TEXT               what the lock node says after host and pid, for
+                            --list (default: CMD's program name; its arguments
+                            are never stored, as anyone may read the node)
   --list                    print who holds and who waits on PATH, then exit
   -v, --verbose             say what happens on stderr
   -h, --help                print this help
   -V, --version             print the version
 
 CMD gets LATCHKEY_LOCK_PATH, LATCHKEY_LOCK_NODE and LATCHKEY_FENCING_TOKEN
-in its environment.
+in its environment. CMD runs in a process group of its own, and lock signals
+the whole group: on Ctrl-C (SIGINT, SIGTERM, SIGHUP) SIGTERM, up to 2 s to
+exit, then SIGKILL; when CMD exits, the same for what it left running, before
+the release; when the lock is lost, SIGKILL at once (--on-lost kill).
 
 Exit codes:
   CMD's own    CMD ran; 128+N if it died of signal N
@@ -146,6 +167,8 @@ struct Opts {
     on_lost: OnLost,
     list: bool,
     verbose: bool,
+    /// `--data`: said in the lock node instead of the program name.
+    data: Option<String>,
     path: String,
     command: Vec<OsString>,
 }
@@ -182,9 +205,9 @@ impl Exit {
 /// happens on ordinary threads.
 static INTERRUPTS: AtomicUsize = AtomicUsize::new(0);
 
-/// The running command's pid (0 when none), so that a second Ctrl-C can
-/// kill it before `lock` exits without waiting.
-static CHILD_PID: AtomicU32 = AtomicU32::new(0);
+/// The running command's process group (its pid; 0 when none), so that a
+/// second Ctrl-C can kill it before `lock` exits without waiting.
+static CHILD_GROUP: AtomicU32 = AtomicU32::new(0);
 
 fn interrupted() -> bool {
     INTERRUPTS.load(Ordering::Acquire) > 0
@@ -239,11 +262,23 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
     let mut on_lost: Option<OnLost> = None;
     let mut list = false;
     let mut verbose = false;
+    let mut data: Option<String> = None;
     let mut path: Option<String> = None;
     let mut timeout_given = false;
 
+    let mut rest: Vec<OsString> = Vec::new();
     let mut it = args.into_iter();
     while let Some(raw) = it.next() {
+        // After PATH, `--` or the first word that is not an option starts
+        // the command; options may come before or after PATH.
+        if path.is_some() && (raw == "--" || raw == "-" || !raw.to_string_lossy().starts_with('-'))
+        {
+            if raw != "--" {
+                rest.push(raw);
+            }
+            rest.extend(it.by_ref());
+            break;
+        }
         let Some(arg) = raw.to_str().map(str::to_owned) else {
             return Err(Exit::usage(format!(
                 "argument {raw:?} is not valid UTF-8 (only the command may have such arguments)"
@@ -251,7 +286,7 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
         };
         if !arg.starts_with('-') || arg == "-" {
             path = Some(arg);
-            break;
+            continue;
         }
         if arg == "--" {
             return Err(Exit::usage("missing PATH before '--'"));
@@ -296,8 +331,10 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
                 }
                 connect = Some(v);
             }
+            "--data" => data = Some(value("TEXT")?),
             "--timeout" => {
-                timeout = Some(seconds(&name, &value("SECS")?, true)?);
+                // A timeout of a year or more is no timeout.
+                timeout = Some(seconds(&name, &value("SECS")?, true)?).filter(|t| *t < FOREVER);
                 timeout_given = true;
             }
             "--session-timeout" => session_timeout = seconds(&name, &value("SECS")?, false)?,
@@ -325,6 +362,7 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
             && !matches!(
                 name.as_str(),
                 "--connect"
+                    | "--data"
                     | "--timeout"
                     | "--session-timeout"
                     | "--connection-timeout"
@@ -351,17 +389,13 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
             "PATH cannot be the root: a lock needs its own node",
         ));
     }
-    let mut rest: Vec<OsString> = it.collect();
-    if rest.first().is_some_and(|a| a == "--") {
-        rest.remove(0);
-    }
     if list {
         if !rest.is_empty() {
             return Err(Exit::usage("--list takes only PATH, no command"));
         }
-        if timeout_given || on_lost.is_some() {
+        if timeout_given || on_lost.is_some() || data.is_some() {
             return Err(Exit::usage(
-                "--timeout and --on-lost do not apply to --list",
+                "--timeout, --on-lost and --data do not apply to --list",
             ));
         }
         if matches!(kind, Some(Kind::Read | Kind::Write)) {
@@ -394,12 +428,18 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
         on_lost: on_lost.unwrap_or(OnLost::Kill),
         list,
         verbose,
+        data,
         path,
         command: rest,
     }))
 }
 
-/// Parses seconds (`3`, `0.5`); zero is allowed only where `zero_ok`.
+/// A year: as long as `lock` ever waits. Longer durations, `inf` among them,
+/// are taken as this (for `--timeout`: no timeout at all).
+const FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Parses seconds (`3`, `0.5`, `1e9`); zero is allowed only where `zero_ok`.
+/// Durations of a year or more come back as [`FOREVER`].
 fn seconds(option: &str, v: &str, zero_ok: bool) -> Result<Duration, Exit> {
     let bad = || {
         Exit::usage(format!(
@@ -407,12 +447,13 @@ fn seconds(option: &str, v: &str, zero_ok: bool) -> Result<Duration, Exit> {
         ))
     };
     let secs: f64 = v.trim().parse().map_err(|_| bad())?;
-    if !secs.is_finite() || secs < 0.0 || (!zero_ok && secs == 0.0) {
+    if secs.is_nan() || secs < 0.0 || (!zero_ok && secs == 0.0) {
         return Err(bad());
     }
-    let d = Duration::try_from_secs_f64(secs).map_err(|_| bad())?;
-    // Beyond a year is "forever" for a lock tool, and keeps Instant math safe.
-    Ok(d.min(Duration::from_secs(365 * 24 * 3600)))
+    if secs >= FOREVER.as_secs_f64() {
+        return Ok(FOREVER);
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| bad())
 }
 
 // ---------------------------------------------------------------------------
@@ -430,7 +471,7 @@ fn spawn_interrupt_watch(client: Client, phase: Arc<AtomicUsize>) {
                 let n = INTERRUPTS.load(Ordering::Acquire);
                 if n >= 2 {
                     eprintln!("lock: interrupted twice; exiting without waiting for the release");
-                    signal_child(nix::sys::signal::Signal::SIGKILL);
+                    signal_group(Signal::SIGKILL);
                     std::process::exit(EX_INTERRUPTED);
                 }
                 if n == 1 && !closed && phase.load(Ordering::Acquire) == PHASE_WAITING {
@@ -575,19 +616,26 @@ fn acquire(client: &Client, opts: &Opts, data: &[u8]) -> Result<Option<Held>, Er
 }
 
 /// Who holds the lock, stored in its node for `lock --list` (Curator stores
-/// the holder's IP address there by default).
-fn node_data(command: &[OsString]) -> Vec<u8> {
+/// the holder's IP address there by default): host, pid and the program's
+/// name, or `--data` instead of the name. Never the command's arguments:
+/// under the default open ACL anyone can read the node, and arguments may
+/// hold secrets.
+fn node_data(program: &OsString, data: Option<&str>) -> Vec<u8> {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "unknown-host".into());
-    let cmd: Vec<String> = command
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let mut text = format!("{host} pid {}: {}", std::process::id(), cmd.join(" "));
+    let what = match data {
+        Some(data) => data.to_owned(),
+        None => std::path::Path::new(program)
+            .file_name()
+            .unwrap_or(program)
+            .to_string_lossy()
+            .into_owned(),
+    };
+    let mut text = format!("{host} pid {}: {what}", std::process::id());
     if text.len() > MAX_NODE_DATA {
         let mut end = MAX_NODE_DATA;
         while !text.is_char_boundary(end) {
@@ -638,22 +686,23 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
     let lost_events = Arc::new(AtomicU64::new(0));
     let listener = {
         let lost_events = Arc::clone(&lost_events);
-        let verbose = opts.verbose;
         client.add_listener(move |state| {
             if state == ConnectionState::Lost {
                 lost_events.fetch_add(1, Ordering::AcqRel);
             }
-            if verbose {
-                eprintln!("lock: connection state {state:?}");
-            }
         })
     };
+    let progress = Progress::start(&client, opts.verbose);
 
     if opts.verbose {
         eprintln!("lock: waiting for {} ({})", opts.path, describe(opts.kind));
     }
     let started = Instant::now();
-    let acquired = acquire(&client, opts, &node_data(&opts.command));
+    let acquired = acquire(
+        &client,
+        opts,
+        &node_data(&opts.command[0], opts.data.as_deref()),
+    );
     let held = match acquired {
         Ok(Some(held)) => held,
         Ok(None) => {
@@ -661,14 +710,11 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
             if interrupted() {
                 return Err(Exit::new(EX_INTERRUPTED, "interrupted"));
             }
-            return Err(Exit::new(
-                EX_TEMPFAIL,
-                format!(
-                    "{} is held by someone else; not taken within {:?}",
-                    opts.path,
-                    opts.timeout.unwrap_or_default()
-                ),
-            ));
+            let why = match opts.timeout {
+                Some(t) if !t.is_zero() => format!("not taken within {}", human(t)),
+                _ => "not taken: the lock is held".to_owned(),
+            };
+            return Err(Exit::new(EX_TEMPFAIL, format!("{}: {why}", opts.path)));
         }
         Err(e) => {
             client.close();
@@ -684,12 +730,12 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
     let stat = match client.exists(&node) {
         Ok(stat) => stat,
         Err(e) => {
-            close_and_release(&client, held, false, opts.verbose);
+            close_and_release(&client, held, false, &progress, None);
             return Err(zk_failure(&e, &format!("cannot read the lock node {node}")));
         }
     };
     let Some(stat) = stat else {
-        close_and_release(&client, held, true, opts.verbose);
+        close_and_release(&client, held, true, &progress, None);
         return Err(Exit::new(
             EX_LOST,
             format!("the lock node {node} vanished right after the lock was taken"),
@@ -710,20 +756,24 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
         );
     }
     if interrupted() {
-        close_and_release(&client, held, false, opts.verbose);
+        close_and_release(&client, held, false, &progress, None);
         return Err(Exit::new(EX_INTERRUPTED, "interrupted"));
     }
 
     let mut command = Command::new(&opts.command[0]);
     command
         .args(&opts.command[1..])
+        // Its own process group, so that stopping the command stops
+        // everything it started too (a shell's background jobs, a
+        // pipeline), not only its first process.
+        .process_group(0)
         .env("LATCHKEY_LOCK_PATH", &opts.path)
         .env("LATCHKEY_LOCK_NODE", &node)
         .env("LATCHKEY_FENCING_TOKEN", stat.czxid.to_string());
     let child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
-            close_and_release(&client, held, false, opts.verbose);
+            close_and_release(&client, held, false, &progress, None);
             let code = if e.kind() == std::io::ErrorKind::NotFound {
                 EX_NOT_FOUND
             } else {
@@ -736,11 +786,21 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
         }
     };
 
-    CHILD_PID.store(child.id(), Ordering::Release);
-    let outcome = supervise(child, opts, &client, &held, &watch);
-    CHILD_PID.store(0, Ordering::Release);
+    CHILD_GROUP.store(child.id(), Ordering::Release);
+    let terminal = Terminal::hand_to(child.id());
+    let outcome = supervise(
+        child,
+        opts,
+        &client,
+        &held,
+        &watch,
+        &progress,
+        terminal.as_ref(),
+    );
+    CHILD_GROUP.store(0, Ordering::Release);
+    drop(terminal);
     let lost = matches!(outcome, Outcome::Lost | Outcome::LostThenExited(_));
-    close_and_release(&client, held, lost, opts.verbose);
+    close_and_release(&client, held, lost, &progress, Some(&watch));
     Ok(match outcome {
         Outcome::Exited(status) | Outcome::LostThenExited(status) => exit_code(status),
         Outcome::Lost => EX_LOST,
@@ -777,6 +837,8 @@ fn supervise(
     client: &Client,
     held: &Held,
     watch: &LossWatch,
+    progress: &Progress,
+    terminal: Option<&Terminal>,
 ) -> Outcome {
     let mut warned = false;
     loop {
@@ -785,14 +847,15 @@ fn supervise(
             return Outcome::Interrupted;
         }
         if !warned && watch.lost(client, held) {
+            progress.flush();
             match opts.on_lost {
                 OnLost::Kill => {
                     eprintln!(
                         "lock: lost the lock on {} (the ZooKeeper session was lost); killing the command",
                         opts.path
                     );
-                    let _ = child.kill();
-                    let _ = child.wait();
+                    // No grace: another process may hold the lock already.
+                    kill_group(&mut child);
                     return Outcome::Lost;
                 }
                 OnLost::Warn => {
@@ -806,12 +869,28 @@ fn supervise(
             }
         }
         match child.try_wait() {
-            Ok(Some(status)) if warned => return Outcome::LostThenExited(status),
-            Ok(Some(status)) => return Outcome::Exited(status),
-            Ok(None) => {}
+            Ok(Some(status)) => {
+                // What the command left running must not go on once the
+                // lock is released.
+                if group_alive() {
+                    if opts.verbose {
+                        eprintln!("lock: the command exited; stopping what it left running");
+                    }
+                    stop_rest_of_group();
+                }
+                return if warned {
+                    Outcome::LostThenExited(status)
+                } else {
+                    Outcome::Exited(status)
+                };
+            }
+            Ok(None) => {
+                if let Some(terminal) = terminal {
+                    terminal.follow_stop();
+                }
+            }
             Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
+                kill_group(&mut child);
                 return Outcome::WaitFailed(e);
             }
         }
@@ -819,54 +898,245 @@ fn supervise(
     }
 }
 
-/// SIGTERM, up to [`GRACE`] to exit, then SIGKILL. (A Ctrl-C typed at the
-/// terminal has reached the command too, since it shares our process group.)
+/// SIGTERM to the command's process group, up to [`GRACE`] for all of it
+/// to exit, then SIGKILL to what is left.
 fn stop_gently(child: &mut Child) {
-    if let Ok(Some(_)) = child.try_wait() {
-        return;
-    }
-    signal_child(nix::sys::signal::Signal::SIGTERM);
+    signal_group(Signal::SIGTERM);
     let deadline = Instant::now() + GRACE;
+    let mut reaped = false;
     while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
+        // Reap the command as soon as it exits: a zombie still counts as a
+        // member of its group.
+        reaped = reaped || matches!(child.try_wait(), Ok(Some(_)));
+        if reaped && !group_alive() {
             return;
         }
         std::thread::sleep(POLL);
     }
+    kill_group(child);
+}
+
+/// SIGTERM to what is left of the group once the command has exited, up to
+/// [`GRACE`] for it to exit, then SIGKILL.
+fn stop_rest_of_group() {
+    signal_group(Signal::SIGTERM);
+    let deadline = Instant::now() + GRACE;
+    while group_alive() && Instant::now() < deadline {
+        std::thread::sleep(POLL);
+    }
+    if group_alive() {
+        signal_group(Signal::SIGKILL);
+    }
+}
+
+/// SIGKILL to the command's whole process group, then reaps the command.
+fn kill_group(child: &mut Child) {
+    signal_group(Signal::SIGKILL);
     let _ = child.kill();
     let _ = child.wait();
 }
 
-/// Sends `signal` to the running command, if there is one. (`nix` comes
-/// with `ctrlc` already; it sends a signal without `unsafe`.)
-fn signal_child(signal: nix::sys::signal::Signal) {
-    let pid = CHILD_PID.load(Ordering::Acquire);
-    if let Ok(pid) = i32::try_from(pid) {
-        if pid > 0 {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+/// The running command's process group, if there is one.
+fn child_group() -> Option<Pid> {
+    let pid = CHILD_GROUP.load(Ordering::Acquire);
+    i32::try_from(pid)
+        .ok()
+        .filter(|pid| *pid > 0)
+        .map(Pid::from_raw)
+}
+
+/// Sends `signal` to every process of the running command's group. (`nix`
+/// comes with `ctrlc` already; it sends a signal without `unsafe`.)
+fn signal_group(signal: Signal) {
+    if let Some(group) = child_group() {
+        let _ = killpg(group, signal);
+    }
+}
+
+/// Whether a process of the command's group still exists.
+fn group_alive() -> bool {
+    child_group().is_some_and(|group| killpg(group, None).is_ok())
+}
+
+/// The controlling terminal, lent to the command's process group while it
+/// runs when `lock` runs in the foreground of one, so that the command can
+/// read from it and gets the terminal's Ctrl-C and Ctrl-Z itself, as a job
+/// of the shell would. Dropping it takes the terminal back.
+struct Terminal {
+    /// `lock`'s own process group.
+    ours: Pid,
+    /// The command's.
+    theirs: Pid,
+}
+
+impl Terminal {
+    fn hand_to(group: u32) -> Option<Terminal> {
+        let stdin = std::io::stdin();
+        let ours = nix::unistd::getpgrp();
+        if !stdin.is_terminal() || nix::unistd::tcgetpgrp(&stdin).ok() != Some(ours) {
+            return None;
+        }
+        let theirs = Pid::from_raw(i32::try_from(group).ok()?);
+        nix::unistd::tcsetpgrp(&stdin, theirs).ok()?;
+        // The command may have touched the terminal before it was its own
+        // and been stopped for that (SIGTTIN): let it go on.
+        let _ = killpg(theirs, Signal::SIGCONT);
+        Some(Terminal { ours, theirs })
+    }
+
+    /// When the command was stopped from the terminal (Ctrl-Z), stops
+    /// `lock`'s own job too, so that the shell sees the job stopped and
+    /// gets its prompt back; once continued (`fg` or `bg`), lends the
+    /// terminal again if `lock` is in the foreground, and continues the
+    /// command.
+    fn follow_stop(&self) {
+        let leader = self.theirs.as_raw();
+        if process_state(leader) != Some('T') {
+            return;
+        }
+        self.take_back();
+        // Returns once the job is continued.
+        let _ = killpg(self.ours, Signal::SIGTSTP);
+        let stdin = std::io::stdin();
+        if nix::unistd::tcgetpgrp(&stdin).ok() == Some(self.ours) {
+            let _ = nix::unistd::tcsetpgrp(&stdin, self.theirs);
+        }
+        let _ = killpg(self.theirs, Signal::SIGCONT);
+    }
+
+    fn take_back(&self) {
+        // A background group that sets the foreground group gets SIGTTOU,
+        // which would stop `lock`, unless it blocks that signal.
+        let mut ttou = SigSet::empty();
+        ttou.add(Signal::SIGTTOU);
+        let _ = ttou.thread_block();
+        let _ = nix::unistd::tcsetpgrp(std::io::stdin(), self.ours);
+        let _ = ttou.thread_unblock();
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        self.take_back();
+    }
+}
+
+/// The state letter of a process (`T` when stopped), from /proc.
+fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The state follows the command name, which is in parentheses.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Under `-v`, prints every connection state the client goes through, in
+/// order and each once, from the client's state history: a background
+/// thread keeps up while `lock` waits or the command runs, and
+/// [`Progress::flush`] catches up before a final message, so that a state
+/// the client reached before the release is always told before it.
+#[derive(Clone)]
+struct Progress {
+    client: Client,
+    verbose: bool,
+    /// When the last printed state was recorded (on the client's clock).
+    printed: Arc<std::sync::Mutex<Option<Duration>>>,
+}
+
+impl Progress {
+    /// Starts after the states the client has been in so far (`connect`
+    /// already said it connected).
+    fn start(client: &Client, verbose: bool) -> Progress {
+        let last = client.state_history().last().map(|(at, _)| *at);
+        let progress = Progress {
+            client: client.clone(),
+            verbose,
+            printed: Arc::new(std::sync::Mutex::new(last)),
+        };
+        if verbose {
+            let background = progress.clone();
+            let spawned = std::thread::Builder::new()
+                .name("lock-progress".into())
+                .spawn(move || loop {
+                    background.flush();
+                    std::thread::sleep(POLL);
+                });
+            if let Err(e) = spawned {
+                eprintln!("lock: warning: cannot follow the connection state: {e}");
+            }
+        }
+        progress
+    }
+
+    /// Prints the states not printed yet.
+    fn flush(&self) {
+        if !self.verbose {
+            return;
+        }
+        let mut printed = self.printed.lock().unwrap_or_else(|e| e.into_inner());
+        for (at, state) in self.client.state_history() {
+            if printed.is_none_or(|p| at > p) {
+                eprintln!("lock: connection state {state:?}");
+                *printed = Some(at);
+            }
         }
     }
 }
 
-/// Releases the lock and closes the client. When the lock was lost, or the
-/// client cannot reach ZooKeeper right now, the client is closed first: the
-/// node then goes with its session, and the release does not wait out the
-/// retry policy against an unreachable server.
-fn close_and_release(client: &Client, held: Held, lost: bool, verbose: bool) {
-    let connected = client.state().is_some_and(ConnectionState::is_connected);
-    if lost || !connected {
+fn is_connected(client: &Client) -> bool {
+    client.state().is_some_and(ConnectionState::is_connected)
+}
+
+/// Releases the lock and closes the client.
+///
+/// When the command is done while ZooKeeper is out of reach but the session
+/// may still live, this waits for the connection to come back, at most
+/// until the session would be lost, so that the lock is released and not
+/// left to the session's expiry. When the lock was lost, or ZooKeeper stays
+/// out of reach, the client is closed first (the release then does not wait
+/// out the retry policy) and the message says where the node stands.
+fn close_and_release(
+    client: &Client,
+    held: Held,
+    lost: bool,
+    progress: &Progress,
+    watch: Option<&LossWatch>,
+) {
+    let lost_now =
+        |held: &Held| lost || held.is_lost() || watch.is_some_and(|w| w.lost(client, held));
+    if !lost_now(&held) && !is_connected(client) && !interrupted() {
+        let session = client.negotiated_session_timeout();
+        if progress.verbose {
+            eprintln!(
+                "lock: ZooKeeper is out of reach; waiting up to {} for it, to release the lock",
+                human(session)
+            );
+        }
+        let deadline = Instant::now() + session + POLL;
+        while !is_connected(client)
+            && !lost_now(&held)
+            && !interrupted()
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(POLL);
+        }
+    }
+    progress.flush();
+    let node = held.node_path().unwrap_or_default();
+    let lost = lost_now(&held);
+    if lost || !is_connected(client) {
+        let fate = node_fate(client, &node);
         client.close();
         drop(held.release());
-        if verbose {
-            eprintln!("lock: closed the session; its lock node goes with it");
+        if !lost {
+            eprintln!("lock: warning: cannot release the lock: {fate}");
+        } else if progress.verbose {
+            eprintln!("lock: {fate}");
         }
         return;
     }
-    let node = held.node_path();
     match held.release() {
         Ok(()) => {
-            if verbose {
-                eprintln!("lock: released {}", node.unwrap_or_default());
+            if progress.verbose {
+                eprintln!("lock: released {node}");
             }
         }
         Err(e) => {
@@ -874,6 +1144,46 @@ fn close_and_release(client: &Client, held: Held, lost: bool, verbose: bool) {
         }
     }
     client.close();
+}
+
+/// Where a lock node stands that `lock` cannot delete: with ZooKeeper in
+/// reach (on a new session) it looks; otherwise the node stays until the
+/// server expires the session that owns it.
+fn node_fate(client: &Client, node: &str) -> String {
+    let expiry = format!(
+        "until ZooKeeper expires the session that owns it (at most {} after ZooKeeper last heard from it)",
+        human(client.negotiated_session_timeout())
+    );
+    if !is_connected(client) {
+        return format!("ZooKeeper is out of reach; the lock node {node} stays {expiry}");
+    }
+    match client.exists(node) {
+        Ok(None) => format!("the lock node {node} is gone with the session that owned it"),
+        Ok(Some(_)) => format!("the lock node {node} stays {expiry}"),
+        Err(e) => format!(
+            "cannot tell whether the lock node {node} is gone ({e}); it stays at most {expiry}"
+        ),
+    }
+}
+
+/// A duration as people write it: `250 ms`, `1.5 s`, `2 min 30 s`, `3 h 5 min`.
+fn human(d: Duration) -> String {
+    let secs = d.as_secs();
+    if d < Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else if secs < 60 {
+        // Tenths, without a trailing ".0".
+        let tenths = d.as_millis().div_ceil(100);
+        if tenths.is_multiple_of(10) {
+            format!("{} s", tenths / 10)
+        } else {
+            format!("{}.{} s", tenths / 10, tenths % 10)
+        }
+    } else if secs < 3600 {
+        format!("{} min {} s", secs / 60, secs % 60)
+    } else {
+        format!("{} h {} min", secs / 3600, secs % 3600 / 60)
+    }
 }
 
 /// The exit code that stands for a command's status, as shells report it.
@@ -1144,6 +1454,8 @@ mod tests {
             &["/", "true"],
             &["--list", "/a", "true"],
             &["--list", "--read", "/a"],
+            &["--list", "--data", "x", "/a"],
+            &["--data"],
             &["--connect", "nohostport", "/a", "true"],
         ] {
             match parse(bad) {
@@ -1151,6 +1463,57 @@ mod tests {
                 Ok(p) => panic!("{bad:?} parsed as {p:?}"),
             }
         }
+    }
+
+    #[test]
+    fn node_data_holds_no_arguments() {
+        let text = |program: &str, data| {
+            String::from_utf8(node_data(&OsString::from(program), data)).unwrap()
+        };
+        let pid = format!(" pid {}: ", std::process::id());
+        assert!(text("/usr/bin/backup", None).ends_with(&format!("{pid}backup")));
+        assert!(text("backup", Some("db-1 nightly")).ends_with(&format!("{pid}db-1 nightly")));
+        assert!(text("x", Some(&"y".repeat(10_000))).len() <= MAX_NODE_DATA);
+    }
+
+    #[test]
+    fn options_may_follow_the_path() {
+        let Ok(Parsed::Run(o)) = parse(&["/a", "--timeout", "2", "-v", "--", "cmd", "-x"]) else {
+            panic!("should parse");
+        };
+        assert_eq!(o.timeout, Some(Duration::from_secs(2)));
+        assert!(o.verbose);
+        assert_eq!(o.command, args(&["cmd", "-x"]));
+        // The command's own options are the command's.
+        let Ok(Parsed::Run(o)) = parse(&["/a", "cmd", "--timeout", "2"]) else {
+            panic!("should parse");
+        };
+        assert!(o.timeout.is_none());
+        assert_eq!(o.command, args(&["cmd", "--timeout", "2"]));
+    }
+
+    #[test]
+    fn huge_durations_are_forever() {
+        for huge in ["1e30", "inf", "31536000", "99999999999999999999999"] {
+            let Ok(Parsed::Run(o)) =
+                parse(&["--timeout", huge, "--session-timeout", huge, "/a", "x"])
+            else {
+                panic!("{huge} should parse");
+            };
+            assert_eq!(o.timeout, None, "{huge}");
+            assert_eq!(o.session_timeout, FOREVER, "{huge}");
+        }
+        assert!(parse(&["--timeout", "nan", "/a", "x"]).is_err());
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(human(Duration::from_millis(250)), "250 ms");
+        assert_eq!(human(Duration::from_millis(500)), "500 ms");
+        assert_eq!(human(Duration::from_secs(1)), "1 s");
+        assert_eq!(human(Duration::from_millis(1500)), "1.5 s");
+        assert_eq!(human(Duration::from_secs(150)), "2 min 30 s");
+        assert_eq!(human(Duration::from_secs(3 * 3600 + 300)), "3 h 5 min");
     }
 
     #[test]
