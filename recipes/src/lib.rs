@@ -57,7 +57,9 @@ pub use crossbeam_channel::Receiver;
 
 pub use cancel::CancelToken;
 pub use hold::HoldEvent;
-pub use lock_internals::{Decision, LockDriver, LockInternals, LockNode, StandardDriver};
+pub use lock_internals::{
+    Decision, LockDriver, LockInternals, LockNode, StandardDriver, REQUEST_GRACE,
+};
 pub use multi_lock::{InterProcessLock, InterProcessMultiLock, MultiLockGuard};
 pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
 pub use revoke::{Revoker, REVOKE_MESSAGE};

@@ -333,6 +333,33 @@ pub(crate) fn deadline_after(timeout: Duration) -> Option<Instant> {
     Instant::now().checked_add(timeout)
 }
 
+/// How long a timed call's requests may take however short its timeout: a
+/// zero timeout still queues and looks once (as Curator's `acquire(0, ..)`)
+/// when ZooKeeper answers within this. It is also the most a timed call
+/// overruns a timeout shorter than this.
+pub const REQUEST_GRACE: Duration = Duration::from_secs(1);
+
+/// A handle on `client` whose every request, retries and reconnect waits
+/// included, returns by `deadline` (but no sooner than [`REQUEST_GRACE`]
+/// from now), or by the client's own deadline if that is earlier. Recipes
+/// send a timed call's requests through it, so that the call keeps its
+/// deadline even while ZooKeeper cannot be reached; what outlives the call
+/// (a lease, a release, a background delete) keeps the recipe's own client.
+pub(crate) fn bounded(client: &Client, deadline: Option<Instant>) -> Client {
+    let requests = deadline.map(|d| d.max(Instant::now() + REQUEST_GRACE));
+    let earliest = match (requests, client.deadline()) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    client.with_deadline(earliest)
+}
+
+/// Whether `e` says that a timed call's time ran out in a request: the call
+/// then ends as not acquired, like a wait that reaches its deadline.
+pub(crate) fn out_of_time(e: &Error, deadline: Option<Instant>) -> bool {
+    deadline.is_some() && matches!(e, Error::Timeout { .. })
+}
+
 /// The data a lock or lease node holds when none was given: who holds it,
 /// as `host=<host name> pid=<process id> thread=<thread name or id>`
 /// (Curator stores the local address). Read by the calling thread.
@@ -518,7 +545,11 @@ impl LockInternals {
     /// The children of the lock path sorted by sequence (every kind of lock
     /// node sharing the path).
     pub fn sorted_children(&self) -> Result<Vec<String>> {
-        let mut children = self.client.get_children(&self.base_path)?;
+        self.sorted_children_by(&self.client)
+    }
+
+    fn sorted_children_by(&self, client: &Client) -> Result<Vec<String>> {
+        let mut children = client.get_children(&self.base_path)?;
         self.sort(&mut children);
         Ok(children)
     }
@@ -558,6 +589,7 @@ impl LockInternals {
     ) -> Result<Option<LockNode>> {
         let started = Instant::now();
         let mut retries = 0u32;
+        let client = bounded(&self.client, deadline);
         // Wakes a retry's pause when cancelled.
         let pause = Arc::new(Signal::default());
         if let Some(cancel) = cancel {
@@ -570,15 +602,27 @@ impl LockInternals {
                 Some(seq) => (format!("{}{seq}", self.lock_name), CreateMode::Ephemeral),
                 None => (self.lock_name.clone(), CreateMode::EphemeralSequential),
             };
-            let (path, stat, children) = self
-                .client
+            let created = client
                 .create()
                 .creating_parent_containers_if_needed()
                 .with_protection()
                 .mode(mode)
-                .for_path_listing_parent(&paths::make_path(&self.base_path, &name), data)?;
+                .for_path_listing_parent(&paths::make_path(&self.base_path, &name), data);
+            let (path, stat, children) = match created {
+                // A node whose create reply never came is removed in the
+                // background (protected mode).
+                Err(e) if out_of_time(&e, deadline) => return Ok(None),
+                other => other?,
+            };
             let waited = self.run_node_hook(&path).and_then(|()| {
-                self.wait_for_lock(&path, stat.ephemeral_owner, children, deadline, cancel)
+                self.wait_for_lock(
+                    &client,
+                    &path,
+                    stat.ephemeral_owner,
+                    children,
+                    deadline,
+                    cancel,
+                )
             });
             match waited {
                 Ok(true) => {
@@ -589,6 +633,10 @@ impl LockInternals {
                     }))
                 }
                 Ok(false) => {
+                    self.delete_node(&path, stat.ephemeral_owner);
+                    return Ok(None);
+                }
+                Err(e) if out_of_time(&e, deadline) => {
                     self.delete_node(&path, stat.ephemeral_owner);
                     return Ok(None);
                 }
@@ -629,8 +677,11 @@ impl LockInternals {
         }
     }
 
+    /// Waits until our node holds the lock (`Ok(true)`) or `deadline`
+    /// passes (`Ok(false)`); every request goes through `client`.
     fn wait_for_lock(
         &self,
+        client: &Client,
         our_path: &str,
         owner: i64,
         listed: Option<Vec<String>>,
@@ -651,7 +702,7 @@ impl LockInternals {
                 self.sort(&mut children);
                 children
             }
-            None => self.sorted_children()?,
+            None => self.sorted_children_by(client)?,
         };
         loop {
             if self.client.is_closed() {
@@ -684,7 +735,7 @@ impl LockInternals {
                 // needs no such watch: that saves it a request, and the event
                 // its own delete would fire.
                 let (own_signal, armed) = (Arc::clone(&signal), Arc::clone(&own_armed));
-                let own = self.client.exists_watch_waker(our_path, move |ev| {
+                let own = client.exists_watch_waker(our_path, move |ev| {
                     armed.store(false, Ordering::Release);
                     own_signal.notify(Some(ev));
                 });
@@ -703,7 +754,7 @@ impl LockInternals {
                 }
             }
             let watched = paths::make_path(&self.base_path, &node);
-            match self.watches.watch_data(&self.client, &watched, &signal) {
+            match self.watches.watch_data(client, &watched, &signal) {
                 Ok(_) => match signal.wait(epoch, deadline) {
                     None => return Ok(false),
                     Some((1, Some(ev)))
@@ -723,7 +774,7 @@ impl LockInternals {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(false);
             }
-            children = self.sorted_children()?;
+            children = self.sorted_children_by(client)?;
         }
     }
 }

@@ -179,6 +179,13 @@ impl InterProcessMutex {
 
     /// Waits at most `timeout`; `Ok(false)` if the lock was not taken (and
     /// no node is left behind).
+    ///
+    /// The timeout is a deadline for the whole call, retries and reconnect
+    /// waits included: with ZooKeeper unreachable it returns `Ok(false)` by
+    /// then too (check [`Client::state`]). Its requests get at least
+    /// [`REQUEST_GRACE`](crate::REQUEST_GRACE), so a zero timeout still
+    /// queues and looks once; a call overruns `max(timeout, REQUEST_GRACE)`
+    /// by a few milliseconds at most. `Duration::MAX` means no deadline.
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<bool> {
         self.internal_lock(deadline_after(timeout), None)
     }

@@ -13,8 +13,8 @@ use parking_lot::Mutex;
 use crate::cancel::{self, CancelToken};
 use crate::hold::{self, HoldEvent};
 use crate::lock_internals::{
-    deadline_after, delete_ephemeral, node_data_or_who, validate_node_size, validate_recipe_path,
-    NodeWatches, Signal,
+    bounded, deadline_after, delete_ephemeral, node_data_or_who, out_of_time, validate_node_size,
+    validate_recipe_path, NodeWatches, Signal,
 };
 use crate::multi_lock::InterProcessLock;
 use crate::mutex::InterProcessMutex;
@@ -215,7 +215,8 @@ impl InterProcessSemaphoreV2 {
         Ok(self.acquire_leases(n, None, None)?.unwrap_or_default())
     }
 
-    /// Waits at most `timeout` for one lease.
+    /// Waits at most `timeout` for one lease: a deadline for the whole
+    /// call, as [`InterProcessMutex::acquire_timeout`]'s.
     #[must_use = "the leases are returned as soon as they are dropped"]
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
         Ok(self
@@ -362,8 +363,8 @@ impl InterProcessSemaphoreV2 {
         cancel: Option<&CancelToken>,
     ) -> Result<Attempt> {
         let data = self.data.lock().clone();
-        let (path, stat) = self
-            .client
+        let client = bounded(&self.client, deadline);
+        let created = client
             .create()
             .creating_parent_containers_if_needed()
             .with_protection()
@@ -371,7 +372,13 @@ impl InterProcessSemaphoreV2 {
             .for_path_with_stat(
                 &paths::make_path(&self.leases_path, LEASE_NAME),
                 &node_data_or_who(&data),
-            )?;
+            );
+        let (path, stat) = match created {
+            // A node whose create reply never came is removed in the
+            // background (protected mode).
+            Err(e) if out_of_time(&e, deadline) => return Ok(Attempt::TimedOut),
+            other => other?,
+        };
         let lease = Lease::new(&self.client, &self.leases_path, path, stat.ephemeral_owner);
         let name = paths::get_node_from_path(&lease.path).to_owned();
         let signal = Arc::new(Signal::default());
@@ -389,9 +396,14 @@ impl InterProcessSemaphoreV2 {
             // After `epoch`: a cancel from now on also ends the wait below.
             // Dropping `lease` then removes our node.
             cancel::check(cancel)?;
-            let children = self
+            // Dropping `lease` on the way out removes our node.
+            let children = match self
                 .watches
-                .watch_children(&self.client, &self.leases_path, &signal)?;
+                .watch_children(&client, &self.leases_path, &signal)
+            {
+                Err(e) if out_of_time(&e, deadline) => return Ok(Attempt::TimedOut),
+                other => other?,
+            };
             if !children.contains(&name) {
                 return Ok(Attempt::NodeMissing);
             }
