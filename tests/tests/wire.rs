@@ -4,10 +4,14 @@
 
 mod common;
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use latchkey_framework::{Client, ClientBuilder, RetryNTimes};
+use common::{wait_until, Ctx};
+use latchkey_framework::{Client, ClientBuilder, ConnectionState, EventType, RetryNTimes};
 use latchkey_test::fake_server::{op, FakeServer, Script};
+use latchkey_test::TestingServer;
 
 /// A client of `fake`, started (not waited for).
 fn fake_client(fake: &FakeServer, session_timeout: Duration) -> Client {
@@ -49,4 +53,86 @@ fn fake_server_speaks_the_handshake_and_records_requests() {
     assert_eq!(seen.handshakes[0].timeout_ms, 3000);
     assert_eq!(seen.count(op::EXISTS), 1, "{seen:?}");
     assert_eq!(seen.count(op::CLOSE_SESSION), 1, "{seen:?}");
+}
+
+/// Runs `work(i)` for `0..n` on `threads` threads; panics with the first error.
+fn parallel(n: usize, threads: usize, work: impl Fn(usize) + Sync) {
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let work = &work;
+            s.spawn(move || {
+                for i in (t..n).step_by(threads) {
+                    work(i);
+                }
+            });
+        }
+    });
+}
+
+/// Issue 13 item 2: SetWatches used to go out as one frame, which the server
+/// drops beyond jute.maxbuffer (1 MiB); now it goes in batches of at most
+/// 128 KB of paths as the Java client sends it.
+#[test]
+fn twenty_thousand_watches_survive_a_server_restart() {
+    const WATCHES: usize = 20_000;
+    let mut server = TestingServer::start().unwrap();
+    let c = common::connect(&server.connect_string(), Duration::from_secs(20));
+    let ctx = Ctx::new(&server, &c);
+    let base = common::unique("/setwatches");
+    c.create()
+        .creating_parents_if_needed()
+        .for_path(&base, b"")
+        .unwrap();
+    // 110-byte paths: 20,000 of them are 2.2 MB, twice jute.maxbuffer.
+    let pad = "p".repeat(80);
+    let path = |i: usize| format!("{base}/{pad}-{i:06}");
+    assert!(WATCHES * path(0).len() > 2_000_000);
+    let fired = Arc::new(AtomicUsize::new(0));
+    let wrong = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    parallel(WATCHES, 4, |i| {
+        let (fired, wrong) = (Arc::clone(&fired), Arc::clone(&wrong));
+        let stat = c
+            .exists_watch(&path(i), move |ev| {
+                if ev.event_type == EventType::NodeCreated {
+                    fired.fetch_add(1, Ordering::SeqCst);
+                } else {
+                    wrong.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+            .unwrap();
+        assert!(stat.is_none());
+    });
+    eprintln!("{WATCHES} exists watches set in {:?}", started.elapsed());
+    let states = c.listen();
+    let session = c.session_id();
+    server.restart().unwrap();
+    ctx.expect(
+        &states,
+        ConnectionState::Reconnected,
+        Duration::from_secs(30),
+    );
+    assert_eq!(c.session_id(), session, "{}", ctx.dump());
+    let started = Instant::now();
+    parallel(WATCHES, 4, |i| {
+        c.create().for_path(&path(i), b"").unwrap();
+    });
+    eprintln!("{WATCHES} nodes created in {:?}", started.elapsed());
+    wait_until(
+        Duration::from_secs(30),
+        || fired.load(Ordering::SeqCst) == WATCHES,
+        || {
+            format!(
+                "{} of {WATCHES} watches fired\n{}",
+                fired.load(Ordering::SeqCst),
+                ctx.dump()
+            )
+        },
+    );
+    assert_eq!(wrong.load(Ordering::SeqCst), 0, "{}", ctx.dump());
+    let history = c.state_history();
+    assert!(
+        !history.iter().any(|(_, s)| *s == ConnectionState::Lost),
+        "{history:?}"
+    );
 }
