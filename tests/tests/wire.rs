@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::{wait_until, Ctx};
 use latchkey_framework::{Client, ClientBuilder, ConnectionState, EventType, RetryNTimes};
 use latchkey_test::fake_server::{op, FakeServer, Script};
-use latchkey_test::TestingServer;
+use latchkey_test::{FaultProxy, TestingServer};
 
 /// A client of `fake`, started (not waited for).
 fn fake_client(fake: &FakeServer, session_timeout: Duration) -> Client {
@@ -135,4 +135,48 @@ fn twenty_thousand_watches_survive_a_server_restart() {
         !history.iter().any(|(_, s)| *s == ConnectionState::Lost),
         "{history:?}"
     );
+}
+
+/// Issue 13 item 5: when the client itself declares the session lost (the
+/// server unreachable for the session timeout), pending watchers fire once
+/// with SessionExpired, as on a real expiry; before, they never fired.
+#[test]
+fn client_declared_loss_fires_pending_watchers_once() {
+    let server = common::shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = common::connect(&proxy.connect_string(), Duration::from_millis(1500));
+    let ctx = Ctx::new(server, &c);
+    let path = common::unique("/declared-loss");
+    let events = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&events);
+    assert!(c
+        .exists_watch(&path, move |ev| seen.lock().push(ev.event_type))
+        .unwrap()
+        .is_none());
+    let states = c.listen();
+    proxy.pause();
+    ctx.expect(&states, ConnectionState::Lost, Duration::from_secs(10));
+    wait_until(
+        Duration::from_secs(5),
+        || !events.lock().is_empty(),
+        || format!("no watcher event after Lost\n{}", ctx.dump()),
+    );
+    proxy.resume();
+    ctx.expect(
+        &states,
+        ConnectionState::Reconnected,
+        Duration::from_secs(10),
+    );
+    // The node appears: the dead session's watch must not fire again.
+    let other = common::connect(&server.connect_string(), Duration::from_secs(5));
+    other.create().for_path(&path, b"").unwrap();
+    c.sync(&path).unwrap();
+    assert_eq!(
+        *events.lock(),
+        vec![EventType::SessionExpired],
+        "{}",
+        ctx.dump()
+    );
+    other.close();
+    c.close();
 }

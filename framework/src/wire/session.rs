@@ -349,17 +349,17 @@ impl WireSession {
         if let Ok(slot) = self.send(op::CLOSE_SESSION, |_| {}, None) {
             let _ = slot.wait_until(Instant::now() + timeout);
         }
-        self.abandon();
+        // Closed on purpose: its watches go quietly, as in the Java client.
+        self.inner.shut_down();
     }
 
-    /// Drops the connection without telling the server; the session lives on
-    /// there until it times out.
+    /// Gives the session up without telling the server (the client declared
+    /// it lost): pending watchers fire once with `SessionExpired`, as on a
+    /// real expiry, so nobody waits on a watch that can no longer fire.
     pub(crate) fn abandon(&self) {
-        if self.inner.closed.swap(true, Ordering::AcqRel) {
-            return;
+        if self.inner.shut_down() {
+            self.inner.fire_watches_expired();
         }
-        self.inner.drop_connection(ErrorCode::ConnectionLoss);
-        self.inner.connected.notify_all();
     }
 }
 
@@ -536,6 +536,23 @@ impl Inner {
         self.closed.store(true, Ordering::Release);
         self.drop_connection(code);
         self.connected.notify_all();
+        self.fire_watches_expired();
+        (self.events)(event);
+    }
+
+    /// Marks the session closed and drops its connection; false if it was
+    /// closed already.
+    fn shut_down(&self) -> bool {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.drop_connection(ErrorCode::ConnectionLoss);
+        self.connected.notify_all();
+        true
+    }
+
+    /// Removes every watch and fires each once with `SessionExpired`.
+    fn fire_watches_expired(&self) {
         for (path, w) in self.watches.lock().drain() {
             let ev = WatchedEvent {
                 event_type: EventType::SessionExpired,
@@ -543,7 +560,6 @@ impl Inner {
             };
             let _ = self.watch_events.send((vec![w.run], ev));
         }
-        (self.events)(event);
     }
 
     fn drop_connection(&self, code: ErrorCode) {
