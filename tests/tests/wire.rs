@@ -180,3 +180,42 @@ fn client_declared_loss_fires_pending_watchers_once() {
     other.close();
     c.close();
 }
+
+/// Issue 13 item 6: when the server's EOF beats the closeSession reply, the
+/// I/O thread used to reconnect with the closed session (and its watchers
+/// fired SessionExpired). 100 closes: no reconnect, no watcher event.
+#[test]
+fn close_racing_the_servers_eof_neither_reconnects_nor_fires_watchers() {
+    const CLOSES: usize = 100;
+    let fake = FakeServer::start(Script::default().close_before_close_reply()).unwrap();
+    let events = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    for i in 0..CLOSES {
+        let c = connected(fake_client(&fake, Duration::from_secs(5)));
+        let events = Arc::clone(&events);
+        let stat = c
+            .exists_watch("/watched", move |_| {
+                events.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+        assert!(stat.is_none());
+        c.close();
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "only {i} closes in 60 s"
+        );
+    }
+    // A reconnect or a watcher after close would come within milliseconds;
+    // give stragglers a moment before counting.
+    std::thread::sleep(Duration::from_millis(500));
+    let seen = fake.seen();
+    eprintln!(
+        "{CLOSES} closes: {} connections, {} watcher events, {:?}",
+        seen.connections,
+        events.load(Ordering::SeqCst),
+        started.elapsed()
+    );
+    assert_eq!(seen.count(op::CLOSE_SESSION), CLOSES);
+    assert_eq!(seen.connections, CLOSES, "reconnects after close");
+    assert_eq!(events.load(Ordering::SeqCst), 0, "spurious watcher events");
+}

@@ -147,6 +147,9 @@ struct Inner {
     watches: Mutex<Watches>,
     last_zxid: AtomicI64,
     closed: AtomicBool,
+    /// Set once closeSession is on its way: the connection may still carry
+    /// the reply, but if it drops the session is over, never resumed.
+    closing: AtomicBool,
     /// Set while a test expires this session from another connection: the
     /// I/O loop must not reconnect (and so revive the session) meanwhile.
     hold_reconnect: AtomicBool,
@@ -186,6 +189,7 @@ impl WireSession {
             watches: Mutex::new(Watches::default()),
             last_zxid: AtomicI64::new(0),
             closed: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             hold_reconnect: AtomicBool::new(false),
             events,
             watch_events: watch_tx,
@@ -346,6 +350,7 @@ impl WireSession {
         if self.inner.closed.load(Ordering::Acquire) {
             return;
         }
+        self.inner.closing.store(true, Ordering::Release);
         if let Ok(slot) = self.send(op::CLOSE_SESSION, |_| {}, None) {
             let _ = slot.wait_until(Instant::now() + timeout);
         }
@@ -477,7 +482,7 @@ impl Inner {
             ..Default::default()
         };
         let mut next = 0usize;
-        while !self.closed.load(Ordering::Acquire) {
+        while !self.is_ending() {
             if self.hold_reconnect.load(Ordering::Acquire) {
                 thread::sleep(Duration::from_millis(5));
                 continue;
@@ -496,7 +501,7 @@ impl Inner {
                     (self.events)(WireEvent::Connected { read_only });
                     let (ended, last_recv) = self.read_loop(stream);
                     self.drop_connection(ErrorCode::ConnectionLoss);
-                    if !self.closed.load(Ordering::Acquire) {
+                    if !self.is_ending() {
                         (self.events)(WireEvent::Disconnected {
                             silent_for: last_recv.elapsed(),
                         });
@@ -528,6 +533,11 @@ impl Inner {
             }
         }
         (self.events)(WireEvent::Closed);
+    }
+
+    /// Whether the session is closed or closing: no more reconnects.
+    fn is_ending(&self) -> bool {
+        self.closed.load(Ordering::Acquire) || self.closing.load(Ordering::Acquire)
     }
 
     /// The session is over for good: fail what waits, fire every watch once
