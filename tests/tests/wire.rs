@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{wait_until, Ctx};
 use latchkey_framework::{Client, ClientBuilder, ConnectionState, EventType, RetryNTimes};
-use latchkey_test::fake_server::{op, FakeServer, Script};
+use latchkey_test::fake_server::{op, AfterHandshake, FakeServer, Script};
 use latchkey_test::{FaultProxy, TestingServer};
 
 /// A client of `fake`, started (not waited for).
@@ -218,4 +218,45 @@ fn close_racing_the_servers_eof_neither_reconnects_nor_fires_watchers() {
     assert_eq!(seen.count(op::CLOSE_SESSION), CLOSES);
     assert_eq!(seen.connections, CLOSES, "reconnects after close");
     assert_eq!(events.load(Ordering::SeqCst), 0, "spurious watcher events");
+}
+
+/// Issue 13 item 10: a write stuck on a peer that stopped reading held the
+/// I/O mutex for the whole write timeout (the connection timeout), so the
+/// reader could neither ping nor drop the silent connection. Silence must
+/// still be noticed after 2/3 of the session timeout.
+#[test]
+fn a_stuck_write_does_not_stop_silence_detection() {
+    let fake = FakeServer::start(Script::default().after_handshake(AfterHandshake::Stall)).unwrap();
+    let c = connected(
+        fake_builder(&fake, Duration::from_millis(1500))
+            .connection_timeout(Duration::from_secs(20))
+            .build()
+            .unwrap(),
+    );
+    let states = c.listen();
+    let started = Instant::now();
+    // Enough 900 KB requests to fill both socket buffers: one write blocks.
+    let writers: Vec<_> = (0..16)
+        .map(|_| {
+            let c = c.clone();
+            std::thread::spawn(move || c.set_data("/big", &vec![b'x'; 900 * 1024], None))
+        })
+        .collect();
+    let suspended = states.recv_timeout(Duration::from_secs(30));
+    let took = started.elapsed();
+    eprintln!("{suspended:?} after {took:?}");
+    assert_eq!(
+        suspended,
+        Ok(ConnectionState::Suspended),
+        "{:?}",
+        c.state_history()
+    );
+    assert!(
+        took < Duration::from_secs(4),
+        "Suspended only after {took:?}"
+    );
+    c.close();
+    for w in writers {
+        let _ = w.join();
+    }
 }

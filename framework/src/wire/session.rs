@@ -116,11 +116,27 @@ impl ReplySlot {
     }
 }
 
+/// Reply matching: what waits for a reply on the live connection. Held
+/// only briefly, never across a socket write, so a write stuck on a stalled
+/// peer cannot stop the reader from matching replies or dropping the
+/// connection.
 struct Io {
-    /// The write side of the live connection; `None` while disconnected.
-    stream: Option<TcpStream>,
+    /// A handle on the live connection to shut it down with; `None` while
+    /// disconnected.
+    live: Option<TcpStream>,
+    /// Counts connections; a writer checks it to write only on the
+    /// connection its requests were queued for.
+    conn_id: u64,
     pending: VecDeque<Pending>,
     next_xid: i32,
+}
+
+/// The write side of the live connection. Writers queue their requests in
+/// [`Io`] and write them under this lock, so frames and the pending queue
+/// keep the same order.
+struct Out {
+    stream: Option<TcpStream>,
+    conn_id: u64,
     last_send: Instant,
 }
 
@@ -142,6 +158,7 @@ struct Credentials {
 struct Inner {
     cfg: WireConfig,
     io: Mutex<Io>,
+    out: Mutex<Out>,
     connected: Condvar,
     creds: Mutex<Credentials>,
     watches: Mutex<Watches>,
@@ -174,9 +191,14 @@ impl WireSession {
         let (watch_tx, watch_rx) = unbounded();
         let inner = Arc::new(Inner {
             io: Mutex::new(Io {
-                stream: None,
+                live: None,
+                conn_id: 0,
                 pending: VecDeque::new(),
                 next_xid: 1,
+            }),
+            out: Mutex::new(Out {
+                stream: None,
+                conn_id: 0,
                 last_send: Instant::now(),
             }),
             connected: Condvar::new(),
@@ -264,17 +286,31 @@ impl WireSession {
             // This session is over; the client retries on its successor.
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
         }
-        let mut io = inner.io.lock();
-        let mut xids = Vec::with_capacity(requests.len());
+        let mut out = inner.out.lock();
         let mut frames = Vec::new();
-        for (opcode, build) in requests {
-            let xid = io.take_xid();
-            let mut w = proto::request(xid, *opcode);
-            build(&mut w);
-            frames.extend_from_slice(&w.finish_frame());
-            xids.push(xid);
+        let mut slots = Vec::with_capacity(requests.len());
+        {
+            // Queued before the write, so the reply always finds its request.
+            let mut io = inner.io.lock();
+            if io.live.is_none() || io.conn_id != out.conn_id {
+                return Err(Error::from_code(ErrorCode::ConnectionLoss));
+            }
+            let last = requests.len().saturating_sub(1);
+            for (i, (opcode, build)) in requests.iter().enumerate() {
+                let xid = io.take_xid();
+                let mut w = proto::request(xid, *opcode);
+                build(&mut w);
+                frames.extend_from_slice(&w.finish_frame());
+                let slot = Arc::new(ReplySlot::default());
+                io.pending.push_back(Pending {
+                    xid,
+                    reply: Some(Arc::clone(&slot)),
+                    watch: if i == last { watch.take() } else { None },
+                });
+                slots.push(slot);
+            }
         }
-        let Some(stream) = io.stream.as_mut() else {
+        let Some(stream) = out.stream.as_mut() else {
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
         };
         if let Err(e) = stream.write_all(&frames) {
@@ -282,25 +318,14 @@ impl WireSession {
             let _ = stream.shutdown(Shutdown::Both);
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
         }
-        io.last_send = Instant::now();
-        let last = xids.len().saturating_sub(1);
-        let mut slots = Vec::with_capacity(xids.len());
-        for (i, xid) in xids.into_iter().enumerate() {
-            let slot = Arc::new(ReplySlot::default());
-            io.pending.push_back(Pending {
-                xid,
-                reply: Some(Arc::clone(&slot)),
-                watch: if i == last { watch.take() } else { None },
-            });
-            slots.push(slot);
-        }
+        out.last_send = Instant::now();
         Ok(slots)
     }
 
     /// Waits until the session is connected, or the deadline passes.
     pub(crate) fn wait_connected(&self, deadline: Instant) -> bool {
         let mut io = self.inner.io.lock();
-        while io.stream.is_none() {
+        while io.live.is_none() {
             if self.inner.closed.load(Ordering::Acquire)
                 || self
                     .inner
@@ -308,7 +333,7 @@ impl WireSession {
                     .wait_until(&mut io, deadline)
                     .timed_out()
             {
-                return io.stream.is_some();
+                return io.live.is_some();
             }
         }
         true
@@ -574,7 +599,7 @@ impl Inner {
 
     fn drop_connection(&self, code: ErrorCode) {
         let mut io = self.io.lock();
-        if let Some(s) = io.stream.take() {
+        if let Some(s) = io.live.take() {
             let _ = s.shutdown(Shutdown::Both);
         }
         for p in io.pending.drain(..) {
@@ -615,7 +640,7 @@ impl Inner {
         }
         let reader = s.try_clone()?;
         reader.set_read_timeout(Some(tick(negotiated)))?;
-        let mut io = self.io.lock();
+        let mut out = self.out.lock();
         // Auth and re-armed watches go first, before any caller's request.
         for (scheme, auth) in &self.cfg.auth {
             let mut w = proto::request(xid::AUTH, op::AUTH);
@@ -635,9 +660,15 @@ impl Inner {
             }
         }
         drop(watches);
-        io.stream = Some(s);
-        io.last_send = Instant::now();
+        let handle = s.try_clone()?;
+        out.stream = Some(s);
+        out.last_send = Instant::now();
+        let mut io = self.io.lock();
+        io.conn_id += 1;
+        io.live = Some(handle);
+        out.conn_id = io.conn_id;
         drop(io);
+        drop(out);
         self.connected.notify_all();
         Ok((reader, resp.read_only))
     }
@@ -685,12 +716,15 @@ impl Inner {
                 log::info!("no reply from server for {:?}, reconnecting", read_timeout);
                 return (Ended::Dropped, last_recv);
             }
-            let mut io = self.io.lock();
-            if io.last_send.elapsed() >= ping_every {
-                let ping = proto::request(xid::PING, op::PING).finish_frame();
-                match io.stream.as_mut().map(|st| st.write_all(&ping)) {
-                    Some(Ok(())) => io.last_send = Instant::now(),
-                    _ => return (Ended::Dropped, last_recv),
+            // A writer holding the lock is sending already (or stuck, which
+            // the silence check above catches): no ping needed then.
+            if let Some(mut out) = self.out.try_lock() {
+                if out.last_send.elapsed() >= ping_every {
+                    let ping = proto::request(xid::PING, op::PING).finish_frame();
+                    match out.stream.as_mut().map(|st| st.write_all(&ping)) {
+                        Some(Ok(())) => out.last_send = Instant::now(),
+                        _ => return (Ended::Dropped, last_recv),
+                    }
                 }
             }
         }
