@@ -25,9 +25,13 @@ use super::watches::{WatchFn, WatchRegistration, Watches};
 use crate::error::{Error, ErrorCode};
 use crate::{EventType, WatchedEvent};
 
-/// Largest frame accepted from a server (jute.maxbuffer is 1 MiB by default;
-/// a children listing may be bigger, so allow headroom).
-const MAX_FRAME: usize = 64 << 20;
+/// Default cap on a reply frame: jute.maxbuffer with headroom for a large
+/// children listing (the Java client stops at jute.maxbuffer itself).
+pub(crate) const DEFAULT_MAX_REPLY: usize = 4 << 20;
+
+/// A connection that lasted this long was healthy: the next reconnect
+/// starts the back-off afresh.
+const HEALTHY_CONNECTION: Duration = Duration::from_secs(1);
 
 /// What a session is given to connect with.
 #[derive(Clone, Debug)]
@@ -37,6 +41,128 @@ pub(crate) struct WireConfig {
     pub connection_timeout: Duration,
     pub can_be_read_only: bool,
     pub auth: Vec<(String, Vec<u8>)>,
+    /// Largest reply frame accepted; a longer one drops the connection.
+    pub max_reply: usize,
+}
+
+/// Why the last attempt to connect failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ConnectFailure {
+    /// The host name did not resolve (or to no address).
+    Unresolvable { host: String, reason: String },
+    /// Nothing listens there.
+    Refused { addr: SocketAddr },
+    /// No connection or no handshake reply within the connect timeout.
+    TimedOut { addr: SocketAddr },
+    /// The server's handshake reply was cut short or malformed.
+    BadHandshake { addr: SocketAddr, reason: String },
+    /// Another socket error.
+    Io { addr: SocketAddr, reason: String },
+}
+
+impl std::fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectFailure::Unresolvable { host, reason } => {
+                write!(f, "cannot resolve {host}: {reason}")
+            }
+            ConnectFailure::Refused { addr } => write!(f, "connection to {addr} refused"),
+            ConnectFailure::TimedOut { addr } => write!(f, "connecting to {addr} timed out"),
+            ConnectFailure::BadHandshake { addr, reason } => {
+                write!(f, "bad handshake reply from {addr}: {reason}")
+            }
+            ConnectFailure::Io { addr, reason } => write!(f, "connecting to {addr}: {reason}"),
+        }
+    }
+}
+
+impl ConnectFailure {
+    /// Classifies a socket error of the connect step.
+    fn connecting(addr: SocketAddr, e: &io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::ConnectionRefused => ConnectFailure::Refused { addr },
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+                ConnectFailure::TimedOut { addr }
+            }
+            _ => ConnectFailure::Io {
+                addr,
+                reason: e.to_string(),
+            },
+        }
+    }
+
+    /// Classifies an error of the handshake exchange.
+    fn handshaking(addr: SocketAddr, e: &io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+                ConnectFailure::TimedOut { addr }
+            }
+            io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::InvalidData
+            | io::ErrorKind::ConnectionReset => ConnectFailure::BadHandshake {
+                addr,
+                reason: e.to_string(),
+            },
+            _ => ConnectFailure::Io {
+                addr,
+                reason: e.to_string(),
+            },
+        }
+    }
+}
+
+/// The connect string's hosts in the order this session tries them:
+/// shuffled once, as the Java client's `StaticHostProvider` does, so that
+/// the clients of a failed server spread over the others. Names are
+/// resolved at each attempt, so a changed DNS entry is followed.
+struct HostList {
+    names: Vec<String>,
+    next: usize,
+}
+
+impl HostList {
+    fn new(names: &[String]) -> Self {
+        let mut names = names.to_vec();
+        shuffle(&mut names);
+        HostList { names, next: 0 }
+    }
+
+    /// The next host to try, and whether it ends a round through the list.
+    fn next(&mut self) -> (&str, bool) {
+        let i = self.next % self.names.len().max(1);
+        self.next = self.next.wrapping_add(1);
+        let last = i + 1 == self.names.len();
+        (self.names.get(i).map_or("", String::as_str), last)
+    }
+}
+
+/// Resolves `host` (`name:port`) now, to one of its addresses at random;
+/// failures are logged, not dropped.
+fn resolve_one(host: &str) -> Result<SocketAddr, ConnectFailure> {
+    let unresolvable = |reason: String| {
+        log::warn!("cannot resolve ZooKeeper host {host}: {reason}");
+        ConnectFailure::Unresolvable {
+            host: host.to_owned(),
+            reason,
+        }
+    };
+    match host.to_socket_addrs() {
+        Ok(addrs) => {
+            let addrs: Vec<SocketAddr> = addrs.collect();
+            addrs
+                .get(random_below(addrs.len()))
+                .copied()
+                .ok_or_else(|| unresolvable("no address".into()))
+        }
+        Err(e) => Err(unresolvable(e.to_string())),
+    }
+}
+
+/// Fisher-Yates with [`random_below`].
+fn shuffle<T>(items: &mut [T]) {
+    for i in (1..items.len()).rev() {
+        items.swap(i, random_below(i + 1));
+    }
 }
 
 /// Session-level happenings, sent to the framework's state thread.
@@ -167,6 +293,8 @@ struct Inner {
     /// Set once closeSession is on its way: the connection may still carry
     /// the reply, but if it drops the session is over, never resumed.
     closing: AtomicBool,
+    /// Why the last connect attempt failed; `None` after a success.
+    last_connect_error: Mutex<Option<ConnectFailure>>,
     /// Set while a test expires this session from another connection: the
     /// I/O loop must not reconnect (and so revive the session) meanwhile.
     hold_reconnect: AtomicBool,
@@ -212,6 +340,7 @@ impl WireSession {
             last_zxid: AtomicI64::new(0),
             closed: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            last_connect_error: Mutex::new(None),
             hold_reconnect: AtomicBool::new(false),
             events,
             watch_events: watch_tx,
@@ -364,7 +493,16 @@ impl WireSession {
         (c.session_id, c.passwd.clone())
     }
 
-    /// The session timeout the server granted.
+    /// Why the last attempt to connect failed (refused, unresolvable, timed
+    /// out, bad handshake); `None` if it succeeded or none failed yet.
+    #[allow(dead_code)] // for the client's connection-loss errors
+    pub(crate) fn last_connect_error(&self) -> Option<ConnectFailure> {
+        self.inner.last_connect_error.lock().clone()
+    }
+
+    /// The session timeout in force: the server's grant, clamped to the
+    /// requested timeout (a server may not stretch the client's silence
+    /// detection beyond what it asked for).
     pub(crate) fn negotiated_timeout(&self) -> Duration {
         self.inner.creds.lock().negotiated
     }
@@ -403,7 +541,7 @@ pub(crate) fn close_session_by_credentials(
 ) -> Result<(), Error> {
     let deadline = Instant::now() + timeout;
     let mut last = Error::from_code(ErrorCode::ConnectionLoss);
-    for addr in resolve(hosts) {
+    for addr in hosts.iter().filter_map(|h| resolve_one(h).ok()) {
         let attempt = (|| -> io::Result<()> {
             let mut s = TcpStream::connect_timeout(&addr, remaining(deadline))?;
             s.set_read_timeout(Some(remaining(deadline)))?;
@@ -415,9 +553,9 @@ pub(crate) fn close_session_by_credentials(
                 read_only: false,
             };
             s.write_all(&req.frame())?;
-            read_frame(&mut s)?;
+            read_frame(&mut s, DEFAULT_MAX_REPLY)?;
             s.write_all(&proto::request(1, op::CLOSE_SESSION).finish_frame())?;
-            match read_frame(&mut s) {
+            match read_frame(&mut s, DEFAULT_MAX_REPLY) {
                 // The server may drop every connection of the closed session
                 // before our reply is flushed; the close is done either way.
                 Err(e)
@@ -445,26 +583,23 @@ fn remaining(deadline: Instant) -> Duration {
         .max(Duration::from_millis(1))
 }
 
-fn resolve(hosts: &[String]) -> Vec<SocketAddr> {
-    hosts
-        .iter()
-        .filter_map(|h| h.to_socket_addrs().ok())
-        .flatten()
-        .collect()
-}
-
-fn read_frame(s: &mut TcpStream) -> io::Result<Vec<u8>> {
+/// Reads one frame of at most `max` bytes. The buffer grows as bytes
+/// arrive: a length prefix alone allocates nothing.
+fn read_frame(s: &mut TcpStream, max: usize) -> io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len)?;
     let len = i32::from_be_bytes(len);
-    if len < 0 || len as usize > MAX_FRAME {
+    if len < 0 || len as usize > max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            "bad frame length",
+            format!("frame length {len} outside 0..={max}"),
         ));
     }
-    let mut body = vec![0; len as usize];
-    s.read_exact(&mut body)?;
+    let mut body = Vec::new();
+    s.take(len as u64).read_to_end(&mut body)?;
+    if body.len() < len as usize {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
     Ok(body)
 }
 
@@ -496,33 +631,29 @@ enum Ended {
 
 impl Inner {
     fn run(self: Arc<Self>) {
-        let mut hosts = resolve(&self.cfg.hosts);
-        // Spread clients over an ensemble as the Java client does by shuffling.
-        let start = random_below(hosts.len().max(1));
-        hosts.rotate_left(start);
+        let mut hosts = HostList::new(&self.cfg.hosts);
+        // Jittered (the crate's default randomization is ±50%) and growing
+        // while attempts keep failing.
         let mut pause = backoff::ExponentialBackoff {
             initial_interval: Duration::from_millis(20),
             max_interval: Duration::from_secs(1),
             max_elapsed_time: None,
             ..Default::default()
         };
-        let mut next = 0usize;
+        let pause_now = |pause: &mut backoff::ExponentialBackoff| {
+            thread::sleep(pause.next_backoff().unwrap_or(Duration::from_secs(1)));
+        };
         while !self.is_ending() {
             if self.hold_reconnect.load(Ordering::Acquire) {
                 thread::sleep(Duration::from_millis(5));
                 continue;
             }
-            if hosts.is_empty() {
-                hosts = resolve(&self.cfg.hosts);
-            }
-            let Some(addr) = hosts.get(next % hosts.len().max(1)).copied() else {
-                thread::sleep(pause.next_backoff().unwrap_or(Duration::from_secs(1)));
-                continue;
-            };
-            next = next.wrapping_add(1);
-            let ended = match self.handshake(addr) {
+            let (host, round_done) = hosts.next();
+            let attempt = resolve_one(host).map_err(HandshakeError::Failed);
+            let ended = match attempt.and_then(|addr| self.handshake(addr)) {
                 Ok((stream, read_only)) => {
-                    pause.reset();
+                    *self.last_connect_error.lock() = None;
+                    let connected_at = Instant::now();
                     (self.events)(WireEvent::Connected { read_only });
                     let (ended, last_recv) = self.read_loop(stream);
                     self.drop_connection(ErrorCode::ConnectionLoss);
@@ -531,15 +662,24 @@ impl Inner {
                             silent_for: last_recv.elapsed(),
                         });
                     }
+                    // A server that accepts the handshake and then fails at
+                    // once (garbage, oversize frames) gets a growing,
+                    // jittered pause, not a reconnect per request.
+                    if matches!(ended, Ended::Dropped) && !self.is_ending() {
+                        if connected_at.elapsed() >= HEALTHY_CONNECTION {
+                            pause.reset();
+                        }
+                        pause_now(&mut pause);
+                    }
                     ended
                 }
                 Err(HandshakeError::Expired) => Ended::Expired,
-                Err(HandshakeError::Io(e)) => {
-                    log::debug!("connect to {addr} failed: {e}");
+                Err(HandshakeError::Failed(failure)) => {
+                    log::debug!("connecting failed: {failure}");
+                    *self.last_connect_error.lock() = Some(failure);
                     // Back off once per full round of failed hosts.
-                    let round_done = next.is_multiple_of(hosts.len().max(1));
                     if round_done {
-                        thread::sleep(pause.next_backoff().unwrap_or(Duration::from_secs(1)));
+                        pause_now(&mut pause);
                     }
                     Ended::Dropped
                 }
@@ -607,41 +747,53 @@ impl Inner {
         }
     }
 
+    /// Connects to `addr`, resumes or starts the session there, and makes
+    /// the connection the live one; returns its read side and whether the
+    /// server is read-only.
     fn handshake(&self, addr: SocketAddr) -> Result<(TcpStream, bool), HandshakeError> {
-        let per_host = self.cfg.connection_timeout / (self.cfg.hosts.len().max(1) as u32);
-        let per_host = per_host.max(Duration::from_millis(200));
-        let mut s = TcpStream::connect_timeout(&addr, per_host)?;
-        s.set_nodelay(true)?;
-        s.set_read_timeout(Some(per_host))?;
-        s.set_write_timeout(Some(self.cfg.connection_timeout))?;
-        let (session_id, passwd) = {
-            let c = self.creds.lock();
-            (c.session_id, c.passwd.clone())
-        };
-        let req = ConnectRequest {
-            last_zxid: self.last_zxid.load(Ordering::Acquire),
-            timeout_ms: millis_i32(self.cfg.session_timeout),
-            session_id,
-            passwd: &passwd,
-            read_only: self.cfg.can_be_read_only,
-        };
-        s.write_all(&req.frame())?;
-        let resp = ConnectResponse::read(&read_frame(&mut s)?)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-        if resp.timeout_ms <= 0 {
-            return Err(HandshakeError::Expired);
+        let (mut s, resp) = self.exchange_handshake(addr)?;
+        // The session's own timing follows the requested timeout at most.
+        let granted = Duration::from_millis(resp.timeout_ms as u64);
+        let negotiated = granted.min(self.cfg.session_timeout);
+        if granted > self.cfg.session_timeout {
+            log::warn!(
+                "{addr} granted a session timeout of {granted:?}, above the {:?} asked for; using {negotiated:?}",
+                self.cfg.session_timeout
+            );
         }
-        let negotiated = Duration::from_millis(resp.timeout_ms as u64);
         {
             let mut c = self.creds.lock();
             c.session_id = resp.session_id;
             c.passwd = resp.passwd;
             c.negotiated = negotiated;
         }
-        let reader = s.try_clone()?;
-        reader.set_read_timeout(Some(tick(negotiated)))?;
+        let failed = |e: io::Error| {
+            HandshakeError::Failed(ConnectFailure::Io {
+                addr,
+                reason: e.to_string(),
+            })
+        };
+        let reader = s.try_clone().map_err(failed)?;
+        reader
+            .set_read_timeout(Some(tick(negotiated)))
+            .map_err(failed)?;
         let mut out = self.out.lock();
-        // Auth and re-armed watches go first, before any caller's request.
+        self.prime(&mut s).map_err(failed)?;
+        let handle = s.try_clone().map_err(failed)?;
+        out.stream = Some(s);
+        out.last_send = Instant::now();
+        let mut io = self.io.lock();
+        io.conn_id += 1;
+        io.live = Some(handle);
+        out.conn_id = io.conn_id;
+        drop(io);
+        drop(out);
+        self.connected.notify_all();
+        Ok((reader, resp.read_only))
+    }
+
+    /// Auth and re-armed watches go first, before any caller's request.
+    fn prime(&self, s: &mut TcpStream) -> io::Result<()> {
         for (scheme, auth) in &self.cfg.auth {
             let mut w = proto::request(xid::AUTH, op::AUTH);
             w.i32(0).string(scheme).bytes(auth);
@@ -659,18 +811,48 @@ impl Inner {
                 s.write_all(&w.finish_frame())?;
             }
         }
-        drop(watches);
-        let handle = s.try_clone()?;
-        out.stream = Some(s);
-        out.last_send = Instant::now();
-        let mut io = self.io.lock();
-        io.conn_id += 1;
-        io.live = Some(handle);
-        out.conn_id = io.conn_id;
-        drop(io);
-        drop(out);
-        self.connected.notify_all();
-        Ok((reader, resp.read_only))
+        Ok(())
+    }
+
+    /// The connect request and its reply, each failure classified.
+    fn exchange_handshake(
+        &self,
+        addr: SocketAddr,
+    ) -> Result<(TcpStream, ConnectResponse), HandshakeError> {
+        let per_host = self.cfg.connection_timeout / (self.cfg.hosts.len().max(1) as u32);
+        let per_host = per_host.max(Duration::from_millis(200));
+        let connecting =
+            |e: io::Error| HandshakeError::Failed(ConnectFailure::connecting(addr, &e));
+        let handshaking =
+            |e: io::Error| HandshakeError::Failed(ConnectFailure::handshaking(addr, &e));
+        let mut s = TcpStream::connect_timeout(&addr, per_host).map_err(connecting)?;
+        s.set_nodelay(true).map_err(connecting)?;
+        s.set_read_timeout(Some(per_host)).map_err(connecting)?;
+        s.set_write_timeout(Some(self.cfg.connection_timeout))
+            .map_err(connecting)?;
+        let (session_id, passwd) = {
+            let c = self.creds.lock();
+            (c.session_id, c.passwd.clone())
+        };
+        let req = ConnectRequest {
+            last_zxid: self.last_zxid.load(Ordering::Acquire),
+            timeout_ms: millis_i32(self.cfg.session_timeout),
+            session_id,
+            passwd: &passwd,
+            read_only: self.cfg.can_be_read_only,
+        };
+        s.write_all(&req.frame()).map_err(handshaking)?;
+        let frame = read_frame(&mut s, self.cfg.max_reply).map_err(handshaking)?;
+        let resp = ConnectResponse::read(&frame).map_err(|e| {
+            HandshakeError::Failed(ConnectFailure::BadHandshake {
+                addr,
+                reason: e.to_string(),
+            })
+        })?;
+        if resp.timeout_ms <= 0 {
+            return Err(HandshakeError::Expired);
+        }
+        Ok((s, resp))
     }
 
     fn read_loop(&self, mut s: TcpStream) -> (Ended, Instant) {
@@ -736,7 +918,7 @@ impl Inner {
         let mut outcome = None;
         while buf.len() - at >= 4 {
             let len = i32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
-            if len < 0 || len as usize > MAX_FRAME {
+            if len < 0 || len as usize > self.cfg.max_reply {
                 return Err(Error::Marshalling("bad frame length"));
             }
             let end = at + 4 + len as usize;
@@ -816,13 +998,7 @@ impl Inner {
 
 enum HandshakeError {
     Expired,
-    Io(io::Error),
-}
-
-impl From<io::Error> for HandshakeError {
-    fn from(e: io::Error) -> Self {
-        HandshakeError::Io(e)
-    }
+    Failed(ConnectFailure),
 }
 
 /// Paths per SetWatches frame: a batch closes once its paths add up to
@@ -897,5 +1073,78 @@ mod tests {
         }
         assert!(batches.len() >= 5, "{}", batches.len());
         assert!(set_watches_batches(Default::default()).is_empty());
+    }
+
+    fn session_to(host: String) -> WireSession {
+        let cfg = WireConfig {
+            hosts: vec![host],
+            session_timeout: Duration::from_secs(2),
+            connection_timeout: Duration::from_millis(300),
+            can_be_read_only: false,
+            auth: Vec::new(),
+            max_reply: DEFAULT_MAX_REPLY,
+        };
+        WireSession::start(cfg, Box::new(|_| {})).unwrap()
+    }
+
+    fn first_failure(s: &WireSession) -> ConnectFailure {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(f) = s.last_connect_error() {
+                s.close(Duration::ZERO);
+                return f;
+            }
+            assert!(Instant::now() < deadline, "no connect failure recorded");
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn last_connect_error_says_why() {
+        let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = closed_port.local_addr().unwrap();
+        drop(closed_port);
+        let refused = first_failure(&session_to(addr.to_string()));
+        assert_eq!(refused, ConnectFailure::Refused { addr });
+
+        let unresolvable = first_failure(&session_to("no-such-host.invalid:2181".into()));
+        assert!(
+            matches!(unresolvable, ConnectFailure::Unresolvable { ref host, .. } if host == "no-such-host.invalid:2181"),
+            "{unresolvable}"
+        );
+
+        // Accepted by the kernel's backlog, never answered.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = silent.local_addr().unwrap();
+        let timed_out = first_failure(&session_to(addr.to_string()));
+        assert_eq!(timed_out, ConnectFailure::TimedOut { addr });
+
+        let garbage = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = garbage.local_addr().unwrap();
+        let server = thread::spawn(move || {
+            let (mut c, _) = garbage.accept().unwrap();
+            let _ = c.write_all(&[0, 0, 0, 2, 1, 2]);
+        });
+        let bad = first_failure(&session_to(addr.to_string()));
+        assert!(
+            matches!(bad, ConnectFailure::BadHandshake { addr: a, .. } if a == addr),
+            "{bad}"
+        );
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn hosts_are_shuffled_not_rotated() {
+        let names: Vec<String> = ["a:1", "b:1", "c:1"].map(String::from).to_vec();
+        let mut orders = std::collections::HashSet::new();
+        for _ in 0..300 {
+            let mut hosts = HostList::new(&names);
+            let order: Vec<String> = (0..3).map(|_| hosts.next().0.to_owned()).collect();
+            let rounds: Vec<bool> = (0..3).map(|_| hosts.next().1).collect();
+            assert_eq!(rounds, [false, false, true]);
+            orders.insert(order);
+        }
+        // A rotation gives 3 orders; a shuffle all 3! = 6.
+        assert_eq!(orders.len(), 6, "{orders:?}");
     }
 }
