@@ -22,6 +22,8 @@ pub enum ErrorCode {
     OperationTimeout,
     /// Invalid arguments.
     BadArguments,
+    /// The session is not known to the server (`UNKNOWNSESSION`).
+    UnknownSession,
     /// No quorum for a new configuration.
     NewConfigNoQuorum,
     /// A reconfiguration is in progress.
@@ -83,6 +85,7 @@ impl ErrorCode {
             -6 => Unimplemented,
             -7 => OperationTimeout,
             -8 => BadArguments,
+            -12 => UnknownSession,
             -13 => NewConfigNoQuorum,
             -14 => ReconfigInProgress,
             -100 => ApiError,
@@ -221,3 +224,15 @@ impl From<std::io::Error> for Error {
 
 /// latchkey's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_codes_have_names() {
+        assert_eq!(ErrorCode::from_wire(-12), ErrorCode::UnknownSession);
+        assert_eq!(ErrorCode::from_wire(-115), ErrorCode::AuthFailed);
+        assert_eq!(ErrorCode::from_wire(-999), ErrorCode::Unknown(-999));
+    }
+}

@@ -383,3 +383,47 @@ fn a_server_sending_garbage_after_the_handshake_is_not_hammered() {
     eprintln!("{connections} connections and {calls} calls in {window:?}");
     assert!(connections <= 20, "{connections} connections in {window:?}");
 }
+
+/// Issue 13 item 13: an idle client pinged every negotiated/3 (20 s at a
+/// 60 s session); the Java client pings at least every 10 s.
+#[test]
+fn an_idle_client_pings_at_least_every_ten_seconds() {
+    let fake = FakeServer::start(Script::default()).unwrap();
+    let c = connected(fake_client(&fake, Duration::from_secs(60)));
+    let started = Instant::now();
+    wait_until(
+        Duration::from_secs(15),
+        || fake.seen().count(op::PING) >= 1,
+        || format!("no ping after {:?}: {:?}", started.elapsed(), fake.seen()),
+    );
+    let took = started.elapsed();
+    eprintln!("first ping after {took:?}");
+    assert!(
+        took >= Duration::from_secs(9),
+        "pinged already after {took:?}"
+    );
+    c.close();
+}
+
+/// The test expiry (a second connection closes the session) needs no hook
+/// in the I/O loop: it retries until the server confirms the close, even
+/// when the client's own reconnect takes the session back in between.
+#[test]
+fn expiring_from_a_second_connection_always_ends_the_session() {
+    let server = common::shared_server();
+    for _ in 0..10 {
+        let c = common::connect(&server.connect_string(), Duration::from_secs(10));
+        let ctx = Ctx::new(server, &c);
+        let states = c.listen();
+        let old = c.session_id();
+        c.expire_session_for_testing().unwrap();
+        ctx.expect(&states, ConnectionState::Lost, Duration::from_secs(5));
+        ctx.expect(
+            &states,
+            ConnectionState::Reconnected,
+            Duration::from_secs(5),
+        );
+        assert_ne!(c.session_id(), old, "{}", ctx.dump());
+        c.close();
+    }
+}

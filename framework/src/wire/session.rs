@@ -29,6 +29,9 @@ use crate::{EventType, WatchedEvent};
 /// children listing (the Java client stops at jute.maxbuffer itself).
 pub(crate) const DEFAULT_MAX_REPLY: usize = 4 << 20;
 
+/// The longest an idle connection goes without a ping.
+const MAX_PING_INTERVAL: Duration = Duration::from_secs(10);
+
 /// A connection that lasted this long was healthy: the next reconnect
 /// starts the back-off afresh.
 const HEALTHY_CONNECTION: Duration = Duration::from_secs(1);
@@ -295,9 +298,6 @@ struct Inner {
     closing: AtomicBool,
     /// Why the last connect attempt failed; `None` after a success.
     last_connect_error: Mutex<Option<ConnectFailure>>,
-    /// Set while a test expires this session from another connection: the
-    /// I/O loop must not reconnect (and so revive the session) meanwhile.
-    hold_reconnect: AtomicBool,
     events: EventSink,
     watch_events: Sender<(Vec<WatchFn>, WatchedEvent)>,
 }
@@ -341,7 +341,6 @@ impl WireSession {
             closed: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             last_connect_error: Mutex::new(None),
-            hold_reconnect: AtomicBool::new(false),
             events,
             watch_events: watch_tx,
         });
@@ -482,10 +481,7 @@ impl WireSession {
         if id == 0 {
             return Err(Error::IllegalState("not connected yet".into()));
         }
-        self.inner.hold_reconnect.store(true, Ordering::Release);
-        let closed = close_session_by_credentials(&self.inner.cfg.hosts, id, &passwd, timeout);
-        self.inner.hold_reconnect.store(false, Ordering::Release);
-        closed
+        close_session_by_credentials(&self.inner.cfg.hosts, id, &passwd, timeout)
     }
 
     pub(crate) fn credentials(&self) -> (i64, Vec<u8>) {
@@ -532,7 +528,10 @@ impl WireSession {
 }
 
 /// Asks the server to close a session by its credentials, from a second
-/// connection: the server-side expiry that tests need.
+/// connection: the server-side expiry that tests need. The session's own
+/// client may take the session back meanwhile (its reconnect displaces this
+/// connection), so a close counts only once the server confirms it: by the
+/// close reply, or by answering a handshake for the session as expired.
 pub(crate) fn close_session_by_credentials(
     hosts: &[String],
     session_id: i64,
@@ -541,40 +540,58 @@ pub(crate) fn close_session_by_credentials(
 ) -> Result<(), Error> {
     let deadline = Instant::now() + timeout;
     let mut last = Error::from_code(ErrorCode::ConnectionLoss);
-    for addr in hosts.iter().filter_map(|h| resolve_one(h).ok()) {
-        let attempt = (|| -> io::Result<()> {
-            let mut s = TcpStream::connect_timeout(&addr, remaining(deadline))?;
-            s.set_read_timeout(Some(remaining(deadline)))?;
-            let req = ConnectRequest {
-                last_zxid: 0,
-                timeout_ms: 30_000,
-                session_id,
-                passwd,
-                read_only: false,
-            };
-            s.write_all(&req.frame())?;
-            read_frame(&mut s, DEFAULT_MAX_REPLY)?;
-            s.write_all(&proto::request(1, op::CLOSE_SESSION).finish_frame())?;
-            match read_frame(&mut s, DEFAULT_MAX_REPLY) {
-                // The server may drop every connection of the closed session
-                // before our reply is flushed; the close is done either way.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
-                    ) =>
-                {
-                    Ok(())
-                }
-                other => other.map(drop),
+    while Instant::now() < deadline {
+        for addr in hosts.iter().filter_map(|h| resolve_one(h).ok()) {
+            match close_once(addr, session_id, passwd, deadline) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => last = Error::Io(e),
             }
-        })();
-        match attempt {
-            Ok(()) => return Ok(()),
-            Err(e) => last = Error::Io(e),
         }
+        thread::sleep(Duration::from_millis(10));
     }
     Err(last)
+}
+
+/// One try: `Ok(true)` once the server confirms the session is gone,
+/// `Ok(false)` when the connection dropped before it could say.
+fn close_once(
+    addr: SocketAddr,
+    session_id: i64,
+    passwd: &[u8],
+    deadline: Instant,
+) -> io::Result<bool> {
+    let mut s = TcpStream::connect_timeout(&addr, remaining(deadline))?;
+    s.set_read_timeout(Some(remaining(deadline)))?;
+    let req = ConnectRequest {
+        last_zxid: 0,
+        timeout_ms: 30_000,
+        session_id,
+        passwd,
+        read_only: false,
+    };
+    s.write_all(&req.frame())?;
+    let dropped = |e: &io::Error| {
+        matches!(
+            e.kind(),
+            io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+        )
+    };
+    let resp = match read_frame(&mut s, DEFAULT_MAX_REPLY) {
+        Ok(frame) => ConnectResponse::read(&frame)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?,
+        Err(e) if dropped(&e) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if resp.timeout_ms <= 0 {
+        return Ok(true); // expired: closed already
+    }
+    s.write_all(&proto::request(1, op::CLOSE_SESSION).finish_frame())?;
+    match read_frame(&mut s, DEFAULT_MAX_REPLY) {
+        Ok(_) => Ok(true),
+        Err(e) if dropped(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 fn remaining(deadline: Instant) -> Duration {
@@ -644,10 +661,6 @@ impl Inner {
             thread::sleep(pause.next_backoff().unwrap_or(Duration::from_secs(1)));
         };
         while !self.is_ending() {
-            if self.hold_reconnect.load(Ordering::Acquire) {
-                thread::sleep(Duration::from_millis(5));
-                continue;
-            }
             let (host, round_done) = hosts.next();
             let attempt = resolve_one(host).map_err(HandshakeError::Failed);
             let ended = match attempt.and_then(|addr| self.handshake(addr)) {
@@ -858,7 +871,10 @@ impl Inner {
     fn read_loop(&self, mut s: TcpStream) -> (Ended, Instant) {
         let negotiated = self.creds.lock().negotiated;
         let read_timeout = negotiated * 2 / 3;
-        let ping_every = read_timeout / 2;
+        // Half the read timeout, and at least every 10 s as the Java client
+        // (`MAX_SEND_PING_INTERVAL`), so idle connections look alive to
+        // whatever sits between client and server.
+        let ping_every = (read_timeout / 2).min(MAX_PING_INTERVAL);
         let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
         let mut chunk = vec![0u8; 64 * 1024];
         let mut last_recv = Instant::now();
