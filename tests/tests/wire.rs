@@ -427,3 +427,80 @@ fn expiring_from_a_second_connection_always_ends_the_session() {
         c.close();
     }
 }
+
+/// Issue 13 item 9: a session granted by a read-only server is not resumed
+/// elsewhere: until a read-write server has been seen the client sends
+/// session id 0 (the Java client's `seenRwServerBefore`).
+#[test]
+fn a_read_only_session_id_is_not_resent() {
+    let fake = FakeServer::start(Script::default().read_only().session_id(0x40)).unwrap();
+    let c = fake_builder(&fake, Duration::from_secs(5))
+        .can_be_read_only(true)
+        .build()
+        .unwrap();
+    let states = c.listen();
+    let c = started(c);
+    assert_eq!(
+        states.recv_timeout(Duration::from_secs(10)),
+        Ok(ConnectionState::ReadOnly)
+    );
+    fake.cut();
+    wait_until(
+        Duration::from_secs(10),
+        || fake.seen().handshakes.len() >= 2,
+        || format!("{:?}", fake.seen()),
+    );
+    let ids: Vec<i64> = fake
+        .seen()
+        .handshakes
+        .iter()
+        .map(|h| h.session_id)
+        .collect();
+    c.close();
+    assert_eq!(ids[..2], [0, 0], "session ids sent: {ids:x?}");
+}
+
+/// Issue 13 item 9: connected to a read-only server, the client probes the
+/// other servers (`isro`, the Java client's pingRwServer) and moves to a
+/// read-write one as soon as one answers; before, it stayed read-only.
+#[test]
+fn a_read_only_client_moves_to_a_read_write_server() {
+    let ro = FakeServer::start(Script::default().read_only().session_id(0x40)).unwrap();
+    let rw = FakeServer::start(Script::default().session_id(0x41).refuse(true)).unwrap();
+    let c = Client::builder()
+        .connect_string(format!("{},{}", ro.connect_string(), rw.connect_string()))
+        .session_timeout(Duration::from_secs(5))
+        .connection_timeout(Duration::from_secs(2))
+        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+        .can_be_read_only(true)
+        .build()
+        .unwrap();
+    let states = c.listen();
+    let c = started(c);
+    assert_eq!(
+        states.recv_timeout(Duration::from_secs(10)),
+        Ok(ConnectionState::ReadOnly)
+    );
+    let started = Instant::now();
+    rw.update(|s| s.refuse = false);
+    // Suspended, then Reconnected: the Java client reports Disconnected on
+    // the move too.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let next = loop {
+        match states.recv_deadline(deadline) {
+            Ok(ConnectionState::Suspended) => {}
+            other => break other,
+        }
+    };
+    let took = started.elapsed();
+    eprintln!("{next:?} after {took:?}; rw saw {:?}", rw.seen());
+    assert_eq!(
+        next,
+        Ok(ConnectionState::Reconnected),
+        "{:?}",
+        c.state_history()
+    );
+    assert_eq!(c.session_id(), 0x41);
+    assert!(rw.seen().isro_probes >= 1);
+    c.close();
+}

@@ -161,6 +161,54 @@ fn resolve_one(host: &str) -> Result<SocketAddr, ConnectFailure> {
     }
 }
 
+/// The search for a read-write server while connected read-only: one host
+/// at a time, first after 100 ms, then at doubling intervals up to 60 s
+/// (the Java client's pingRwServer timing).
+struct RwProbe {
+    every: Duration,
+    last: Instant,
+    timeout: Duration,
+}
+
+impl RwProbe {
+    fn new(negotiated: Duration) -> Self {
+        RwProbe {
+            every: Duration::from_millis(100),
+            last: Instant::now(),
+            // Short enough to leave the reader time for pings and silence.
+            timeout: (negotiated / 6).clamp(Duration::from_millis(50), Duration::from_secs(1)),
+        }
+    }
+
+    /// Probes the next host if one is due; its address if it is read-write.
+    fn due(&mut self, hosts: &mut HostList) -> Option<SocketAddr> {
+        if self.last.elapsed() < self.every {
+            return None;
+        }
+        self.every = (self.every * 2).min(Duration::from_secs(60));
+        let (host, _) = hosts.next();
+        let addr = resolve_one(host).ok()?;
+        let found = is_read_write(addr, self.timeout);
+        self.last = Instant::now();
+        found.then_some(addr)
+    }
+}
+
+/// Asks a server with the `isro` four-letter word whether it serves
+/// read-write.
+fn is_read_write(addr: SocketAddr, timeout: Duration) -> bool {
+    let ask = || -> io::Result<bool> {
+        let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+        s.set_read_timeout(Some(timeout))?;
+        s.set_write_timeout(Some(timeout))?;
+        s.write_all(b"isro")?;
+        let mut answer = Vec::new();
+        s.take(16).read_to_end(&mut answer)?;
+        Ok(answer.starts_with(b"rw"))
+    };
+    ask().unwrap_or(false)
+}
+
 /// Fisher-Yates with [`random_below`].
 fn shuffle<T>(items: &mut [T]) {
     for i in (1..items.len()).rev() {
@@ -296,6 +344,8 @@ struct Inner {
     /// Set once closeSession is on its way: the connection may still carry
     /// the reply, but if it drops the session is over, never resumed.
     closing: AtomicBool,
+    /// Whether a read-write server has granted this session.
+    seen_read_write: AtomicBool,
     /// Why the last connect attempt failed; `None` after a success.
     last_connect_error: Mutex<Option<ConnectFailure>>,
     events: EventSink,
@@ -341,6 +391,7 @@ impl WireSession {
             closed: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             last_connect_error: Mutex::new(None),
+            seen_read_write: AtomicBool::new(false),
             events,
             watch_events: watch_tx,
         });
@@ -641,6 +692,8 @@ fn run_watcher(w: WatchFn, event: &WatchedEvent) {
 enum Ended {
     /// Lost or silent: reconnect to the same session.
     Dropped,
+    /// Connected read-only, a read-write server was found: connect there.
+    ReadWriteFound(SocketAddr),
     /// The server says the session is gone.
     Expired,
     AuthFailed,
@@ -660,15 +713,25 @@ impl Inner {
         let pause_now = |pause: &mut backoff::ExponentialBackoff| {
             thread::sleep(pause.next_backoff().unwrap_or(Duration::from_secs(1)));
         };
+        // A read-write server found while connected read-only.
+        let mut prefer = None;
         while !self.is_ending() {
-            let (host, round_done) = hosts.next();
-            let attempt = resolve_one(host).map_err(HandshakeError::Failed);
+            let (attempt, round_done) = match prefer.take() {
+                Some(addr) => (Ok(addr), false),
+                None => {
+                    let (host, round_done) = hosts.next();
+                    (
+                        resolve_one(host).map_err(HandshakeError::Failed),
+                        round_done,
+                    )
+                }
+            };
             let ended = match attempt.and_then(|addr| self.handshake(addr)) {
                 Ok((stream, read_only)) => {
                     *self.last_connect_error.lock() = None;
                     let connected_at = Instant::now();
                     (self.events)(WireEvent::Connected { read_only });
-                    let (ended, last_recv) = self.read_loop(stream);
+                    let (ended, last_recv) = self.read_loop(stream, read_only, &mut hosts);
                     self.drop_connection(ErrorCode::ConnectionLoss);
                     if !self.is_ending() {
                         (self.events)(WireEvent::Disconnected {
@@ -699,6 +762,7 @@ impl Inner {
             };
             match ended {
                 Ended::Dropped => {}
+                Ended::ReadWriteFound(addr) => prefer = Some(addr),
                 Ended::Expired => {
                     log::info!("session expired");
                     self.expire(ErrorCode::SessionExpired, WireEvent::Expired);
@@ -845,7 +909,11 @@ impl Inner {
             .map_err(connecting)?;
         let (session_id, passwd) = {
             let c = self.creds.lock();
-            (c.session_id, c.passwd.clone())
+            // A read-only server's session is not resumed elsewhere: ask for
+            // a new one until a read-write server has been seen (Java's
+            // seenRwServerBefore).
+            let resume = self.seen_read_write.load(Ordering::Acquire);
+            (if resume { c.session_id } else { 0 }, c.passwd.clone())
         };
         let req = ConnectRequest {
             last_zxid: self.last_zxid.load(Ordering::Acquire),
@@ -865,11 +933,23 @@ impl Inner {
         if resp.timeout_ms <= 0 {
             return Err(HandshakeError::Expired);
         }
+        if !resp.read_only {
+            self.seen_read_write.store(true, Ordering::Release);
+        }
         Ok((s, resp))
     }
 
-    fn read_loop(&self, mut s: TcpStream) -> (Ended, Instant) {
+    /// Reads and dispatches replies until the connection ends. Connected to
+    /// a read-only server, it also probes the other hosts for a read-write
+    /// one (`hosts`), as the Java client's pingRwServer.
+    fn read_loop(
+        &self,
+        mut s: TcpStream,
+        read_only: bool,
+        hosts: &mut HostList,
+    ) -> (Ended, Instant) {
         let negotiated = self.creds.lock().negotiated;
+        let mut probe = RwProbe::new(negotiated);
         let read_timeout = negotiated * 2 / 3;
         // Half the read timeout, and at least every 10 s as the Java client
         // (`MAX_SEND_PING_INTERVAL`), so idle connections look alive to
@@ -913,6 +993,12 @@ impl Inner {
             if last_recv.elapsed() >= read_timeout {
                 log::info!("no reply from server for {:?}, reconnecting", read_timeout);
                 return (Ended::Dropped, last_recv);
+            }
+            if read_only {
+                if let Some(addr) = probe.due(hosts) {
+                    log::info!("read-write server found at {addr}, moving there");
+                    return (Ended::ReadWriteFound(addr), last_recv);
+                }
             }
             // A writer holding the lock is sending already (or stuck, which
             // the silence check above catches): no ping needed then.
