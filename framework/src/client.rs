@@ -43,6 +43,7 @@ pub struct ClientBuilder {
     auth: Vec<(String, Vec<u8>)>,
     can_be_read_only: bool,
     max_reply_size: usize,
+    max_request_size: usize,
 }
 
 impl Default for ClientBuilder {
@@ -58,6 +59,7 @@ impl Default for ClientBuilder {
             auth: Vec::new(),
             can_be_read_only: false,
             max_reply_size: crate::wire::DEFAULT_MAX_REPLY,
+            max_request_size: crate::wire::JUTE_MAXBUFFER,
         }
     }
 }
@@ -130,6 +132,15 @@ impl ClientBuilder {
         self
     }
 
+    /// The largest request the servers accept, in bytes: their
+    /// `jute.maxbuffer`, 1 MiB - 1 by default. A larger request fails alone
+    /// with [`Error::RequestTooLarge`] before it is sent; the server would
+    /// drop the whole connection.
+    pub fn max_request_size(mut self, bytes: usize) -> Self {
+        self.max_request_size = bytes;
+        self
+    }
+
     /// Checks the settings and makes the client (not started yet).
     pub fn build(self) -> Result<Client> {
         let (hosts, chroot) = parse_connect_string(&self.connect_string)?;
@@ -174,6 +185,7 @@ impl ClientBuilder {
                         can_be_read_only: self.can_be_read_only,
                         auth: self.auth,
                         max_reply: self.max_reply_size,
+                        max_request: self.max_request_size,
                     },
                     retry: self.retry,
                     namespace,

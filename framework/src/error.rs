@@ -143,6 +143,19 @@ pub enum Error {
     Marshalling(&'static str),
     /// An I/O error outside a session (for example resolving a host).
     Io(std::io::Error),
+    /// A request longer than the servers accept (`jute.maxbuffer`, see
+    /// `ClientBuilder::max_request_size`); it was not sent and the
+    /// connection is untouched.
+    RequestTooLarge {
+        /// The operation, by its ZooKeeper name (`create`, `setData`, ...).
+        operation: &'static str,
+        /// The server path it named, shortened to its first 200 bytes.
+        path: String,
+        /// The request's size in bytes.
+        size: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
 }
 
 impl Error {
@@ -203,6 +216,16 @@ impl fmt::Display for Error {
             Error::Closed => write!(f, "the client is closed"),
             Error::Marshalling(m) => write!(f, "malformed reply: {m}"),
             Error::Io(e) => write!(f, "I/O error: {e}"),
+            Error::RequestTooLarge {
+                operation,
+                path,
+                size,
+                max,
+            } => write!(
+                f,
+                "{operation} {path}: request of {size} bytes is over the {max}-byte limit \
+                 (jute.maxbuffer); not sent"
+            ),
         }
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{wait_until, Ctx};
-use latchkey_framework::{Client, ClientBuilder, ConnectionState, EventType, RetryNTimes};
+use latchkey_framework::{Client, ClientBuilder, ConnectionState, Error, EventType, RetryNTimes};
 use latchkey_test::fake_server::{op, AfterHandshake, FakeServer, Script};
 use latchkey_test::{FaultProxy, TestingServer};
 
@@ -502,5 +502,44 @@ fn a_read_only_client_moves_to_a_read_write_server() {
     );
     assert_eq!(c.session_id(), 0x41);
     assert!(rw.seen().isro_probes >= 1);
+    c.close();
+}
+
+/// Issue 15 item 3: a request above jute.maxbuffer (1 MiB) made the server
+/// drop the connection: ConnectionLoss and a Suspended/Reconnected cycle
+/// for every user of the client. It now fails alone, before it is sent,
+/// naming the operation and the path.
+#[test]
+fn an_oversized_request_fails_alone_without_touching_the_connection() {
+    let server = common::shared_server();
+    let c = common::connect(&server.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &c);
+    let base = common::unique("/oversize");
+    let huge_path = format!("{base}/{}", "x".repeat(2 << 20));
+    let started = Instant::now();
+    let lock = latchkey_recipes::InterProcessMutex::new(&c, &huge_path).unwrap();
+    let err = lock.acquire_timeout(Duration::from_secs(5)).unwrap_err();
+    // The message of the old ConnectionLoss held the whole 2 MiB path.
+    let message: String = err.to_string().chars().take(400).collect();
+    eprintln!(
+        "lock on a 2 MiB path after {:?}: {message}",
+        started.elapsed()
+    );
+    assert!(matches!(err, Error::RequestTooLarge { .. }), "{message}");
+    assert!(message.contains(&base), "{message}");
+    assert!(
+        err.to_string().len() < 1000,
+        "{} bytes of message",
+        err.to_string().len()
+    );
+    let err = c.create().for_path(&base, &vec![0u8; 2 << 20]).unwrap_err();
+    let message: String = err.to_string().chars().take(400).collect();
+    eprintln!("create with 2 MiB of data: {message}");
+    assert!(message.starts_with("create "), "{message}");
+    assert!(message.contains(&base), "{message}");
+    // The connection was never touched: no Suspended, and it still works.
+    c.create().for_path(&base, b"ok").unwrap();
+    let history = c.state_history();
+    assert_eq!(history.len(), 1, "{}", ctx.dump());
     c.close();
 }

@@ -25,6 +25,10 @@ use super::watches::{WatchFn, WatchRegistration, Watches};
 use crate::error::{Error, ErrorCode};
 use crate::{EventType, WatchedEvent};
 
+/// ZooKeeper's default `jute.maxbuffer`: a server drops the connection of
+/// a request frame longer than this.
+pub(crate) const JUTE_MAXBUFFER: usize = 0xfffff;
+
 /// Default cap on a reply frame: jute.maxbuffer with headroom for a large
 /// children listing (the Java client stops at jute.maxbuffer itself).
 pub(crate) const DEFAULT_MAX_REPLY: usize = 4 << 20;
@@ -46,6 +50,8 @@ pub(crate) struct WireConfig {
     pub auth: Vec<(String, Vec<u8>)>,
     /// Largest reply frame accepted; a longer one drops the connection.
     pub max_reply: usize,
+    /// Largest request frame sent; a longer request fails alone, unsent.
+    pub max_request: usize,
 }
 
 /// Why the last attempt to connect failed.
@@ -432,7 +438,24 @@ impl WireSession {
     ) -> (Result<Reply, Error>, Result<Reply, Error>) {
         let slots = match self.send_all(&[first, second], None) {
             Ok(slots) => slots,
-            Err(e) => return (Err(e), Err(Error::from_code(ErrorCode::ConnectionLoss))),
+            Err(e) => {
+                // Neither was sent: the second fails for the same reason.
+                let second = match &e {
+                    Error::RequestTooLarge {
+                        operation,
+                        path,
+                        size,
+                        max,
+                    } => Error::RequestTooLarge {
+                        operation,
+                        path: path.clone(),
+                        size: *size,
+                        max: *max,
+                    },
+                    _ => Error::from_code(ErrorCode::ConnectionLoss),
+                };
+                return (Err(e), Err(second));
+            }
         };
         let wait = |slot: &ReplySlot| {
             slot.wait_until(deadline)
@@ -479,7 +502,14 @@ impl WireSession {
                 let xid = io.take_xid();
                 let mut w = proto::request(xid, *opcode);
                 build(&mut w);
-                frames.extend_from_slice(&w.finish_frame());
+                let frame = w.finish_frame();
+                if frame.len() - 4 > inner.cfg.max_request {
+                    // Nothing of this batch is queued yet: drop it whole.
+                    let keep = io.pending.len() - slots.len();
+                    io.pending.truncate(keep);
+                    return Err(too_large(&frame, inner.cfg.max_request));
+                }
+                frames.extend_from_slice(&frame);
                 let slot = Arc::new(ReplySlot::default());
                 io.pending.push_back(Pending {
                     xid,
@@ -575,6 +605,25 @@ impl WireSession {
         if self.inner.shut_down() {
             self.inner.fire_watches_expired();
         }
+    }
+}
+
+/// The error for a request `frame` over `max` bytes, naming its operation
+/// and the path its body starts with (every single-path operation's does).
+fn too_large(frame: &[u8], max: usize) -> Error {
+    let mut r = Reader::new(&frame[4..]);
+    let opcode = r.i32().and_then(|_| r.i32()).unwrap_or(0);
+    let path_len = r.i32().unwrap_or(0).clamp(0, 200) as usize;
+    let path = String::from_utf8_lossy(r.rest().get(..path_len).unwrap_or_default());
+    let path = match path.len() < 200 {
+        true => path.into_owned(),
+        false => format!("{path}..."),
+    };
+    Error::RequestTooLarge {
+        operation: proto::op_name(opcode),
+        path,
+        size: frame.len() - 4,
+        max,
     }
 }
 
@@ -1185,6 +1234,7 @@ mod tests {
             can_be_read_only: false,
             auth: Vec::new(),
             max_reply: DEFAULT_MAX_REPLY,
+            max_request: JUTE_MAXBUFFER,
         };
         WireSession::start(cfg, Box::new(|_| {})).unwrap()
     }
