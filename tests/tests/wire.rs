@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{wait_until, Ctx};
-use latchkey_framework::{Client, ClientBuilder, ConnectionState, Error, EventType, RetryNTimes};
+use latchkey_framework::{
+    Client, ClientBuilder, ConnectionState, Error, ErrorCode, EventType, RetryNTimes,
+};
 use latchkey_test::fake_server::{op, AfterHandshake, FakeServer, Script};
 use latchkey_test::{FaultProxy, TestingServer};
 
@@ -542,4 +544,31 @@ fn an_oversized_request_fails_alone_without_touching_the_connection() {
     let history = c.state_history();
     assert_eq!(history.len(), 1, "{}", ctx.dump());
     c.close();
+}
+
+/// Issue 13 item 1 (wire side): requests of a session whose auth the server
+/// rejects fail with AuthFailed, not ConnectionLoss.
+#[test]
+fn requests_after_a_rejected_auth_fail_with_auth_failed() {
+    let fake = FakeServer::start(Script::default().reject_auth()).unwrap();
+    let c = started(
+        fake_builder(&fake, Duration::from_secs(5))
+            .authorization("digest", b"user:wrong")
+            .build()
+            .unwrap(),
+    );
+    let mut codes = Vec::new();
+    for _ in 0..20 {
+        codes.push(c.exists("/x").unwrap_err().code());
+    }
+    c.close();
+    eprintln!(
+        "{codes:?}; the fake saw {} auth packets",
+        fake.seen().count(op::AUTH)
+    );
+    assert!(fake.seen().count(op::AUTH) >= 1);
+    assert!(
+        codes.iter().all(|c| *c == Some(ErrorCode::AuthFailed)),
+        "{codes:?}"
+    );
 }

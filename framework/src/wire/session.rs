@@ -350,6 +350,8 @@ struct Inner {
     /// Set once closeSession is on its way: the connection may still carry
     /// the reply, but if it drops the session is over, never resumed.
     closing: AtomicBool,
+    /// The server's reason, when the server ended the session.
+    ended_by: Mutex<Option<ErrorCode>>,
     /// Whether a read-write server has granted this session.
     seen_read_write: AtomicBool,
     /// Why the last connect attempt failed; `None` after a success.
@@ -398,6 +400,7 @@ impl WireSession {
             closing: AtomicBool::new(false),
             last_connect_error: Mutex::new(None),
             seen_read_write: AtomicBool::new(false),
+            ended_by: Mutex::new(None),
             events,
             watch_events: watch_tx,
         });
@@ -485,8 +488,9 @@ impl WireSession {
     ) -> Result<Vec<Arc<ReplySlot>>, Error> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::Acquire) {
-            // This session is over; the client retries on its successor.
-            return Err(Error::from_code(ErrorCode::ConnectionLoss));
+            // This session is over; the client retries on its successor,
+            // unless it ended for a reason retrying cannot fix.
+            return Err(self.end_error());
         }
         let mut out = inner.out.lock();
         let mut frames = Vec::new();
@@ -531,16 +535,30 @@ impl WireSession {
         Ok(slots)
     }
 
-    /// Waits until the session is connected, or the deadline passes.
+    /// Why requests on this session fail now that it is over: `AuthFailed`
+    /// after a rejected auth, otherwise `ConnectionLoss` (the client's
+    /// cue to retry on the next session).
+    pub(crate) fn end_error(&self) -> Error {
+        match *self.inner.ended_by.lock() {
+            Some(ErrorCode::AuthFailed) => Error::from_code(ErrorCode::AuthFailed),
+            _ => Error::from_code(ErrorCode::ConnectionLoss),
+        }
+    }
+
+    /// Waits until the session is connected (true), or the deadline passes
+    /// (false). A session that is over returns true at once: a request on
+    /// it then fails straight away with why ([`WireSession::end_error`]).
     pub(crate) fn wait_connected(&self, deadline: Instant) -> bool {
         let mut io = self.inner.io.lock();
         while io.live.is_none() {
-            if self.inner.closed.load(Ordering::Acquire)
-                || self
-                    .inner
-                    .connected
-                    .wait_until(&mut io, deadline)
-                    .timed_out()
+            if self.inner.closed.load(Ordering::Acquire) {
+                return true;
+            }
+            if self
+                .inner
+                .connected
+                .wait_until(&mut io, deadline)
+                .timed_out()
             {
                 return io.live.is_some();
             }
@@ -781,6 +799,13 @@ impl Inner {
                     let connected_at = Instant::now();
                     (self.events)(WireEvent::Connected { read_only });
                     let (ended, last_recv) = self.read_loop(stream, read_only, &mut hosts);
+                    if matches!(ended, Ended::AuthFailed) {
+                        // What waits fails with the reason, and nothing
+                        // reports a mere disconnection first.
+                        *self.ended_by.lock() = Some(ErrorCode::AuthFailed);
+                        self.closed.store(true, Ordering::Release);
+                        self.drop_connection(ErrorCode::AuthFailed);
+                    }
                     self.drop_connection(ErrorCode::ConnectionLoss);
                     if !self.is_ending() {
                         (self.events)(WireEvent::Disconnected {
@@ -834,6 +859,7 @@ impl Inner {
     /// The session is over for good: fail what waits, fire every watch once
     /// so nobody sleeps on a watch that can no longer fire.
     fn expire(&self, code: ErrorCode, event: WireEvent) {
+        *self.ended_by.lock() = Some(code);
         self.closed.store(true, Ordering::Release);
         self.drop_connection(code);
         self.connected.notify_all();
