@@ -241,7 +241,8 @@ struct Shared {
     script: Mutex<Script>,
     seen: Mutex<Seen>,
     closed_sessions: Mutex<HashSet<i64>>,
-    streams: Mutex<Vec<TcpStream>>,
+    /// Open connections by number, to cut them from the test.
+    streams: Mutex<Vec<(usize, TcpStream)>>,
     stop: AtomicBool,
 }
 
@@ -311,7 +312,7 @@ impl FakeServer {
 
     /// Closes every open connection (the client reads EOF).
     pub fn cut(&self) {
-        for s in self.shared.streams.lock().drain(..) {
+        for (_, s) in self.shared.streams.lock().drain(..) {
             let _ = s.shutdown(Shutdown::Both);
         }
     }
@@ -348,13 +349,19 @@ fn accept_loop(
                     continue;
                 }
                 if let Ok(clone) = stream.try_clone() {
-                    shared.streams.lock().push(clone);
+                    shared.streams.lock().push((n, clone));
                 }
                 let shared = Arc::clone(&shared);
                 let spawned = thread::Builder::new()
                     .name(format!("fake-zk-conn-{n}"))
                     .spawn(move || {
                         let _ = serve(stream, n, &shared);
+                        // However it ended, the connection closes now.
+                        let mut streams = shared.streams.lock();
+                        if let Some(i) = streams.iter().position(|(m, _)| *m == n) {
+                            let (_, s) = streams.swap_remove(i);
+                            let _ = s.shutdown(Shutdown::Both);
+                        }
                     });
                 if let Ok(handle) = spawned {
                     connections.lock().push(handle);

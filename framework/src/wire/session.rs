@@ -880,13 +880,18 @@ impl Inner {
 
     /// Removes every watch and fires each once with `SessionExpired`.
     fn fire_watches_expired(&self) {
-        for (path, w) in self.watches.lock().drain() {
-            let ev = WatchedEvent {
-                event_type: EventType::SessionExpired,
-                path,
-            };
-            let _ = self.watch_events.send((vec![w.run], ev));
+        let ended = self.watches.lock().end();
+        for (path, w) in ended {
+            self.send_expired(path, w.run);
         }
+    }
+
+    fn send_expired(&self, path: String, run: WatchFn) {
+        let ev = WatchedEvent {
+            event_type: EventType::SessionExpired,
+            path,
+        };
+        let _ = self.watch_events.send((vec![run], ev));
     }
 
     fn drop_connection(&self, code: ErrorCode) {
@@ -1163,7 +1168,15 @@ impl Inner {
                         Err(_) => None,
                     };
                     if let Some(kind) = kind {
-                        self.watches.lock().add(kind, reg.path, reg.watcher);
+                        let mut watches = self.watches.lock();
+                        if watches.is_ended() {
+                            // The session was given up while this reply was
+                            // on its way: the watch fires like the others.
+                            drop(watches);
+                            self.send_expired(reg.path, reg.watcher.run);
+                        } else {
+                            watches.add(kind, reg.path, reg.watcher);
+                        }
                     }
                 }
                 pending.answer(result);
