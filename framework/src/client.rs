@@ -406,7 +406,9 @@ impl Client {
         self.shared.session().map_or(0, |s| s.session_id())
     }
 
-    /// The session timeout the server granted to the current session.
+    /// The session timeout the server granted to the current session,
+    /// clamped to the requested one (the client times its pings and
+    /// silence detection by it).
     pub fn negotiated_session_timeout(&self) -> Duration {
         self.shared
             .session()
