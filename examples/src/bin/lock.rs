@@ -1144,7 +1144,7 @@ mod tests {
             &["/", "true"],
             &["--list", "/a", "true"],
             &["--list", "--read", "/a"],
-            &["--connect", "nohostport", "/a", "true"],
+            &["--connect", "host:notaport", "/a", "true"],
         ] {
             match parse(bad) {
                 Err(e) => assert_eq!(e.code, EX_USAGE, "{bad:?}"),
