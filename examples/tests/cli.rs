@@ -557,7 +557,7 @@ fn bad_usage_exits_64() {
         &["--timeout", "soon", "/a", "--", "true"],
         &["--timeout"],
         &["--on-lost", "sometimes", "/a", "--", "true"],
-        &["--connect", "no-port", "/a", "--", "true"],
+        &["--connect", "host:no-port", "/a", "--", "true"],
         &["--list", "/a", "--", "true"],
     ];
     for args in cases {

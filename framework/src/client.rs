@@ -45,6 +45,8 @@ pub struct ClientBuilder {
     acl_provider: Arc<dyn AclProvider>,
     auth: Vec<(String, Vec<u8>)>,
     can_be_read_only: bool,
+    max_reply_size: usize,
+    max_request_size: usize,
 }
 
 impl Default for ClientBuilder {
@@ -59,6 +61,8 @@ impl Default for ClientBuilder {
             acl_provider: Arc::new(DefaultAclProvider),
             auth: Vec::new(),
             can_be_read_only: false,
+            max_reply_size: crate::wire::DEFAULT_MAX_REPLY,
+            max_request_size: crate::wire::JUTE_MAXBUFFER,
         }
     }
 }
@@ -125,6 +129,23 @@ impl ClientBuilder {
         self
     }
 
+    /// The largest reply frame accepted from a server, in bytes; a longer
+    /// one drops the connection. Default 4 MiB (ZooKeeper's `jute.maxbuffer`
+    /// of 1 MiB, with headroom for large children listings).
+    pub fn max_reply_size(mut self, bytes: usize) -> Self {
+        self.max_reply_size = bytes;
+        self
+    }
+
+    /// The largest request the servers accept, in bytes: their
+    /// `jute.maxbuffer`, 1 MiB - 1 by default. A larger request fails alone
+    /// with [`Error::RequestTooLarge`] before it is sent; the server would
+    /// drop the whole connection.
+    pub fn max_request_size(mut self, bytes: usize) -> Self {
+        self.max_request_size = bytes;
+        self
+    }
+
     /// Checks the settings and makes the client (not started yet).
     pub fn build(self) -> Result<Client> {
         let (hosts, chroot) = parse_connect_string(&self.connect_string)?;
@@ -177,6 +198,8 @@ impl ClientBuilder {
                         connection_timeout: self.connection_timeout,
                         can_be_read_only: self.can_be_read_only,
                         auth: self.auth,
+                        max_reply: self.max_reply_size,
+                        max_request: self.max_request_size,
                     },
                     retry: self.retry,
                     namespace: namespace.clone(),
@@ -206,7 +229,7 @@ fn parse_connect_string(s: &str) -> Result<(Vec<String>, Option<String>)> {
         .split(',')
         .map(str::trim)
         .filter(|h| !h.is_empty())
-        .map(str::to_owned)
+        .map(with_default_port)
         .collect();
     if hosts.is_empty() {
         return Err(Error::InvalidArgument(format!(
@@ -224,6 +247,20 @@ fn parse_connect_string(s: &str) -> Result<(Vec<String>, Option<String>)> {
         }
     }
     Ok((hosts, chroot.filter(|c| c != "/")))
+}
+
+/// `host` as given, or `host:2181` when it names no port (as the Java client).
+fn with_default_port(host: &str) -> String {
+    let has_port = match host.rsplit_once(':') {
+        // An IPv6 literal has colons of its own: only `[..]:port` has a port.
+        Some((h, _)) => !h.contains(':') || h.ends_with(']'),
+        None => false,
+    };
+    if has_port {
+        host.to_owned()
+    } else {
+        format!("{host}:2181")
+    }
 }
 
 pub(crate) struct Config {
@@ -493,7 +530,9 @@ impl Client {
         self.shared.session().map_or(0, |s| s.session_id())
     }
 
-    /// The session timeout the server granted to the current session.
+    /// The session timeout the server granted to the current session,
+    /// clamped to the requested one (the client times its pings and
+    /// silence detection by it).
     pub fn negotiated_session_timeout(&self) -> Duration {
         self.shared
             .session()
@@ -912,7 +951,8 @@ mod tests {
         assert_eq!(h, vec!["127.0.0.1:2181", "localhost:2182"]);
         assert_eq!(c.as_deref(), Some("/app"));
         assert!(parse_connect_string("").is_err());
-        assert!(parse_connect_string("nohostport").is_err());
+        let (h, _) = parse_connect_string("zk1,zk2:2182,[::1],[::1]:2183").unwrap();
+        assert_eq!(h, vec!["zk1:2181", "zk2:2182", "[::1]:2181", "[::1]:2183"]);
         assert!(parse_connect_string(":2181").is_err());
         assert!(parse_connect_string("h:99999").is_err());
     }

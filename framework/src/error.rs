@@ -22,6 +22,8 @@ pub enum ErrorCode {
     OperationTimeout,
     /// Invalid arguments.
     BadArguments,
+    /// The session is not known to the server (`UNKNOWNSESSION`).
+    UnknownSession,
     /// No quorum for a new configuration.
     NewConfigNoQuorum,
     /// A reconfiguration is in progress.
@@ -83,6 +85,7 @@ impl ErrorCode {
             -6 => Unimplemented,
             -7 => OperationTimeout,
             -8 => BadArguments,
+            -12 => UnknownSession,
             -13 => NewConfigNoQuorum,
             -14 => ReconfigInProgress,
             -100 => ApiError,
@@ -200,6 +203,19 @@ pub enum Error {
         path: Option<String>,
         /// The last error before the deadline (say, `ConnectionLoss`), if any.
         source: Option<Box<Error>>,
+    },
+    /// A request longer than the servers accept (`jute.maxbuffer`, see
+    /// `ClientBuilder::max_request_size`); it was not sent and the
+    /// connection is untouched.
+    RequestTooLarge {
+        /// The operation, by its ZooKeeper name (`create`, `setData`, ...).
+        operation: &'static str,
+        /// The server path it named, shortened to its first 200 bytes.
+        path: String,
+        /// The request's size in bytes.
+        size: usize,
+        /// The limit in bytes.
+        max: usize,
     },
 }
 
@@ -321,6 +337,16 @@ impl fmt::Display for Error {
                     None => Ok(()),
                 }
             }
+            Error::RequestTooLarge {
+                operation,
+                path,
+                size,
+                max,
+            } => write!(
+                f,
+                "{operation} {path}: request of {size} bytes is over the {max}-byte limit \
+                 (jute.maxbuffer); not sent"
+            ),
         }
     }
 }
@@ -346,3 +372,15 @@ impl From<std::io::Error> for Error {
 
 /// latchkey's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_codes_have_names() {
+        assert_eq!(ErrorCode::from_wire(-12), ErrorCode::UnknownSession);
+        assert_eq!(ErrorCode::from_wire(-115), ErrorCode::AuthFailed);
+        assert_eq!(ErrorCode::from_wire(-999), ErrorCode::Unknown(-999));
+    }
+}

@@ -9,6 +9,8 @@
 //!   restart members, find the leader, wait for a quorum.
 //! - [`FaultProxy`]: a TCP proxy in front of a server that can pause
 //!   (partition), cut, delay and refuse connections.
+//! - [`fake_server::FakeServer`]: a scripted fake ZooKeeper for protocol
+//!   faults a real server does not produce on demand.
 //! - [`unique_path`]: a fresh znode path per test.
 //!
 //! Needs `java` and `/usr/share/java/zookeeper.jar`
@@ -21,6 +23,7 @@
 //! session timeouts from 400 ms up.
 
 pub mod cluster;
+pub mod fake_server;
 mod jvm;
 pub mod peers;
 pub mod proxy;

@@ -185,7 +185,7 @@ fn bad_input_is_refused_before_sending() {
         Error::InvalidPath { .. }
     ));
     assert!(Client::builder()
-        .connect_string("nonsense")
+        .connect_string("nonsense:port")
         .build()
         .is_err());
     c.close();

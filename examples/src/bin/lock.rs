@@ -1456,7 +1456,7 @@ mod tests {
             &["--list", "--read", "/a"],
             &["--list", "--data", "x", "/a"],
             &["--data"],
-            &["--connect", "nohostport", "/a", "true"],
+            &["--connect", "host:notaport", "/a", "true"],
         ] {
             match parse(bad) {
                 Err(e) => assert_eq!(e.code, EX_USAGE, "{bad:?}"),

@@ -7,5 +7,5 @@ pub(crate) mod proto;
 pub(crate) mod session;
 pub(crate) mod watches;
 
-pub(crate) use session::{WireConfig, WireEvent, WireSession};
+pub(crate) use session::{WireConfig, WireEvent, WireSession, DEFAULT_MAX_REPLY, JUTE_MAXBUFFER};
 pub(crate) use watches::{WatchKind, WatchRegistration, Watcher};

@@ -25,6 +25,23 @@ pub(crate) mod op {
     pub const CLOSE_SESSION: i32 = -11;
 }
 
+/// ZooKeeper's name of an operation, for messages.
+pub(crate) fn op_name(opcode: i32) -> &'static str {
+    match opcode {
+        op::CREATE => "create",
+        op::DELETE => "delete",
+        op::EXISTS => "exists",
+        op::GET_DATA => "getData",
+        op::SET_DATA => "setData",
+        op::GET_CHILDREN | op::GET_CHILDREN2 => "getChildren",
+        op::SYNC => "sync",
+        op::CREATE2 => "create",
+        op::CREATE_CONTAINER => "createContainer",
+        op::SET_WATCHES => "setWatches",
+        _ => "request",
+    }
+}
+
 /// Reserved xids the server echoes for non-request traffic.
 pub(crate) mod xid {
     pub const WATCH_EVENT: i32 = -1;

@@ -25,9 +25,20 @@ use super::watches::{WatchFn, WatchRegistration, Watches};
 use crate::error::{Error, ErrorCode};
 use crate::{EventType, WatchedEvent};
 
-/// Largest frame accepted from a server (jute.maxbuffer is 1 MiB by default;
-/// a children listing may be bigger, so allow headroom).
-const MAX_FRAME: usize = 64 << 20;
+/// ZooKeeper's default `jute.maxbuffer`: a server drops the connection of
+/// a request frame longer than this.
+pub(crate) const JUTE_MAXBUFFER: usize = 0xfffff;
+
+/// Default cap on a reply frame: jute.maxbuffer with headroom for a large
+/// children listing (the Java client stops at jute.maxbuffer itself).
+pub(crate) const DEFAULT_MAX_REPLY: usize = 4 << 20;
+
+/// The longest an idle connection goes without a ping.
+const MAX_PING_INTERVAL: Duration = Duration::from_secs(10);
+
+/// A connection that lasted this long was healthy: the next reconnect
+/// starts the back-off afresh.
+const HEALTHY_CONNECTION: Duration = Duration::from_secs(1);
 
 /// What a session is given to connect with.
 #[derive(Clone, Debug)]
@@ -37,6 +48,178 @@ pub(crate) struct WireConfig {
     pub connection_timeout: Duration,
     pub can_be_read_only: bool,
     pub auth: Vec<(String, Vec<u8>)>,
+    /// Largest reply frame accepted; a longer one drops the connection.
+    pub max_reply: usize,
+    /// Largest request frame sent; a longer request fails alone, unsent.
+    pub max_request: usize,
+}
+
+/// Why the last attempt to connect failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ConnectFailure {
+    /// The host name did not resolve (or to no address).
+    Unresolvable { host: String, reason: String },
+    /// Nothing listens there.
+    Refused { addr: SocketAddr },
+    /// No connection or no handshake reply within the connect timeout.
+    TimedOut { addr: SocketAddr },
+    /// The server's handshake reply was cut short or malformed.
+    BadHandshake { addr: SocketAddr, reason: String },
+    /// Another socket error.
+    Io { addr: SocketAddr, reason: String },
+}
+
+impl std::fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectFailure::Unresolvable { host, reason } => {
+                write!(f, "cannot resolve {host}: {reason}")
+            }
+            ConnectFailure::Refused { addr } => write!(f, "connection to {addr} refused"),
+            ConnectFailure::TimedOut { addr } => write!(f, "connecting to {addr} timed out"),
+            ConnectFailure::BadHandshake { addr, reason } => {
+                write!(f, "bad handshake reply from {addr}: {reason}")
+            }
+            ConnectFailure::Io { addr, reason } => write!(f, "connecting to {addr}: {reason}"),
+        }
+    }
+}
+
+impl ConnectFailure {
+    /// Classifies a socket error of the connect step.
+    fn connecting(addr: SocketAddr, e: &io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::ConnectionRefused => ConnectFailure::Refused { addr },
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+                ConnectFailure::TimedOut { addr }
+            }
+            _ => ConnectFailure::Io {
+                addr,
+                reason: e.to_string(),
+            },
+        }
+    }
+
+    /// Classifies an error of the handshake exchange.
+    fn handshaking(addr: SocketAddr, e: &io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+                ConnectFailure::TimedOut { addr }
+            }
+            io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::InvalidData
+            | io::ErrorKind::ConnectionReset => ConnectFailure::BadHandshake {
+                addr,
+                reason: e.to_string(),
+            },
+            _ => ConnectFailure::Io {
+                addr,
+                reason: e.to_string(),
+            },
+        }
+    }
+}
+
+/// The connect string's hosts in the order this session tries them:
+/// shuffled once, as the Java client's `StaticHostProvider` does, so that
+/// the clients of a failed server spread over the others. Names are
+/// resolved at each attempt, so a changed DNS entry is followed.
+struct HostList {
+    names: Vec<String>,
+    next: usize,
+}
+
+impl HostList {
+    fn new(names: &[String]) -> Self {
+        let mut names = names.to_vec();
+        shuffle(&mut names);
+        HostList { names, next: 0 }
+    }
+
+    /// The next host to try, and whether it ends a round through the list.
+    fn next(&mut self) -> (&str, bool) {
+        let i = self.next % self.names.len().max(1);
+        self.next = self.next.wrapping_add(1);
+        let last = i + 1 == self.names.len();
+        (self.names.get(i).map_or("", String::as_str), last)
+    }
+}
+
+/// Resolves `host` (`name:port`) now, to one of its addresses at random;
+/// failures are logged, not dropped.
+fn resolve_one(host: &str) -> Result<SocketAddr, ConnectFailure> {
+    let unresolvable = |reason: String| {
+        log::warn!("cannot resolve ZooKeeper host {host}: {reason}");
+        ConnectFailure::Unresolvable {
+            host: host.to_owned(),
+            reason,
+        }
+    };
+    match host.to_socket_addrs() {
+        Ok(addrs) => {
+            let addrs: Vec<SocketAddr> = addrs.collect();
+            addrs
+                .get(random_below(addrs.len()))
+                .copied()
+                .ok_or_else(|| unresolvable("no address".into()))
+        }
+        Err(e) => Err(unresolvable(e.to_string())),
+    }
+}
+
+/// The search for a read-write server while connected read-only: one host
+/// at a time, first after 100 ms, then at doubling intervals up to 60 s
+/// (the Java client's pingRwServer timing).
+struct RwProbe {
+    every: Duration,
+    last: Instant,
+    timeout: Duration,
+}
+
+impl RwProbe {
+    fn new(negotiated: Duration) -> Self {
+        RwProbe {
+            every: Duration::from_millis(100),
+            last: Instant::now(),
+            // Short enough to leave the reader time for pings and silence.
+            timeout: (negotiated / 6).clamp(Duration::from_millis(50), Duration::from_secs(1)),
+        }
+    }
+
+    /// Probes the next host if one is due; its address if it is read-write.
+    fn due(&mut self, hosts: &mut HostList) -> Option<SocketAddr> {
+        if self.last.elapsed() < self.every {
+            return None;
+        }
+        self.every = (self.every * 2).min(Duration::from_secs(60));
+        let (host, _) = hosts.next();
+        let addr = resolve_one(host).ok()?;
+        let found = is_read_write(addr, self.timeout);
+        self.last = Instant::now();
+        found.then_some(addr)
+    }
+}
+
+/// Asks a server with the `isro` four-letter word whether it serves
+/// read-write.
+fn is_read_write(addr: SocketAddr, timeout: Duration) -> bool {
+    let ask = || -> io::Result<bool> {
+        let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+        s.set_read_timeout(Some(timeout))?;
+        s.set_write_timeout(Some(timeout))?;
+        s.write_all(b"isro")?;
+        let mut answer = Vec::new();
+        s.take(16).read_to_end(&mut answer)?;
+        Ok(answer.starts_with(b"rw"))
+    };
+    ask().unwrap_or(false)
+}
+
+/// Fisher-Yates with [`random_below`].
+fn shuffle<T>(items: &mut [T]) {
+    for i in (1..items.len()).rev() {
+        items.swap(i, random_below(i + 1));
+    }
 }
 
 /// Session-level happenings, sent to the framework's state thread.
@@ -116,11 +299,27 @@ impl ReplySlot {
     }
 }
 
+/// Reply matching: what waits for a reply on the live connection. Held
+/// only briefly, never across a socket write, so a write stuck on a stalled
+/// peer cannot stop the reader from matching replies or dropping the
+/// connection.
 struct Io {
-    /// The write side of the live connection; `None` while disconnected.
-    stream: Option<TcpStream>,
+    /// A handle on the live connection to shut it down with; `None` while
+    /// disconnected.
+    live: Option<TcpStream>,
+    /// Counts connections; a writer checks it to write only on the
+    /// connection its requests were queued for.
+    conn_id: u64,
     pending: VecDeque<Pending>,
     next_xid: i32,
+}
+
+/// The write side of the live connection. Writers queue their requests in
+/// [`Io`] and write them under this lock, so frames and the pending queue
+/// keep the same order.
+struct Out {
+    stream: Option<TcpStream>,
+    conn_id: u64,
     last_send: Instant,
 }
 
@@ -142,14 +341,21 @@ struct Credentials {
 struct Inner {
     cfg: WireConfig,
     io: Mutex<Io>,
+    out: Mutex<Out>,
     connected: Condvar,
     creds: Mutex<Credentials>,
     watches: Mutex<Watches>,
     last_zxid: AtomicI64,
     closed: AtomicBool,
-    /// Set while a test expires this session from another connection: the
-    /// I/O loop must not reconnect (and so revive the session) meanwhile.
-    hold_reconnect: AtomicBool,
+    /// Set once closeSession is on its way: the connection may still carry
+    /// the reply, but if it drops the session is over, never resumed.
+    closing: AtomicBool,
+    /// The server's reason, when the server ended the session.
+    ended_by: Mutex<Option<ErrorCode>>,
+    /// Whether a read-write server has granted this session.
+    seen_read_write: AtomicBool,
+    /// Why the last connect attempt failed; `None` after a success.
+    last_connect_error: Mutex<Option<ConnectFailure>>,
     events: EventSink,
     watch_events: Sender<(Vec<WatchFn>, WatchedEvent)>,
 }
@@ -171,9 +377,14 @@ impl WireSession {
         let (watch_tx, watch_rx) = unbounded();
         let inner = Arc::new(Inner {
             io: Mutex::new(Io {
-                stream: None,
+                live: None,
+                conn_id: 0,
                 pending: VecDeque::new(),
                 next_xid: 1,
+            }),
+            out: Mutex::new(Out {
+                stream: None,
+                conn_id: 0,
                 last_send: Instant::now(),
             }),
             connected: Condvar::new(),
@@ -186,7 +397,10 @@ impl WireSession {
             watches: Mutex::new(Watches::default()),
             last_zxid: AtomicI64::new(0),
             closed: AtomicBool::new(false),
-            hold_reconnect: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            last_connect_error: Mutex::new(None),
+            seen_read_write: AtomicBool::new(false),
+            ended_by: Mutex::new(None),
             events,
             watch_events: watch_tx,
         });
@@ -227,7 +441,24 @@ impl WireSession {
     ) -> (Result<Reply, Error>, Result<Reply, Error>) {
         let slots = match self.send_all(&[first, second], None) {
             Ok(slots) => slots,
-            Err(e) => return (Err(e), Err(Error::from_code(ErrorCode::ConnectionLoss))),
+            Err(e) => {
+                // Neither was sent: the second fails for the same reason.
+                let second = match &e {
+                    Error::RequestTooLarge {
+                        operation,
+                        path,
+                        size,
+                        max,
+                    } => Error::RequestTooLarge {
+                        operation,
+                        path: path.clone(),
+                        size: *size,
+                        max: *max,
+                    },
+                    _ => Error::from_code(ErrorCode::ConnectionLoss),
+                };
+                return (Err(e), Err(second));
+            }
         };
         let wait = |slot: &ReplySlot| {
             slot.wait_until(deadline)
@@ -257,20 +488,42 @@ impl WireSession {
     ) -> Result<Vec<Arc<ReplySlot>>, Error> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::Acquire) {
-            // This session is over; the client retries on its successor.
-            return Err(Error::from_code(ErrorCode::ConnectionLoss));
+            // This session is over; the client retries on its successor,
+            // unless it ended for a reason retrying cannot fix.
+            return Err(self.end_error());
         }
-        let mut io = inner.io.lock();
-        let mut xids = Vec::with_capacity(requests.len());
+        let mut out = inner.out.lock();
         let mut frames = Vec::new();
-        for (opcode, build) in requests {
-            let xid = io.take_xid();
-            let mut w = proto::request(xid, *opcode);
-            build(&mut w);
-            frames.extend_from_slice(&w.finish_frame());
-            xids.push(xid);
+        let mut slots = Vec::with_capacity(requests.len());
+        {
+            // Queued before the write, so the reply always finds its request.
+            let mut io = inner.io.lock();
+            if io.live.is_none() || io.conn_id != out.conn_id {
+                return Err(Error::from_code(ErrorCode::ConnectionLoss));
+            }
+            let last = requests.len().saturating_sub(1);
+            for (i, (opcode, build)) in requests.iter().enumerate() {
+                let xid = io.take_xid();
+                let mut w = proto::request(xid, *opcode);
+                build(&mut w);
+                let frame = w.finish_frame();
+                if frame.len() - 4 > inner.cfg.max_request {
+                    // Nothing of this batch is queued yet: drop it whole.
+                    let keep = io.pending.len() - slots.len();
+                    io.pending.truncate(keep);
+                    return Err(too_large(&frame, inner.cfg.max_request));
+                }
+                frames.extend_from_slice(&frame);
+                let slot = Arc::new(ReplySlot::default());
+                io.pending.push_back(Pending {
+                    xid,
+                    reply: Some(Arc::clone(&slot)),
+                    watch: if i == last { watch.take() } else { None },
+                });
+                slots.push(slot);
+            }
         }
-        let Some(stream) = io.stream.as_mut() else {
+        let Some(stream) = out.stream.as_mut() else {
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
         };
         if let Err(e) = stream.write_all(&frames) {
@@ -278,33 +531,36 @@ impl WireSession {
             let _ = stream.shutdown(Shutdown::Both);
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
         }
-        io.last_send = Instant::now();
-        let last = xids.len().saturating_sub(1);
-        let mut slots = Vec::with_capacity(xids.len());
-        for (i, xid) in xids.into_iter().enumerate() {
-            let slot = Arc::new(ReplySlot::default());
-            io.pending.push_back(Pending {
-                xid,
-                reply: Some(Arc::clone(&slot)),
-                watch: if i == last { watch.take() } else { None },
-            });
-            slots.push(slot);
-        }
+        out.last_send = Instant::now();
         Ok(slots)
     }
 
-    /// Waits until the session is connected, or the deadline passes.
+    /// Why requests on this session fail now that it is over: `AuthFailed`
+    /// after a rejected auth, otherwise `ConnectionLoss` (the client's
+    /// cue to retry on the next session).
+    pub(crate) fn end_error(&self) -> Error {
+        match *self.inner.ended_by.lock() {
+            Some(ErrorCode::AuthFailed) => Error::from_code(ErrorCode::AuthFailed),
+            _ => Error::from_code(ErrorCode::ConnectionLoss),
+        }
+    }
+
+    /// Waits until the session is connected (true), or the deadline passes
+    /// (false). A session that is over returns true at once: a request on
+    /// it then fails straight away with why ([`WireSession::end_error`]).
     pub(crate) fn wait_connected(&self, deadline: Instant) -> bool {
         let mut io = self.inner.io.lock();
-        while io.stream.is_none() {
-            if self.inner.closed.load(Ordering::Acquire)
-                || self
-                    .inner
-                    .connected
-                    .wait_until(&mut io, deadline)
-                    .timed_out()
+        while io.live.is_none() {
+            if self.inner.closed.load(Ordering::Acquire) {
+                return true;
+            }
+            if self
+                .inner
+                .connected
+                .wait_until(&mut io, deadline)
+                .timed_out()
             {
-                return io.stream.is_some();
+                return io.live.is_some();
             }
         }
         true
@@ -324,10 +580,7 @@ impl WireSession {
         if id == 0 {
             return Err(Error::IllegalState("not connected yet".into()));
         }
-        self.inner.hold_reconnect.store(true, Ordering::Release);
-        let closed = close_session_by_credentials(&self.inner.cfg.hosts, id, &passwd, timeout);
-        self.inner.hold_reconnect.store(false, Ordering::Release);
-        closed
+        close_session_by_credentials(&self.inner.cfg.hosts, id, &passwd, timeout)
     }
 
     pub(crate) fn credentials(&self) -> (i64, Vec<u8>) {
@@ -335,7 +588,16 @@ impl WireSession {
         (c.session_id, c.passwd.clone())
     }
 
-    /// The session timeout the server granted.
+    /// Why the last attempt to connect failed (refused, unresolvable, timed
+    /// out, bad handshake); `None` if it succeeded or none failed yet.
+    #[allow(dead_code)] // for the client's connection-loss errors
+    pub(crate) fn last_connect_error(&self) -> Option<ConnectFailure> {
+        self.inner.last_connect_error.lock().clone()
+    }
+
+    /// The session timeout in force: the server's grant, clamped to the
+    /// requested timeout (a server may not stretch the client's silence
+    /// detection beyond what it asked for).
     pub(crate) fn negotiated_timeout(&self) -> Duration {
         self.inner.creds.lock().negotiated
     }
@@ -346,25 +608,48 @@ impl WireSession {
         if self.inner.closed.load(Ordering::Acquire) {
             return;
         }
+        self.inner.closing.store(true, Ordering::Release);
         if let Ok(slot) = self.send(op::CLOSE_SESSION, |_| {}, None) {
             let _ = slot.wait_until(Instant::now() + timeout);
         }
-        self.abandon();
+        // Closed on purpose: its watches go quietly, as in the Java client.
+        self.inner.shut_down();
     }
 
-    /// Drops the connection without telling the server; the session lives on
-    /// there until it times out.
+    /// Gives the session up without telling the server (the client declared
+    /// it lost): pending watchers fire once with `SessionExpired`, as on a
+    /// real expiry, so nobody waits on a watch that can no longer fire.
     pub(crate) fn abandon(&self) {
-        if self.inner.closed.swap(true, Ordering::AcqRel) {
-            return;
+        if self.inner.shut_down() {
+            self.inner.fire_watches_expired();
         }
-        self.inner.drop_connection(ErrorCode::ConnectionLoss);
-        self.inner.connected.notify_all();
+    }
+}
+
+/// The error for a request `frame` over `max` bytes, naming its operation
+/// and the path its body starts with (every single-path operation's does).
+fn too_large(frame: &[u8], max: usize) -> Error {
+    let mut r = Reader::new(&frame[4..]);
+    let opcode = r.i32().and_then(|_| r.i32()).unwrap_or(0);
+    let path_len = r.i32().unwrap_or(0).clamp(0, 200) as usize;
+    let path = String::from_utf8_lossy(r.rest().get(..path_len).unwrap_or_default());
+    let path = match path.len() < 200 {
+        true => path.into_owned(),
+        false => format!("{path}..."),
+    };
+    Error::RequestTooLarge {
+        operation: proto::op_name(opcode),
+        path,
+        size: frame.len() - 4,
+        max,
     }
 }
 
 /// Asks the server to close a session by its credentials, from a second
-/// connection: the server-side expiry that tests need.
+/// connection: the server-side expiry that tests need. The session's own
+/// client may take the session back meanwhile (its reconnect displaces this
+/// connection), so a close counts only once the server confirms it: by the
+/// close reply, or by answering a handshake for the session as expired.
 pub(crate) fn close_session_by_credentials(
     hosts: &[String],
     session_id: i64,
@@ -373,40 +658,58 @@ pub(crate) fn close_session_by_credentials(
 ) -> Result<(), Error> {
     let deadline = Instant::now() + timeout;
     let mut last = Error::from_code(ErrorCode::ConnectionLoss);
-    for addr in resolve(hosts) {
-        let attempt = (|| -> io::Result<()> {
-            let mut s = TcpStream::connect_timeout(&addr, remaining(deadline))?;
-            s.set_read_timeout(Some(remaining(deadline)))?;
-            let req = ConnectRequest {
-                last_zxid: 0,
-                timeout_ms: 30_000,
-                session_id,
-                passwd,
-                read_only: false,
-            };
-            s.write_all(&req.frame())?;
-            read_frame(&mut s)?;
-            s.write_all(&proto::request(1, op::CLOSE_SESSION).finish_frame())?;
-            match read_frame(&mut s) {
-                // The server may drop every connection of the closed session
-                // before our reply is flushed; the close is done either way.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
-                    ) =>
-                {
-                    Ok(())
-                }
-                other => other.map(drop),
+    while Instant::now() < deadline {
+        for addr in hosts.iter().filter_map(|h| resolve_one(h).ok()) {
+            match close_once(addr, session_id, passwd, deadline) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => last = Error::Io(e),
             }
-        })();
-        match attempt {
-            Ok(()) => return Ok(()),
-            Err(e) => last = Error::Io(e),
         }
+        thread::sleep(Duration::from_millis(10));
     }
     Err(last)
+}
+
+/// One try: `Ok(true)` once the server confirms the session is gone,
+/// `Ok(false)` when the connection dropped before it could say.
+fn close_once(
+    addr: SocketAddr,
+    session_id: i64,
+    passwd: &[u8],
+    deadline: Instant,
+) -> io::Result<bool> {
+    let mut s = TcpStream::connect_timeout(&addr, remaining(deadline))?;
+    s.set_read_timeout(Some(remaining(deadline)))?;
+    let req = ConnectRequest {
+        last_zxid: 0,
+        timeout_ms: 30_000,
+        session_id,
+        passwd,
+        read_only: false,
+    };
+    s.write_all(&req.frame())?;
+    let dropped = |e: &io::Error| {
+        matches!(
+            e.kind(),
+            io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+        )
+    };
+    let resp = match read_frame(&mut s, DEFAULT_MAX_REPLY) {
+        Ok(frame) => ConnectResponse::read(&frame)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?,
+        Err(e) if dropped(&e) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if resp.timeout_ms <= 0 {
+        return Ok(true); // expired: closed already
+    }
+    s.write_all(&proto::request(1, op::CLOSE_SESSION).finish_frame())?;
+    match read_frame(&mut s, DEFAULT_MAX_REPLY) {
+        Ok(_) => Ok(true),
+        Err(e) if dropped(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 fn remaining(deadline: Instant) -> Duration {
@@ -415,26 +718,23 @@ fn remaining(deadline: Instant) -> Duration {
         .max(Duration::from_millis(1))
 }
 
-fn resolve(hosts: &[String]) -> Vec<SocketAddr> {
-    hosts
-        .iter()
-        .filter_map(|h| h.to_socket_addrs().ok())
-        .flatten()
-        .collect()
-}
-
-fn read_frame(s: &mut TcpStream) -> io::Result<Vec<u8>> {
+/// Reads one frame of at most `max` bytes. The buffer grows as bytes
+/// arrive: a length prefix alone allocates nothing.
+fn read_frame(s: &mut TcpStream, max: usize) -> io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len)?;
     let len = i32::from_be_bytes(len);
-    if len < 0 || len as usize > MAX_FRAME {
+    if len < 0 || len as usize > max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            "bad frame length",
+            format!("frame length {len} outside 0..={max}"),
         ));
     }
-    let mut body = vec![0; len as usize];
-    s.read_exact(&mut body)?;
+    let mut body = Vec::new();
+    s.take(len as u64).read_to_end(&mut body)?;
+    if body.len() < len as usize {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
     Ok(body)
 }
 
@@ -459,6 +759,8 @@ fn run_watcher(w: WatchFn, event: &WatchedEvent) {
 enum Ended {
     /// Lost or silent: reconnect to the same session.
     Dropped,
+    /// Connected read-only, a read-write server was found: connect there.
+    ReadWriteFound(SocketAddr),
     /// The server says the session is gone.
     Expired,
     AuthFailed,
@@ -466,60 +768,75 @@ enum Ended {
 
 impl Inner {
     fn run(self: Arc<Self>) {
-        let mut hosts = resolve(&self.cfg.hosts);
-        // Spread clients over an ensemble as the Java client does by shuffling.
-        let start = random_below(hosts.len().max(1));
-        hosts.rotate_left(start);
+        let mut hosts = HostList::new(&self.cfg.hosts);
+        // Jittered (the crate's default randomization is ±50%) and growing
+        // while attempts keep failing.
         let mut pause = backoff::ExponentialBackoff {
             initial_interval: Duration::from_millis(20),
             max_interval: Duration::from_secs(1),
             max_elapsed_time: None,
             ..Default::default()
         };
-        let mut next = 0usize;
-        while !self.closed.load(Ordering::Acquire) {
-            if self.hold_reconnect.load(Ordering::Acquire) {
-                thread::sleep(Duration::from_millis(5));
-                continue;
-            }
-            if hosts.is_empty() {
-                hosts = resolve(&self.cfg.hosts);
-            }
-            let Some(addr) = hosts.get(next % hosts.len().max(1)).copied() else {
-                thread::sleep(pause.next_backoff().unwrap_or(Duration::from_secs(1)));
-                continue;
+        let pause_now = |pause: &mut backoff::ExponentialBackoff| {
+            thread::sleep(pause.next_backoff().unwrap_or(Duration::from_secs(1)));
+        };
+        // A read-write server found while connected read-only.
+        let mut prefer = None;
+        while !self.is_ending() {
+            let (attempt, round_done) = match prefer.take() {
+                Some(addr) => (Ok(addr), false),
+                None => {
+                    let (host, round_done) = hosts.next();
+                    (
+                        resolve_one(host).map_err(HandshakeError::Failed),
+                        round_done,
+                    )
+                }
             };
-            next = next.wrapping_add(1);
-            let ended = match self.handshake(addr) {
+            let ended = match attempt.and_then(|addr| self.handshake(addr)) {
                 Ok((stream, read_only)) => {
-                    pause.reset();
+                    *self.last_connect_error.lock() = None;
+                    let connected_at = Instant::now();
                     (self.events)(WireEvent::Connected { read_only });
-                    let (ended, last_recv) = self.read_loop(stream);
-                    // Requests behind a rejected auth fail with AuthFailed.
-                    self.drop_connection(match ended {
-                        Ended::AuthFailed => ErrorCode::AuthFailed,
-                        _ => ErrorCode::ConnectionLoss,
-                    });
-                    if !self.closed.load(Ordering::Acquire) {
+                    let (ended, last_recv) = self.read_loop(stream, read_only, &mut hosts);
+                    if matches!(ended, Ended::AuthFailed) {
+                        // What waits fails with the reason, and nothing
+                        // reports a mere disconnection first.
+                        *self.ended_by.lock() = Some(ErrorCode::AuthFailed);
+                        self.closed.store(true, Ordering::Release);
+                        self.drop_connection(ErrorCode::AuthFailed);
+                    }
+                    self.drop_connection(ErrorCode::ConnectionLoss);
+                    if !self.is_ending() {
                         (self.events)(WireEvent::Disconnected {
                             silent_for: last_recv.elapsed(),
                         });
                     }
+                    // A server that accepts the handshake and then fails at
+                    // once (garbage, oversize frames) gets a growing,
+                    // jittered pause, not a reconnect per request.
+                    if matches!(ended, Ended::Dropped) && !self.is_ending() {
+                        if connected_at.elapsed() >= HEALTHY_CONNECTION {
+                            pause.reset();
+                        }
+                        pause_now(&mut pause);
+                    }
                     ended
                 }
                 Err(HandshakeError::Expired) => Ended::Expired,
-                Err(HandshakeError::Io(e)) => {
-                    log::debug!("connect to {addr} failed: {e}");
+                Err(HandshakeError::Failed(failure)) => {
+                    log::debug!("connecting failed: {failure}");
+                    *self.last_connect_error.lock() = Some(failure);
                     // Back off once per full round of failed hosts.
-                    let round_done = next.is_multiple_of(hosts.len().max(1));
                     if round_done {
-                        thread::sleep(pause.next_backoff().unwrap_or(Duration::from_secs(1)));
+                        pause_now(&mut pause);
                     }
                     Ended::Dropped
                 }
             };
             match ended {
                 Ended::Dropped => {}
+                Ended::ReadWriteFound(addr) => prefer = Some(addr),
                 Ended::Expired => {
                     log::info!("session expired");
                     self.expire(ErrorCode::SessionExpired, WireEvent::Expired);
@@ -534,25 +851,52 @@ impl Inner {
         (self.events)(WireEvent::Closed);
     }
 
+    /// Whether the session is closed or closing: no more reconnects.
+    fn is_ending(&self) -> bool {
+        self.closed.load(Ordering::Acquire) || self.closing.load(Ordering::Acquire)
+    }
+
     /// The session is over for good: fail what waits, fire every watch once
     /// so nobody sleeps on a watch that can no longer fire.
     fn expire(&self, code: ErrorCode, event: WireEvent) {
+        *self.ended_by.lock() = Some(code);
         self.closed.store(true, Ordering::Release);
         self.drop_connection(code);
         self.connected.notify_all();
-        for (path, w) in self.watches.lock().drain() {
-            let ev = WatchedEvent {
-                event_type: EventType::SessionExpired,
-                path,
-            };
-            let _ = self.watch_events.send((vec![w.run], ev));
-        }
+        self.fire_watches_expired();
         (self.events)(event);
+    }
+
+    /// Marks the session closed and drops its connection; false if it was
+    /// closed already.
+    fn shut_down(&self) -> bool {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.drop_connection(ErrorCode::ConnectionLoss);
+        self.connected.notify_all();
+        true
+    }
+
+    /// Removes every watch and fires each once with `SessionExpired`.
+    fn fire_watches_expired(&self) {
+        let ended = self.watches.lock().end();
+        for (path, w) in ended {
+            self.send_expired(path, w.run);
+        }
+    }
+
+    fn send_expired(&self, path: String, run: WatchFn) {
+        let ev = WatchedEvent {
+            event_type: EventType::SessionExpired,
+            path,
+        };
+        let _ = self.watch_events.send((vec![run], ev));
     }
 
     fn drop_connection(&self, code: ErrorCode) {
         let mut io = self.io.lock();
-        if let Some(s) = io.stream.take() {
+        if let Some(s) = io.live.take() {
             let _ = s.shutdown(Shutdown::Both);
         }
         for p in io.pending.drain(..) {
@@ -560,16 +904,96 @@ impl Inner {
         }
     }
 
+    /// Connects to `addr`, resumes or starts the session there, and makes
+    /// the connection the live one; returns its read side and whether the
+    /// server is read-only.
     fn handshake(&self, addr: SocketAddr) -> Result<(TcpStream, bool), HandshakeError> {
+        let (mut s, resp) = self.exchange_handshake(addr)?;
+        // The session's own timing follows the requested timeout at most.
+        let granted = Duration::from_millis(resp.timeout_ms as u64);
+        let negotiated = granted.min(self.cfg.session_timeout);
+        if granted > self.cfg.session_timeout {
+            log::warn!(
+                "{addr} granted a session timeout of {granted:?}, above the {:?} asked for; using {negotiated:?}",
+                self.cfg.session_timeout
+            );
+        }
+        {
+            let mut c = self.creds.lock();
+            c.session_id = resp.session_id;
+            c.passwd = resp.passwd;
+            c.negotiated = negotiated;
+        }
+        let failed = |e: io::Error| {
+            HandshakeError::Failed(ConnectFailure::Io {
+                addr,
+                reason: e.to_string(),
+            })
+        };
+        let reader = s.try_clone().map_err(failed)?;
+        reader
+            .set_read_timeout(Some(tick(negotiated)))
+            .map_err(failed)?;
+        let mut out = self.out.lock();
+        self.prime(&mut s).map_err(failed)?;
+        let handle = s.try_clone().map_err(failed)?;
+        out.stream = Some(s);
+        out.last_send = Instant::now();
+        let mut io = self.io.lock();
+        io.conn_id += 1;
+        io.live = Some(handle);
+        out.conn_id = io.conn_id;
+        drop(io);
+        drop(out);
+        self.connected.notify_all();
+        Ok((reader, resp.read_only))
+    }
+
+    /// Auth and re-armed watches go first, before any caller's request.
+    fn prime(&self, s: &mut TcpStream) -> io::Result<()> {
+        for (scheme, auth) in &self.cfg.auth {
+            let mut w = proto::request(xid::AUTH, op::AUTH);
+            w.i32(0).string(scheme).bytes(auth);
+            s.write_all(&w.finish_frame())?;
+        }
+        let watches = self.watches.lock();
+        if !watches.is_empty() {
+            let last_zxid = self.last_zxid.load(Ordering::Acquire);
+            for [data, exist, child] in set_watches_batches(watches.paths()) {
+                let mut w = proto::request(xid::SET_WATCHES, op::SET_WATCHES);
+                w.i64(last_zxid)
+                    .strings(&data)
+                    .strings(&exist)
+                    .strings(&child);
+                s.write_all(&w.finish_frame())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The connect request and its reply, each failure classified.
+    fn exchange_handshake(
+        &self,
+        addr: SocketAddr,
+    ) -> Result<(TcpStream, ConnectResponse), HandshakeError> {
         let per_host = self.cfg.connection_timeout / (self.cfg.hosts.len().max(1) as u32);
         let per_host = per_host.max(Duration::from_millis(200));
-        let mut s = TcpStream::connect_timeout(&addr, per_host)?;
-        s.set_nodelay(true)?;
-        s.set_read_timeout(Some(per_host))?;
-        s.set_write_timeout(Some(self.cfg.connection_timeout))?;
+        let connecting =
+            |e: io::Error| HandshakeError::Failed(ConnectFailure::connecting(addr, &e));
+        let handshaking =
+            |e: io::Error| HandshakeError::Failed(ConnectFailure::handshaking(addr, &e));
+        let mut s = TcpStream::connect_timeout(&addr, per_host).map_err(connecting)?;
+        s.set_nodelay(true).map_err(connecting)?;
+        s.set_read_timeout(Some(per_host)).map_err(connecting)?;
+        s.set_write_timeout(Some(self.cfg.connection_timeout))
+            .map_err(connecting)?;
         let (session_id, passwd) = {
             let c = self.creds.lock();
-            (c.session_id, c.passwd.clone())
+            // A read-only server's session is not resumed elsewhere: ask for
+            // a new one until a read-write server has been seen (Java's
+            // seenRwServerBefore).
+            let resume = self.seen_read_write.load(Ordering::Acquire);
+            (if resume { c.session_id } else { 0 }, c.passwd.clone())
         };
         let req = ConnectRequest {
             last_zxid: self.last_zxid.load(Ordering::Acquire),
@@ -578,50 +1002,39 @@ impl Inner {
             passwd: &passwd,
             read_only: self.cfg.can_be_read_only,
         };
-        s.write_all(&req.frame())?;
-        let resp = ConnectResponse::read(&read_frame(&mut s)?)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        s.write_all(&req.frame()).map_err(handshaking)?;
+        let frame = read_frame(&mut s, self.cfg.max_reply).map_err(handshaking)?;
+        let resp = ConnectResponse::read(&frame).map_err(|e| {
+            HandshakeError::Failed(ConnectFailure::BadHandshake {
+                addr,
+                reason: e.to_string(),
+            })
+        })?;
         if resp.timeout_ms <= 0 {
             return Err(HandshakeError::Expired);
         }
-        let negotiated = Duration::from_millis(resp.timeout_ms as u64);
-        {
-            let mut c = self.creds.lock();
-            c.session_id = resp.session_id;
-            c.passwd = resp.passwd;
-            c.negotiated = negotiated;
+        if !resp.read_only {
+            self.seen_read_write.store(true, Ordering::Release);
         }
-        let reader = s.try_clone()?;
-        reader.set_read_timeout(Some(tick(negotiated)))?;
-        let mut io = self.io.lock();
-        // Auth and re-armed watches go first, before any caller's request.
-        for (scheme, auth) in &self.cfg.auth {
-            let mut w = proto::request(xid::AUTH, op::AUTH);
-            w.i32(0).string(scheme).bytes(auth);
-            s.write_all(&w.finish_frame())?;
-        }
-        let watches = self.watches.lock();
-        if !watches.is_empty() {
-            let (data, exist, child) = watches.paths();
-            let mut w = proto::request(xid::SET_WATCHES, op::SET_WATCHES);
-            w.i64(self.last_zxid.load(Ordering::Acquire))
-                .strings(&data)
-                .strings(&exist)
-                .strings(&child);
-            s.write_all(&w.finish_frame())?;
-        }
-        drop(watches);
-        io.stream = Some(s);
-        io.last_send = Instant::now();
-        drop(io);
-        self.connected.notify_all();
-        Ok((reader, resp.read_only))
+        Ok((s, resp))
     }
 
-    fn read_loop(&self, mut s: TcpStream) -> (Ended, Instant) {
+    /// Reads and dispatches replies until the connection ends. Connected to
+    /// a read-only server, it also probes the other hosts for a read-write
+    /// one (`hosts`), as the Java client's pingRwServer.
+    fn read_loop(
+        &self,
+        mut s: TcpStream,
+        read_only: bool,
+        hosts: &mut HostList,
+    ) -> (Ended, Instant) {
         let negotiated = self.creds.lock().negotiated;
+        let mut probe = RwProbe::new(negotiated);
         let read_timeout = negotiated * 2 / 3;
-        let ping_every = read_timeout / 2;
+        // Half the read timeout, and at least every 10 s as the Java client
+        // (`MAX_SEND_PING_INTERVAL`), so idle connections look alive to
+        // whatever sits between client and server.
+        let ping_every = (read_timeout / 2).min(MAX_PING_INTERVAL);
         let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
         let mut chunk = vec![0u8; 64 * 1024];
         let mut last_recv = Instant::now();
@@ -661,12 +1074,21 @@ impl Inner {
                 log::info!("no reply from server for {:?}, reconnecting", read_timeout);
                 return (Ended::Dropped, last_recv);
             }
-            let mut io = self.io.lock();
-            if io.last_send.elapsed() >= ping_every {
-                let ping = proto::request(xid::PING, op::PING).finish_frame();
-                match io.stream.as_mut().map(|st| st.write_all(&ping)) {
-                    Some(Ok(())) => io.last_send = Instant::now(),
-                    _ => return (Ended::Dropped, last_recv),
+            if read_only {
+                if let Some(addr) = probe.due(hosts) {
+                    log::info!("read-write server found at {addr}, moving there");
+                    return (Ended::ReadWriteFound(addr), last_recv);
+                }
+            }
+            // A writer holding the lock is sending already (or stuck, which
+            // the silence check above catches): no ping needed then.
+            if let Some(mut out) = self.out.try_lock() {
+                if out.last_send.elapsed() >= ping_every {
+                    let ping = proto::request(xid::PING, op::PING).finish_frame();
+                    match out.stream.as_mut().map(|st| st.write_all(&ping)) {
+                        Some(Ok(())) => out.last_send = Instant::now(),
+                        _ => return (Ended::Dropped, last_recv),
+                    }
                 }
             }
         }
@@ -678,7 +1100,7 @@ impl Inner {
         let mut outcome = None;
         while buf.len() - at >= 4 {
             let len = i32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
-            if len < 0 || len as usize > MAX_FRAME {
+            if len < 0 || len as usize > self.cfg.max_reply {
                 return Err(Error::Marshalling("bad frame length"));
             }
             let end = at + 4 + len as usize;
@@ -746,7 +1168,15 @@ impl Inner {
                         Err(_) => None,
                     };
                     if let Some(kind) = kind {
-                        self.watches.lock().add(kind, reg.path, reg.watcher);
+                        let mut watches = self.watches.lock();
+                        if watches.is_ended() {
+                            // The session was given up while this reply was
+                            // on its way: the watch fires like the others.
+                            drop(watches);
+                            self.send_expired(reg.path, reg.watcher.run);
+                        } else {
+                            watches.add(kind, reg.path, reg.watcher);
+                        }
                     }
                 }
                 pending.answer(result);
@@ -758,13 +1188,38 @@ impl Inner {
 
 enum HandshakeError {
     Expired,
-    Io(io::Error),
+    Failed(ConnectFailure),
 }
 
-impl From<io::Error> for HandshakeError {
-    fn from(e: io::Error) -> Self {
-        HandshakeError::Io(e)
+/// Paths per SetWatches frame: a batch closes once its paths add up to
+/// this many bytes, as in the Java client (`SET_WATCHES_MAX_LENGTH`), so a
+/// frame stays far below the server's jute.maxbuffer (1 MiB).
+const SET_WATCHES_BATCH: usize = 128 * 1024;
+
+/// Splits the watched paths (data, exist, child) into SetWatches batches,
+/// the Java client's way: paths are taken in that order and a batch closes
+/// once its paths reach [`SET_WATCHES_BATCH`] bytes (so the last path may
+/// overshoot it a little).
+fn set_watches_batches(
+    (data, exist, child): (Vec<String>, Vec<String>, Vec<String>),
+) -> Vec<[Vec<String>; 3]> {
+    let mut batches = Vec::new();
+    let mut batch: [Vec<String>; 3] = Default::default();
+    let mut length = 0;
+    for (table, paths) in [data, exist, child].into_iter().enumerate() {
+        for path in paths {
+            length += path.len();
+            batch[table].push(path);
+            if length >= SET_WATCHES_BATCH {
+                batches.push(std::mem::take(&mut batch));
+                length = 0;
+            }
+        }
     }
+    if batch.iter().any(|b| !b.is_empty()) {
+        batches.push(batch);
+    }
+    batches
 }
 
 /// How often the reader wakes when the socket is idle, to ping and to judge silence.
@@ -788,4 +1243,99 @@ pub(crate) fn random_below(n: usize) -> usize {
             .unwrap_or(0),
     );
     (h.finish() % (n.max(1) as u64)) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_watches_batches_stay_near_128_kb() {
+        let paths = |n: usize, tag: &str| -> Vec<String> {
+            (0..n).map(|i| format!("/{tag}/{i:0100}")).collect()
+        };
+        let batches = set_watches_batches((paths(3000, "d"), paths(3000, "e"), paths(10, "c")));
+        let total: usize = batches.iter().flatten().map(Vec::len).sum();
+        assert_eq!(total, 6010);
+        for b in &batches {
+            let bytes: usize = b.iter().flatten().map(String::len).sum();
+            assert!(bytes < SET_WATCHES_BATCH + 200, "{bytes}");
+        }
+        assert!(batches.len() >= 5, "{}", batches.len());
+        assert!(set_watches_batches(Default::default()).is_empty());
+    }
+
+    fn session_to(host: String) -> WireSession {
+        let cfg = WireConfig {
+            hosts: vec![host],
+            session_timeout: Duration::from_secs(2),
+            connection_timeout: Duration::from_millis(300),
+            can_be_read_only: false,
+            auth: Vec::new(),
+            max_reply: DEFAULT_MAX_REPLY,
+            max_request: JUTE_MAXBUFFER,
+        };
+        WireSession::start(cfg, Box::new(|_| {})).unwrap()
+    }
+
+    fn first_failure(s: &WireSession) -> ConnectFailure {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(f) = s.last_connect_error() {
+                s.close(Duration::ZERO);
+                return f;
+            }
+            assert!(Instant::now() < deadline, "no connect failure recorded");
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn last_connect_error_says_why() {
+        let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = closed_port.local_addr().unwrap();
+        drop(closed_port);
+        let refused = first_failure(&session_to(addr.to_string()));
+        assert_eq!(refused, ConnectFailure::Refused { addr });
+
+        let unresolvable = first_failure(&session_to("no-such-host.invalid:2181".into()));
+        assert!(
+            matches!(unresolvable, ConnectFailure::Unresolvable { ref host, .. } if host == "no-such-host.invalid:2181"),
+            "{unresolvable}"
+        );
+
+        // Accepted by the kernel's backlog, never answered.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = silent.local_addr().unwrap();
+        let timed_out = first_failure(&session_to(addr.to_string()));
+        assert_eq!(timed_out, ConnectFailure::TimedOut { addr });
+
+        let garbage = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = garbage.local_addr().unwrap();
+        let server = thread::spawn(move || {
+            let (mut c, _) = garbage.accept().unwrap();
+            let _ = c.write_all(&[0, 0, 0, 2, 1, 2]);
+        });
+        let bad = first_failure(&session_to(addr.to_string()));
+        assert!(
+            matches!(bad, ConnectFailure::BadHandshake { addr: a, .. } if a == addr),
+            "{bad}"
+        );
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn hosts_are_shuffled_not_rotated() {
+        let names: Vec<String> = ["a:1", "b:1", "c:1"].map(String::from).to_vec();
+        let mut orders = std::collections::HashSet::new();
+        for _ in 0..300 {
+            let mut hosts = HostList::new(&names);
+            let order: Vec<String> = (0..3).map(|_| hosts.next().0.to_owned()).collect();
+            let rounds: Vec<bool> = (0..3).map(|_| hosts.next().1).collect();
+            assert_eq!(rounds, [false, false, true]);
+            orders.insert(order);
+        }
+        // A rotation gives 3 orders; a shuffle all 3! = 6.
+        assert_eq!(orders.len(), 6, "{orders:?}");
+    }
 }

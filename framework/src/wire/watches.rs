@@ -41,6 +41,9 @@ pub(crate) struct Watches {
     data: HashMap<String, Vec<Watcher>>,
     exist: HashMap<String, Vec<Watcher>>,
     child: HashMap<String, Vec<Watcher>>,
+    /// Set once the session is gone and its watches fired: a watch whose
+    /// reply is read after that must fire at once, not wait in a table.
+    ended: bool,
 }
 
 impl Watches {
@@ -86,6 +89,17 @@ impl Watches {
         self.data.is_empty() && self.exist.is_empty() && self.child.is_empty()
     }
 
+    /// Every watch, removed, and the table marked ended: the session that
+    /// held them is gone.
+    pub(crate) fn end(&mut self) -> Vec<(String, Watcher)> {
+        self.ended = true;
+        self.drain()
+    }
+
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended
+    }
+
     /// Every watch, removed: the session that held them is gone.
     pub(crate) fn drain(&mut self) -> Vec<(String, Watcher)> {
         let mut all = Vec::new();
@@ -95,5 +109,28 @@ impl Watches {
             }
         }
         all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watcher() -> Watcher {
+        Watcher {
+            run: Box::new(|_| {}),
+            waker: false,
+        }
+    }
+
+    #[test]
+    fn an_ended_table_hands_back_every_watch_and_says_so() {
+        let mut w = Watches::default();
+        w.add(WatchKind::Data, "/a".into(), watcher());
+        w.add(WatchKind::Child, "/a".into(), watcher());
+        assert!(!w.is_ended());
+        let ended = w.end();
+        assert_eq!(ended.len(), 2);
+        assert!(w.is_ended() && w.is_empty());
     }
 }
