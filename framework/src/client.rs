@@ -659,7 +659,7 @@ impl Shared {
                         self.ensure_namespace(&session, attempt_deadline)
                             .and_then(|()| attempt(&session, attempt_deadline))
                     } else {
-                        Err(Error::from_code(ErrorCode::ConnectionLoss))
+                        Err(not_connected(&session))
                     }
                 }
             };
@@ -720,7 +720,7 @@ impl Shared {
         }
         let session = self.session().ok_or(Error::Closed)?;
         if !session.wait_connected(Instant::now()) {
-            return Err(Error::from_code(ErrorCode::ConnectionLoss));
+            return Err(not_connected(&session));
         }
         let attempt_deadline = self.attempt_deadline(deadline);
         match attempt(&session, attempt_deadline) {
@@ -760,6 +760,14 @@ impl background::Owner for Shared {
 
     fn connection_timeout(&self) -> Duration {
         self.cfg.wire.connection_timeout
+    }
+}
+
+/// The error of an attempt that found no connection: connection loss,
+/// saying why the session's last attempt to connect failed.
+fn not_connected(session: &WireSession) -> Error {
+    Error::NotConnected {
+        last_attempt: session.last_connect_error().map(|why| why.to_string()),
     }
 }
 

@@ -182,6 +182,15 @@ pub enum Error {
     Marshalling(&'static str),
     /// An I/O error outside a session (for example resolving a host).
     Io(std::io::Error),
+    /// The client had no connection to ZooKeeper within the time one
+    /// attempt may wait. Its code is `ConnectionLoss` (so the retry loop
+    /// retries it); it says why the last attempt to connect failed.
+    NotConnected {
+        /// Why the last attempt to connect failed (the host did not
+        /// resolve, the connection was refused or timed out, a bad
+        /// handshake), if one failed.
+        last_attempt: Option<String>,
+    },
     /// A client operation failed: names the operation and the path it was
     /// given; the error itself (usually [`Error::Zk`]) is its `source()`,
     /// and [`Error::code`] and [`Error::is`] look through to it.
@@ -238,11 +247,13 @@ impl Error {
     /// they are about (bad input, closed client) stay as they are.
     pub(crate) fn for_op(self, name: &'static str, user_path: &str) -> Self {
         match self {
-            e @ (Error::Zk { .. } | Error::Marshalling(_)) => Error::Operation {
-                op: name,
-                path: user_path.to_owned(),
-                source: Box::new(e),
-            },
+            e @ (Error::Zk { .. } | Error::Marshalling(_) | Error::NotConnected { .. }) => {
+                Error::Operation {
+                    op: name,
+                    path: user_path.to_owned(),
+                    source: Box::new(e),
+                }
+            }
             Error::Timeout {
                 op: "",
                 path: None,
@@ -272,6 +283,7 @@ impl Error {
             Error::Zk { code, .. } => Some(*code),
             Error::Operation { source, .. } => source.code(),
             Error::Timeout { .. } => Some(ErrorCode::OperationTimeout),
+            Error::NotConnected { .. } => Some(ErrorCode::ConnectionLoss),
             _ => None,
         }
     }
@@ -326,6 +338,13 @@ impl fmt::Display for Error {
             Error::Cancelled => write!(f, "the call was cancelled"),
             Error::Marshalling(m) => write!(f, "malformed reply: {m}"),
             Error::Io(e) => write!(f, "I/O error: {e}"),
+            Error::NotConnected { last_attempt } => {
+                write!(f, "ConnectionLoss: not connected to ZooKeeper")?;
+                match last_attempt {
+                    Some(why) => write!(f, " ({why})"),
+                    None => Ok(()),
+                }
+            }
             Error::Timeout { op, path, source } => {
                 match path {
                     Some(p) => write!(f, "{op} {p}: ")?,

@@ -874,3 +874,32 @@ fn data_watch_wakers_run_on_the_io_thread() {
     c.close();
     other.close();
 }
+
+/// "Could not connect" says why: the host did not resolve, or nothing
+/// listens there. The error still counts as connection loss.
+#[test]
+fn connection_errors_say_why_the_client_could_not_connect() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let refused_at = closed.local_addr().unwrap();
+    drop(closed);
+    for (connect, why) in [
+        ("no-such-host.invalid:2181".to_owned(), "cannot resolve"),
+        (refused_at.to_string(), "refused"),
+    ] {
+        let c = Client::builder()
+            .connect_string(&connect)
+            .connection_timeout(Duration::from_millis(500))
+            .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+            .build()
+            .unwrap();
+        c.start().unwrap();
+        let err = c.exists("/x").unwrap_err();
+        let shown = err.to_string();
+        assert!(err.is(ErrorCode::ConnectionLoss), "{shown}");
+        assert!(
+            shown.contains(why) && shown.contains("/x"),
+            "{connect}: {shown:?} should name /x and say {why:?}"
+        );
+        c.close();
+    }
+}

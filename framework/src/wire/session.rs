@@ -590,7 +590,6 @@ impl WireSession {
 
     /// Why the last attempt to connect failed (refused, unresolvable, timed
     /// out, bad handshake); `None` if it succeeded or none failed yet.
-    #[allow(dead_code)] // for the client's connection-loss errors
     pub(crate) fn last_connect_error(&self) -> Option<ConnectFailure> {
         self.inner.last_connect_error.lock().clone()
     }
