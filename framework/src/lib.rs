@@ -37,10 +37,12 @@ mod builders;
 mod client;
 mod deadline;
 mod error;
+mod metrics;
 mod ops;
 pub mod paths;
 pub mod retry;
 mod state;
+mod trace;
 mod types;
 mod wire;
 
@@ -51,6 +53,7 @@ pub use acl::{Acl, AclProvider, DefaultAclProvider, FixedAclProvider, Id, Perms}
 pub use builders::{CreateBuilder, DeleteBuilder};
 pub use client::{Client, ClientBuilder, WeakClient};
 pub use error::{Error, ErrorCode, Result};
+pub use metrics::ClientMetrics;
 pub use retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
     RetryOneTime, RetryPolicy, RetryUntilElapsed, SessionFailedRetryPolicy,

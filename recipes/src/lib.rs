@@ -43,6 +43,7 @@
 mod cancel;
 mod hold;
 mod lock_internals;
+mod metrics;
 mod multi_lock;
 mod mutex;
 mod revoke;
@@ -60,6 +61,7 @@ pub use hold::HoldEvent;
 pub use lock_internals::{
     Decision, LockDriver, LockInternals, LockNode, StandardDriver, REQUEST_GRACE,
 };
+pub use metrics::{lock_metrics, LockMetrics};
 pub use multi_lock::{InterProcessLock, InterProcessMultiLock, MultiLockGuard};
 pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
 pub use revoke::{Revoker, REVOKE_MESSAGE};
