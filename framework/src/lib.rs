@@ -26,6 +26,15 @@
 //! client.close();
 //! # Ok::<(), latchkey_framework::Error>(())
 //! ```
+//!
+//! ## Observability
+//!
+//! [`Client::metrics`] returns counters a service can export (requests,
+//! retries, reconnects, sessions lost, ...). The optional `tracing` feature
+//! (off by default; without it no `tracing` code is compiled in) adds a
+//! debug span `operation` per operation (`op`, `path`, `attempts`,
+//! `outcome`, `error`) and an info event `connection state changed` per
+//! connection-state change (`state`).
 
 // Layers, each using only those before it: `wire` (the protocol and one
 // session) -> `ops` (one operation over a session) -> `background` and

@@ -39,6 +39,15 @@
 //!
 //! A blocked acquire can be ended from another thread with a
 //! [`CancelToken`].
+//!
+//! ## Observability
+//!
+//! [`lock_metrics`] returns this process's lock and lease waits (started,
+//! acquired, timed out, cancelled, failed), the holds now and the time
+//! waited. The optional `tracing` feature (off by default; without it no
+//! `tracing` code is compiled in) adds an info span `lock_wait` per wait
+//! (`recipe`, `path`, `waited_ms`, `outcome`, `error`), around the
+//! framework's `operation` spans of its requests.
 
 mod cancel;
 mod hold;
