@@ -35,7 +35,7 @@ fn client_counters_follow_requests_watches_retries_reconnects_and_lost_sessions(
         Client::builder()
             .connect_string(proxy.connect_string())
             .session_timeout(Duration::from_secs(10))
-            .connection_timeout(Duration::from_millis(500))
+            .connection_timeout(Duration::from_secs(2))
             .retry_policy(RetryNTimes::new(100, Duration::from_millis(50))),
     );
     let other = connect(&server.connect_string(), Duration::from_secs(10));
@@ -52,11 +52,14 @@ fn client_counters_follow_requests_watches_retries_reconnects_and_lost_sessions(
         "{start:?}"
     );
 
-    // Requests: one per read.
+    // Requests: one per read (and one more per retry, should a reply be
+    // slower than the connection timeout on a loaded machine).
     for _ in 0..5 {
         client.exists(&path).unwrap();
     }
-    assert_eq!(m().requests_sent - start.requests_sent, 5, "{:?}", m());
+    let now = m();
+    let sent = now.requests_sent - start.requests_sent;
+    assert!(sent >= 5 && sent <= 5 + now.retries, "{sent}: {now:?}");
 
     // Watch events: one per fired watch.
     let (fired_tx, fired) = bounded(1);
@@ -82,7 +85,7 @@ fn client_counters_follow_requests_watches_retries_reconnects_and_lost_sessions(
     let found = done.recv_timeout(LONG).expect("the call returned");
     call.join().unwrap().unwrap();
     assert!(found.unwrap(), "the node exists");
-    wait_until(LONG, || m().reconnects == 1, || ctx.dump());
+    wait_until(LONG, || m().reconnects >= 1, || ctx.dump());
     let after_cut = m();
     assert!(after_cut.suspensions >= 1, "{after_cut:?}");
     assert_eq!(after_cut.sessions_started, 1, "{after_cut:?}");
@@ -92,8 +95,9 @@ fn client_counters_follow_requests_watches_retries_reconnects_and_lost_sessions(
     let states = client.listen();
     client.expire_session_for_testing().unwrap();
     ctx.expect(&states, ConnectionState::Lost, LONG);
-    wait_until(LONG, || m().sessions_started == 2, || ctx.dump());
+    wait_until(LONG, || m().sessions_started >= 2, || ctx.dump());
     let end = m();
+    assert_eq!(end.sessions_started, 2, "{end:?}");
     assert_eq!(end.sessions_lost, 1, "{end:?}");
     assert_eq!(end.auth_failures, 0, "{end:?}");
     println!("client metrics: {end:?}");
