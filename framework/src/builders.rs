@@ -204,7 +204,7 @@ impl CreateBuilder<'_> {
             false => wire_create(s, &server_path, data, &acl, self.mode, deadline)
                 .map(|(p, stat)| (p, stat, None)),
         };
-        let result = shared.with_retry(self.client.deadline, |s, deadline| {
+        let result = shared.with_retry("create", path, self.client.deadline, |s, deadline| {
             if let (false, Some(prefix)) = (first, &prefix) {
                 if let Some((found, stat)) = ops::find_protected(s, parent, prefix, deadline)? {
                     // Curator's validateFoundNode: an ephemeral node of an
@@ -315,8 +315,8 @@ impl DeleteBuilder<'_> {
             wire_delete(s, &server_path, self.version, deadline)
         };
         let result = match self.in_background {
-            true => shared.try_once(self.client.deadline, attempt),
-            false => shared.with_retry(self.client.deadline, attempt),
+            true => shared.try_once("delete", path, self.client.deadline, attempt),
+            false => shared.with_retry("delete", path, self.client.deadline, attempt),
         };
         match result {
             Err(e) if self.guaranteed && e.is(ErrorCode::NoNode) => Ok(()),
@@ -539,7 +539,7 @@ impl Client {
         attempt: impl FnMut(&WireSession, Instant) -> Result<T>,
     ) -> Result<T> {
         self.shared
-            .with_retry(self.deadline, attempt)
+            .with_retry(op, path, self.deadline, attempt)
             .map_err(|e| self.relative(e).for_op(op, path))
     }
 

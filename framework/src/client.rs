@@ -13,10 +13,12 @@ use crate::acl::{AclProvider, DefaultAclProvider};
 use crate::background::{self, Background};
 use crate::deadline::instant_after;
 use crate::error::{Error, ErrorCode, Result};
+use crate::metrics::{self, ClientMetrics, Counters};
 use crate::ops;
 use crate::paths;
 use crate::retry::{ExponentialBackoffRetry, RetryPolicy};
 use crate::state::{ConnectionState, ListenerHandle, StateBoard};
+use crate::trace;
 use crate::types::CreateMode;
 use crate::wire::{WireConfig, WireEvent, WireSession};
 
@@ -188,6 +190,7 @@ impl ClientBuilder {
             }
         };
         let (events_tx, events_rx) = unbounded();
+        let counters = Arc::new(Counters::default());
         Ok(Client {
             deadline: None,
             shared: Arc::new(Shared {
@@ -200,6 +203,7 @@ impl ClientBuilder {
                         auth: self.auth,
                         max_reply: self.max_reply_size,
                         max_request: self.max_request_size,
+                        counters: Arc::clone(&counters),
                     },
                     retry: self.retry,
                     namespace: namespace.clone(),
@@ -215,6 +219,7 @@ impl ClientBuilder {
                 auth_failed: AtomicBool::new(false),
                 namespace_ready: AtomicBool::new(namespace.is_none()),
                 background: Arc::new(Background::default()),
+                counters,
             }),
         })
     }
@@ -286,6 +291,8 @@ pub(crate) struct Shared {
     /// `Shared::ensure_namespace`).
     pub(crate) namespace_ready: AtomicBool,
     pub background: Arc<Background>,
+    /// Shared with every session's wire config, which counts requests.
+    pub(crate) counters: Arc<Counters>,
 }
 
 /// A ZooKeeper client with Curator's connection handling; cheap to clone
@@ -551,6 +558,13 @@ impl Client {
         self.shared.cfg.wire.connection_timeout
     }
 
+    /// What the client has done so far (requests, retries, reconnects,
+    /// sessions, watch events), for a service to export; see
+    /// [`ClientMetrics`]. Cheap: a handful of relaxed atomic loads.
+    pub fn metrics(&self) -> ClientMetrics {
+        self.shared.counters.snapshot()
+    }
+
     /// Makes the server expire this client's session, as Curator's
     /// `KillSession` does: a second connection takes over the session with
     /// its id and password and closes it. For tests.
@@ -638,15 +652,30 @@ impl Shared {
     /// retryable errors as the policy allows. Each attempt waits at most the
     /// connection timeout for a connection and for its reply, and nothing
     /// waits past `deadline`: then the loop fails with [`Error::Timeout`]
-    /// (its operation and path are filled in by the caller).
+    /// (its operation and path are filled in by the caller). `op` and
+    /// `path` name the operation in its trace span.
     pub(crate) fn with_retry<T>(
         &self,
+        op: &'static str,
+        path: &str,
         deadline: Option<Instant>,
+        attempt: impl FnMut(&WireSession, Instant) -> Result<T>,
+    ) -> Result<T> {
+        let span = trace::OpSpan::start(op, path);
+        let mut retries = 0u32;
+        let result = self.retry_loop(deadline, &mut retries, attempt);
+        span.finish(retries.saturating_add(1), &result);
+        result
+    }
+
+    fn retry_loop<T>(
+        &self,
+        deadline: Option<Instant>,
+        count: &mut u32,
         mut attempt: impl FnMut(&WireSession, Instant) -> Result<T>,
     ) -> Result<T> {
         self.check_usable()?;
         let started = Instant::now();
-        let mut count = 0u32;
         loop {
             if self.auth_failed.load(Ordering::Acquire) {
                 return Err(Error::from_code(ErrorCode::AuthFailed));
@@ -683,7 +712,7 @@ impl Shared {
                 },
                 None => None,
             };
-            match self.cfg.retry.allow_retry(count, started.elapsed()) {
+            match self.cfg.retry.allow_retry(*count, started.elapsed()) {
                 Some(sleep) => {
                     log::debug!("retry {count} after {err} in {sleep:?}");
                     match left {
@@ -693,7 +722,8 @@ impl Shared {
                         }
                         _ => thread::sleep(sleep),
                     }
-                    count += 1;
+                    *count += 1;
+                    metrics::add(&self.counters.retries, 1);
                 }
                 None => return Err(err),
             }
@@ -710,6 +740,19 @@ impl Shared {
     /// One attempt, only if connected right now; no retries, no waiting for
     /// a connection. For work that has somewhere else to go on failure.
     pub(crate) fn try_once<T>(
+        &self,
+        op: &'static str,
+        path: &str,
+        deadline: Option<Instant>,
+        attempt: impl FnOnce(&WireSession, Instant) -> Result<T>,
+    ) -> Result<T> {
+        let span = trace::OpSpan::start(op, path);
+        let result = self.one_attempt(deadline, attempt);
+        span.finish(1, &result);
+        result
+    }
+
+    fn one_attempt<T>(
         &self,
         deadline: Option<Instant>,
         attempt: impl FnOnce(&WireSession, Instant) -> Result<T>,
@@ -783,6 +826,8 @@ impl Drop for Shared {
 fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
     let mut lost_at: Option<Instant> = None;
     let mut auth = AuthFailures::default();
+    // The session whose first connection was counted last.
+    let mut connected_gen = 0;
     loop {
         let tick = match weak.upgrade() {
             Some(s) => (s.cfg.wire.session_timeout / 20)
@@ -806,8 +851,12 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
                     } else {
                         ConnectionState::Reconnected
                     };
+                    if gen != connected_gen {
+                        connected_gen = gen;
+                        metrics::add(&shared.counters.sessions_started, 1);
+                    }
                     if current != Some(next) {
-                        shared.board.post(next);
+                        shared.post(next);
                     }
                 }
                 WireEvent::Disconnected { silent_for } => {
@@ -822,7 +871,7 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
                         // two ticks early.
                         let left = timeout.saturating_sub(silent_for).saturating_sub(tick * 2);
                         lost_at = Some(instant_after(left));
-                        shared.board.post(ConnectionState::Suspended);
+                        shared.post(ConnectionState::Suspended);
                     }
                 }
                 WireEvent::Expired => {
@@ -832,8 +881,9 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
                 WireEvent::AuthFailed => {
                     lost_at = None;
                     shared.auth_failed.store(true, Ordering::Release);
+                    metrics::add(&shared.counters.auth_failures, 1);
                     if shared.board.current() != Some(ConnectionState::Lost) {
-                        shared.board.post(ConnectionState::Lost);
+                        shared.post(ConnectionState::Lost);
                     }
                     auth.failed(&*shared.cfg.retry);
                 }
@@ -908,8 +958,16 @@ impl AuthFailures {
 }
 
 impl Shared {
+    /// Makes `state` the current state: counted, traced, and told to
+    /// listeners and wakers.
+    fn post(&self, state: ConnectionState) {
+        self.counters.state(state);
+        trace::state_changed(state);
+        self.board.post(state);
+    }
+
     fn lose_session(&self) {
-        self.board.post(ConnectionState::Lost);
+        self.post(ConnectionState::Lost);
         self.start_new_session();
     }
 

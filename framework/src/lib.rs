@@ -26,6 +26,15 @@
 //! client.close();
 //! # Ok::<(), latchkey_framework::Error>(())
 //! ```
+//!
+//! ## Observability
+//!
+//! [`Client::metrics`] returns counters a service can export (requests,
+//! retries, reconnects, sessions lost, ...). The optional `tracing` feature
+//! (off by default; without it no `tracing` code is compiled in) adds a
+//! debug span `operation` per operation (`op`, `path`, `attempts`,
+//! `outcome`, `error`) and an info event `connection state changed` per
+//! connection-state change (`state`).
 
 // Layers, each using only those before it: `wire` (the protocol and one
 // session) -> `ops` (one operation over a session) -> `background` and
@@ -37,10 +46,12 @@ mod builders;
 mod client;
 mod deadline;
 mod error;
+mod metrics;
 mod ops;
 pub mod paths;
 pub mod retry;
 mod state;
+mod trace;
 mod types;
 mod wire;
 
@@ -51,6 +62,7 @@ pub use acl::{Acl, AclProvider, DefaultAclProvider, FixedAclProvider, Id, Perms}
 pub use builders::{CreateBuilder, DeleteBuilder};
 pub use client::{Client, ClientBuilder, WeakClient};
 pub use error::{Error, ErrorCode, Result};
+pub use metrics::ClientMetrics;
 pub use retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
     RetryOneTime, RetryPolicy, RetryUntilElapsed, SessionFailedRetryPolicy,

@@ -39,10 +39,20 @@
 //!
 //! A blocked acquire can be ended from another thread with a
 //! [`CancelToken`].
+//!
+//! ## Observability
+//!
+//! [`lock_metrics`] returns this process's lock and lease waits (started,
+//! acquired, timed out, cancelled, failed), the holds now and the time
+//! waited. The optional `tracing` feature (off by default; without it no
+//! `tracing` code is compiled in) adds an info span `lock_wait` per wait
+//! (`recipe`, `path`, `waited_ms`, `outcome`, `error`), around the
+//! framework's `operation` spans of its requests.
 
 mod cancel;
 mod hold;
 mod lock_internals;
+mod metrics;
 mod multi_lock;
 mod mutex;
 mod revoke;
@@ -60,6 +70,7 @@ pub use hold::HoldEvent;
 pub use lock_internals::{
     Decision, LockDriver, LockInternals, LockNode, StandardDriver, REQUEST_GRACE,
 };
+pub use metrics::{lock_metrics, LockMetrics};
 pub use multi_lock::{InterProcessLock, InterProcessMultiLock, MultiLockGuard};
 pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
 pub use revoke::{Revoker, REVOKE_MESSAGE};

@@ -12,6 +12,8 @@ use latchkey_framework::{Client, CreateMode, Error, ErrorCode, EventType, Result
 use parking_lot::{Condvar, Mutex};
 
 use crate::cancel::{self, CancelToken};
+use crate::metrics;
+use crate::rwlock::{READ_LOCK_NAME, WRITE_LOCK_NAME};
 
 /// What a driver decides for one listing of the lock's children.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -480,6 +482,9 @@ pub struct LockInternals {
     node_hook: Mutex<Option<NodeHook>>,
     /// One watch per watched node, shared by every waiter of this lock.
     watches: Arc<NodeWatches>,
+    /// Whether waits and holds count in [`metrics::lock_metrics`] and get a
+    /// span; not for a lock that is part of another recipe's wait.
+    observed: AtomicBool,
 }
 
 impl std::fmt::Debug for LockInternals {
@@ -519,7 +524,23 @@ impl LockInternals {
             driver,
             node_hook: Mutex::new(None),
             watches: Arc::default(),
+            observed: AtomicBool::new(true),
         })
+    }
+
+    /// Leaves this lock's waits and holds out of the metrics and spans: it
+    /// is part of another recipe's wait (the semaphore's internal lock).
+    pub(crate) fn set_unobserved(&self) {
+        self.observed.store(false, Ordering::Relaxed);
+    }
+
+    /// What this lock is, in a wait's span.
+    fn recipe(&self) -> &'static str {
+        match self.lock_name.as_str() {
+            READ_LOCK_NAME => "read_lock",
+            WRITE_LOCK_NAME => "write_lock",
+            _ => "mutex",
+        }
     }
 
     /// Sets (or clears) what runs with every new lock node before its wait.
@@ -581,7 +602,37 @@ impl LockInternals {
 
     /// Like [`LockInternals::attempt_lock`]; once `cancel` is cancelled
     /// it fails with [`Error::Cancelled`], its node removed.
+    ///
+    /// The wait counts in [`lock_metrics`](crate::lock_metrics), and a node
+    /// acquired counts as a hold until [`LockInternals::release`].
     pub fn attempt_lock_cancellable(
+        &self,
+        deadline: Option<Instant>,
+        data: &[u8],
+        cancel: Option<&CancelToken>,
+    ) -> Result<Option<LockNode>> {
+        if !self.observed.load(Ordering::Relaxed) {
+            return self.queue_and_wait(deadline, data, cancel);
+        }
+        let node = metrics::observe_wait(self.recipe(), &self.base_path, || {
+            self.queue_and_wait(deadline, data, cancel)
+        })?;
+        if node.is_some() {
+            metrics::hold_started();
+        }
+        Ok(node)
+    }
+
+    /// Releases a node that [`LockInternals::attempt_lock`] acquired: deletes
+    /// it as [`LockInternals::delete_node`] does, and counts the hold ended.
+    pub fn release(&self, node: &LockNode) {
+        if self.observed.load(Ordering::Relaxed) {
+            metrics::hold_ended();
+        }
+        self.delete_node(&node.path, node.owner);
+    }
+
+    fn queue_and_wait(
         &self,
         deadline: Option<Instant>,
         data: &[u8],

@@ -146,6 +146,13 @@ impl InterProcessMutex {
         }))
     }
 
+    /// This mutex as part of another recipe's wait: its own waits and
+    /// holds stay out of the lock metrics and spans.
+    pub(crate) fn unobserved(self) -> Self {
+        self.inner.internals.set_unobserved();
+        self
+    }
+
     fn wrap(inner: MutexInner) -> Self {
         let inner = Arc::new(inner);
         let weak: Weak<MutexInner> = Arc::downgrade(&inner);
@@ -265,7 +272,7 @@ impl InterProcessMutex {
         // As Curator's releaseLock: the next hold is not revocable.
         self.inner.revocable.set(None);
         if let Some(node) = node {
-            self.inner.internals.delete_node(&node.path, node.owner);
+            self.inner.internals.release(&node);
         }
         Ok(())
     }

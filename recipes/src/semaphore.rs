@@ -16,6 +16,7 @@ use crate::lock_internals::{
     bounded, deadline_after, delete_ephemeral, node_data_or_who, out_of_time, validate_node_size,
     validate_recipe_path, NodeWatches, Signal,
 };
+use crate::metrics::{self, Held};
 use crate::multi_lock::InterProcessLock;
 use crate::mutex::InterProcessMutex;
 use crate::shared_count::{ChangeHook, SharedCount};
@@ -106,6 +107,8 @@ pub struct Lease {
     returned: bool,
     /// Listeners behind [`Lease::events`]; they go with the lease.
     subscriptions: Mutex<Vec<ListenerHandle>>,
+    /// Counts the lease in the lock metrics' holds once it is granted.
+    held: Option<Held>,
 }
 
 /// How one attempt at a lease ended.
@@ -178,7 +181,7 @@ impl InterProcessSemaphoreV2 {
         Ok(InterProcessSemaphoreV2 {
             client: client.clone(),
             leases_path: paths::make_path(path, "leases"),
-            lock: InterProcessMutex::new(client, &paths::make_path(path, "locks"))?,
+            lock: InterProcessMutex::new(client, &paths::make_path(path, "locks"))?.unobserved(),
             max_leases,
             data: Arc::new(Mutex::new(data.to_vec())),
             watches: Arc::default(),
@@ -286,7 +289,20 @@ impl InterProcessSemaphoreV2 {
         }
     }
 
+    /// Waits for `n` leases, one wait in the lock metrics and spans.
     fn acquire_leases(
+        &self,
+        n: u32,
+        deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
+    ) -> Result<Option<Vec<Lease>>> {
+        let path = paths::parent(&self.leases_path).unwrap_or(&self.leases_path);
+        metrics::observe_wait("semaphore", path, || {
+            self.wait_for_leases(n, deadline, cancel)
+        })
+    }
+
+    fn wait_for_leases(
         &self,
         n: u32,
         deadline: Option<Instant>,
@@ -410,6 +426,8 @@ impl InterProcessSemaphoreV2 {
             // Read after `epoch`: a change from now on wakes the wait below.
             let max = self.max_leases.current();
             if i64::try_from(children.len()).is_ok_and(|len| len <= max) {
+                let mut lease = lease;
+                lease.held = Some(Held::new());
                 return Ok(Attempt::Got(lease));
             }
             if signal.wait(epoch, deadline).is_none() {
@@ -428,6 +446,7 @@ impl Lease {
             owner,
             returned: false,
             subscriptions: Mutex::new(Vec::new()),
+            held: None,
         }
     }
 

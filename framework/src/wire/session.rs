@@ -23,6 +23,7 @@ use super::jute::{Reader, Writer};
 use super::proto::{self, op, xid, ConnectRequest, ConnectResponse, ReplyHeader, WatcherEvent};
 use super::watches::{WatchFn, WatchRegistration, Watches};
 use crate::error::{Error, ErrorCode};
+use crate::metrics::{self, Counters};
 use crate::{EventType, WatchedEvent};
 
 /// ZooKeeper's default `jute.maxbuffer`: a server drops the connection of
@@ -52,6 +53,8 @@ pub(crate) struct WireConfig {
     pub max_reply: usize,
     /// Largest request frame sent; a longer request fails alone, unsent.
     pub max_request: usize,
+    /// The client's counters: requests sent, watch events received.
+    pub counters: Arc<Counters>,
 }
 
 /// Why the last attempt to connect failed.
@@ -532,6 +535,7 @@ impl WireSession {
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
         }
         out.last_send = Instant::now();
+        metrics::add(&inner.cfg.counters.requests_sent, slots.len() as u64);
         Ok(slots)
     }
 
@@ -1124,6 +1128,7 @@ impl Inner {
         match header.xid {
             xid::WATCH_EVENT => {
                 let ev = WatcherEvent::read(&mut r)?;
+                metrics::add(&self.cfg.counters.watch_events, 1);
                 let event_type = EventType::from_wire(ev.event_type);
                 let fired = self.watches.lock().triggered(event_type, &ev.path);
                 let event = WatchedEvent {
@@ -1273,6 +1278,7 @@ mod tests {
             auth: Vec::new(),
             max_reply: DEFAULT_MAX_REPLY,
             max_request: JUTE_MAXBUFFER,
+            counters: Default::default(),
         };
         WireSession::start(cfg, Box::new(|_| {})).unwrap()
     }
