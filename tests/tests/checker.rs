@@ -1,0 +1,133 @@
+//! The randomized checker (`src/bin/check`) on a short budget: a control
+//! run without locks must fail, and a run on a single server and one on a
+//! 3-member ensemble, with faults, must pass. About a minute in all; the
+//! runs take turns so that they do not load the machine together.
+//!
+//! Longer runs: `LATCHKEY_CHECK_SECONDS=1800 LATCHKEY_CHECK_SEED=7 cargo
+//! test -p latchkey-test --test checker -- --nocapture`, or the binary itself:
+//! `cargo run -p latchkey-test --bin check -- --seed 7 --seconds 1800 --ensemble`.
+
+use std::fs::File;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// One checker run at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// What a run printed and how it ended.
+struct Run {
+    code: Option<i32>,
+    output: String,
+}
+
+/// Runs the checker with `args`, killing it (and failing) if it runs more
+/// than `seconds` plus a generous margin for starting servers and healing.
+fn check(args: &[&str], seconds: u64) -> Run {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let log = tempfile::NamedTempFile::new().expect("temp file for the checker's output");
+    let out = File::create(log.path()).expect("open the output file");
+    let err = out.try_clone().expect("clone the output file");
+    let seconds_arg = seconds.to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_check"))
+        .args(args)
+        .args(["--seconds", &seconds_arg])
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err))
+        .spawn()
+        .expect("start the checker");
+    let bound = Duration::from_secs(seconds + 240);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the checker") {
+            break Some(status);
+        }
+        if started.elapsed() > bound {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
+    let output = std::fs::read_to_string(log.path()).unwrap_or_default();
+    eprintln!("{output}");
+    let Some(status) = status else {
+        panic!("the checker ran past {bound:?}; its output:\n{output}");
+    };
+    Run {
+        code: status.code(),
+        output,
+    }
+}
+
+fn seed(default: u64) -> String {
+    std::env::var("LATCHKEY_CHECK_SEED").unwrap_or_else(|_| default.to_string())
+}
+
+fn seconds(default: u64) -> u64 {
+    std::env::var("LATCHKEY_CHECK_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The summary's `name=value` figure.
+fn figure(output: &str, name: &str) -> Option<u64> {
+    let summary = output
+        .lines()
+        .find(|l| l.starts_with("check: PASSED") || l.starts_with("check: FAILED"))?;
+    summary
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{name}=")))
+        .and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn the_control_without_locks_reports_violations_and_how_to_replay_them() {
+    let run = check(&["--seed", "11", "--single", "--no-lock", "--no-faults"], 4);
+    assert_eq!(run.code, Some(1), "the control must fail:\n{}", run.output);
+    assert!(run.output.contains("check: seed=11"), "{}", run.output);
+    assert!(
+        figure(&run.output, "violations").is_some_and(|v| v > 0),
+        "{}",
+        run.output
+    );
+    assert!(
+        run.output
+            .contains("replay with: cargo run -p latchkey-test --bin check -- --seed 11"),
+        "{}",
+        run.output
+    );
+    assert!(run.output.contains("history written to"), "{}", run.output);
+}
+
+fn assert_passes(run: &Run) {
+    assert_eq!(run.code, Some(0), "the checker failed:\n{}", run.output);
+    assert_eq!(figure(&run.output, "violations"), Some(0), "{}", run.output);
+    assert_eq!(
+        figure(&run.output, "orphaned_nodes"),
+        Some(0),
+        "{}",
+        run.output
+    );
+    assert!(
+        figure(&run.output, "grants").is_some_and(|g| g > 0),
+        "{}",
+        run.output
+    );
+}
+
+#[test]
+fn random_locking_on_a_single_server_with_faults_passes_the_checker() {
+    let seed = seed(1);
+    let run = check(&["--seed", &seed, "--single"], seconds(20));
+    assert_passes(&run);
+}
+
+#[test]
+fn random_locking_on_an_ensemble_with_faults_passes_the_checker() {
+    let seed = seed(3);
+    let run = check(&["--seed", &seed, "--ensemble"], seconds(25));
+    assert_passes(&run);
+}
