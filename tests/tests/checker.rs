@@ -131,3 +131,52 @@ fn random_locking_on_an_ensemble_with_faults_passes_the_checker() {
     let run = check(&["--seed", &seed, "--ensemble"], seconds(25));
     assert_passes(&run);
 }
+
+/// Found by the checker (seed 1, single server, 15 s:
+/// `cargo run -p latchkey-test --bin check -- --seed 1 --seconds 15 --single`
+/// reported `worst_deadline_overrun_ms=5691`, a semaphore acquire with a
+/// 1 ms timeout that returned "timed out" 5.7 s later, while the server was
+/// stopped). An acquire with a timeout should return within its timeout
+/// plus one connection timeout, also when ZooKeeper cannot be reached; today
+/// the retry loop of the node's create runs on past the deadline. Ignored
+/// until acquires take their deadline into the retry loop.
+#[test]
+#[ignore = "known gap: acquire timeouts are not deadlines while ZooKeeper is unreachable"]
+fn an_acquire_with_a_timeout_returns_within_the_connection_timeout_while_the_server_is_down() {
+    use latchkey_framework::{Client, ExponentialBackoffRetry};
+    use latchkey_recipes::{InterProcessMutex, InterProcessSemaphoreV2};
+
+    let mut server = latchkey_test::TestingServer::start().expect("start ZooKeeper");
+    let connection_timeout = Duration::from_secs(1);
+    let client = Client::builder()
+        .connect_string(server.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .connection_timeout(connection_timeout)
+        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 3))
+        .build()
+        .expect("build client");
+    client.start().expect("start client");
+    assert!(client
+        .block_until_connected(Duration::from_secs(30))
+        .unwrap());
+    let path = latchkey_test::unique_path("deadline");
+    let mutex = InterProcessMutex::new(&client, &format!("{path}/mutex")).unwrap();
+    let sem = InterProcessSemaphoreV2::new(&client, &format!("{path}/sem"), 1).unwrap();
+    server.stop().expect("stop ZooKeeper");
+
+    let timeout = Duration::from_millis(1);
+    let bound = timeout + connection_timeout + Duration::from_millis(500);
+    let start = Instant::now();
+    let got = mutex.acquire_timeout(timeout);
+    let mutex_took = start.elapsed();
+    let start = Instant::now();
+    let leased = sem.acquire_timeout(timeout).map(|l| l.is_some());
+    let sem_took = start.elapsed();
+    client.close();
+    assert!(
+        mutex_took <= bound && sem_took <= bound,
+        "with a {timeout:?} timeout and a {connection_timeout:?} connection timeout: \
+         mutex acquire returned {got:?} after {mutex_took:?}, semaphore acquire {leased:?} \
+         after {sem_took:?} (bound {bound:?})"
+    );
+}
