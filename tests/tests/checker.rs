@@ -1,5 +1,5 @@
-//! The randomized checker (`src/bin/check`) on a short budget: a control
-//! run without locks must fail, and a run on a single server and one on a
+//! The randomized checker (`src/bin/check`) on a short budget: the controls
+//! (no locks; a mutex that lets two holders in) must fail, and a run on a single server and one on a
 //! 3-member ensemble, with faults, must pass. About a minute in all; the
 //! runs take turns so that they do not load the machine together.
 //!
@@ -100,6 +100,25 @@ fn the_control_without_locks_reports_violations_and_how_to_replay_them() {
         run.output
     );
     assert!(run.output.contains("history written to"), "{}", run.output);
+}
+
+#[test]
+fn a_mutex_that_lets_two_holders_in_is_caught_through_real_grants() {
+    let run = check(
+        &["--seed", "12", "--single", "--broken-lock", "--no-faults"],
+        5,
+    );
+    assert_eq!(
+        run.code,
+        Some(1),
+        "the broken lock must fail:\n{}",
+        run.output
+    );
+    assert!(
+        run.output.contains("granted Exclusive beside"),
+        "no overlap reported:\n{}",
+        run.output
+    );
 }
 
 fn assert_passes(run: &Run) {

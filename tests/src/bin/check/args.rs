@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub const USAGE: &str = "usage: check [--seed N] [--seconds S] [--single|--ensemble] [--no-lock] \
+pub const USAGE: &str =
+    "usage: check [--seed N] [--seconds S] [--single|--ensemble] [--no-lock] [--broken-lock] \
 [--no-faults] [--clients N] [--threads N] [--session-timeout-ms MS] [--progress-bound-s S] \
 [--strict-deadlines] [--history FILE]";
 
@@ -13,6 +14,7 @@ pub struct Args {
     pub duration: Duration,
     pub ensemble: bool,
     pub no_lock: bool,
+    pub broken_lock: bool,
     pub faults: bool,
     pub clients: usize,
     pub threads: usize,
@@ -30,6 +32,7 @@ impl Args {
             duration: Duration::from_secs(30),
             ensemble: false,
             no_lock: false,
+            broken_lock: false,
             faults: true,
             clients: 3,
             threads: 3,
@@ -52,6 +55,7 @@ impl Args {
                 "--single" => a.ensemble = false,
                 "--ensemble" => a.ensemble = true,
                 "--no-lock" => a.no_lock = true,
+                "--broken-lock" => a.broken_lock = true,
                 "--no-faults" => a.faults = false,
                 "--clients" => a.clients = bounded("--clients", value("--clients")?, 1, 32)?,
                 "--threads" => a.threads = bounded("--threads", value("--threads")?, 1, 16)?,
@@ -91,6 +95,7 @@ impl Args {
         );
         for (on, flag) in [
             (self.no_lock, " --no-lock"),
+            (self.broken_lock, " --broken-lock"),
             (!self.faults, " --no-faults"),
             (self.strict_deadlines, " --strict-deadlines"),
         ] {

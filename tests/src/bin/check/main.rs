@@ -11,6 +11,10 @@
 //! (operations, timeouts, faults and their timing); thread scheduling stays
 //! the machine's. Exit status: 0 passed, 1 violations found, 2 could not
 //! run.
+//!
+//! Two controls prove the checker can fail: `--no-lock` enters the oracle
+//! without taking any lock, and `--broken-lock` uses mutexes whose queue
+//! lets two holders in at once; both must report violations.
 
 mod args;
 mod env;
@@ -93,6 +97,7 @@ fn run(args: &Args) -> Result<bool, String> {
         stats: Stats::default(),
         paths: Paths::under(&root),
         no_lock: args.no_lock,
+        broken_lock: args.broken_lock,
         stop: Default::default(),
         direct_connect: servers.connect_string(),
         settings,
@@ -116,7 +121,9 @@ fn exercise(
     let workers_until = until + args.progress_bound + Duration::from_secs(300);
     let mut workers = Vec::new();
     for (i, session) in sessions.iter().enumerate() {
-        let locks = Arc::new(Locks::new(session, &world.paths).map_err(|e| e.to_string())?);
+        let locks = Arc::new(
+            Locks::new(session, &world.paths, args.broken_lock).map_err(|e| e.to_string())?,
+        );
         for t in 0..args.threads {
             let who = format!("{}.t{t}", session.name);
             let rng = Rng::stream(args.seed, 1 + (i * args.threads + t) as u64);
@@ -147,7 +154,7 @@ fn exercise(
         rng: Rng::stream(args.seed, 0),
         session_timeout: args.session_timeout,
         progress_bound: args.progress_bound,
-        expect_progress: !args.no_lock,
+        expect_progress: !args.no_lock && !args.broken_lock,
         faults: BTreeMap::new(),
         worst_recovery: Duration::ZERO,
     };

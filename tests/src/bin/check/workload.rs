@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use latchkey_framework::{ConnectionState, Result};
 use latchkey_recipes::{
-    InterProcessLock, InterProcessMultiLock, InterProcessMutex, InterProcessReadWriteLock,
-    InterProcessSemaphoreV2,
+    Decision, InterProcessLock, InterProcessMultiLock, InterProcessMutex,
+    InterProcessReadWriteLock, InterProcessSemaphoreV2, LockDriver, StandardDriver,
 };
 
 use crate::history::History;
@@ -62,6 +62,7 @@ pub struct World {
     pub stats: Stats,
     pub paths: Paths,
     pub no_lock: bool,
+    pub broken_lock: bool,
     pub stop: AtomicBool,
     /// Straight to the servers, for the short-lived clients that are
     /// closed while they wait.
@@ -78,16 +79,35 @@ pub struct Locks {
 }
 
 impl Locks {
-    pub fn new(session: &Session, paths: &Paths) -> Result<Locks> {
+    /// `broken`: the mutexes let two holders in at once (a control: the
+    /// checker must see it through real ZooKeeper grants).
+    pub fn new(session: &Session, paths: &Paths, broken: bool) -> Result<Locks> {
         Ok(Locks {
             mutexes: paths
                 .mutexes
                 .iter()
-                .map(|p| InterProcessMutex::new(&session.client, p))
+                .map(|p| match broken {
+                    false => InterProcessMutex::new(&session.client, p),
+                    true => InterProcessMutex::with_lock_driver(
+                        &session.client,
+                        p,
+                        Arc::new(TwoHolders),
+                    ),
+                })
                 .collect::<Result<_>>()?,
             rw: InterProcessReadWriteLock::new(&session.client, &paths.rw)?,
             sem: InterProcessSemaphoreV2::new(&session.client, &paths.sem, paths.sem_max)?,
         })
+    }
+}
+
+/// A broken mutex for the `--broken-lock` control: the first two nodes in
+/// the queue both hold the lock.
+struct TwoHolders;
+
+impl LockDriver for TwoHolders {
+    fn decide(&self, children: &[String], ours: &str, _max: usize) -> Result<Decision> {
+        StandardDriver.decide(children, ours, 2)
     }
 }
 
@@ -320,7 +340,7 @@ impl Worker<'_> {
                 let session = Arc::clone(&session);
                 let rng = Rng::stream(self.rng.next_u64(), 1);
                 scope.spawn(move || {
-                    let locks = match Locks::new(&session, &w.paths) {
+                    let locks = match Locks::new(&session, &w.paths, w.broken_lock) {
                         Ok(l) => l,
                         Err(e) => return w.history.record(&session.name, format!("locks: {e}")),
                     };
