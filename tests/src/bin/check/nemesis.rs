@@ -18,6 +18,8 @@ enum Fault {
     KillLeader,
     /// Ensemble: SIGKILL any member, restart it.
     KillMember,
+    /// Ensemble: restart every member in turn.
+    RollingRestart,
     /// Ensemble: stop two of three members (no quorum: the whole service is
     /// down), restart them.
     QuorumLoss,
@@ -27,6 +29,10 @@ enum Fault {
     StopServer,
     /// One session's proxies forward nothing (connections stay open).
     Blackhole,
+    /// One session's proxies forward one direction only (requests, or
+    /// replies): the server may keep the session while the client cannot
+    /// hear it.
+    OneWayPause,
     /// One session's connections are closed.
     Cut,
     /// One session's traffic is delayed.
@@ -59,7 +65,9 @@ impl Nemesis<'_> {
                 (3, Fault::KillLeader),
                 (2, Fault::KillMember),
                 (1, Fault::QuorumLoss),
+                (1, Fault::RollingRestart),
                 (2, Fault::Blackhole),
+                (1, Fault::OneWayPause),
                 (2, Fault::Cut),
                 (2, Fault::Delay),
                 (2, Fault::Expire),
@@ -69,6 +77,7 @@ impl Nemesis<'_> {
                 (2, Fault::KillServer),
                 (1, Fault::StopServer),
                 (2, Fault::Blackhole),
+                (1, Fault::OneWayPause),
                 (2, Fault::Cut),
                 (2, Fault::Delay),
                 (2, Fault::Expire),
@@ -147,6 +156,19 @@ impl Nemesis<'_> {
                     .map_err(|e| e.to_string())?;
                 format!("quorum loss, members {stopped:?}")
             }
+            Fault::RollingRestart => {
+                let Servers::Ensemble(c) = &mut *self.servers else {
+                    return Err("not an ensemble".into());
+                };
+                note(history, "rolling restart".into());
+                for i in 0..c.size() {
+                    c.restart(i).map_err(|e| e.to_string())?;
+                    c.wait_for_quorum(QUORUM_WITHIN)
+                        .map_err(|e| e.to_string())?;
+                    note(history, format!("member {i} restarted"));
+                }
+                "rolling restart".into()
+            }
             Fault::KillServer | Fault::StopServer => {
                 let Servers::Single(server) = &mut *self.servers else {
                     return Err("not a single server".into());
@@ -173,6 +195,25 @@ impl Nemesis<'_> {
                 thread::sleep(down);
                 session.proxies.iter().for_each(|p| p.resume());
                 format!("blackhole {}", session.name)
+            }
+            Fault::OneWayPause => {
+                let replies = self.rng.percent(50);
+                let down = self.rng.millis(t_ms / 4, t_ms * 3 / 2);
+                let which = if replies { "replies" } else { "requests" };
+                note(
+                    history,
+                    format!("pause the {which} of {} for {down:?}", session.name),
+                );
+                for p in &session.proxies {
+                    if replies {
+                        p.pause_replies();
+                    } else {
+                        p.pause_requests();
+                    }
+                }
+                thread::sleep(down);
+                session.proxies.iter().for_each(|p| p.resume());
+                format!("one-way pause ({which}) {}", session.name)
             }
             Fault::Cut => {
                 let n: usize = session.proxies.iter().map(|p| p.cut()).sum();
