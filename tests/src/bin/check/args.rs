@@ -5,7 +5,7 @@ use std::time::Duration;
 
 pub const USAGE: &str =
     "usage: check [--seed N] [--seconds S] [--single|--ensemble] [--no-lock] [--broken-lock] \
-[--no-faults] [--clients N] [--threads N] [--session-timeout-ms MS] [--progress-bound-s S] \
+[--no-faults] [--clients N] [--curator N] [--threads N] [--session-timeout-ms MS] [--progress-bound-s S] \
 [--strict-deadlines] [--history FILE]";
 
 #[derive(Clone, Debug)]
@@ -17,6 +17,8 @@ pub struct Args {
     pub broken_lock: bool,
     pub faults: bool,
     pub clients: usize,
+    /// Curator peer processes beside the latchkey sessions.
+    pub curator: usize,
     pub threads: usize,
     pub session_timeout: Duration,
     pub connection_timeout: Duration,
@@ -35,6 +37,7 @@ impl Args {
             broken_lock: false,
             faults: true,
             clients: 3,
+            curator: 1,
             threads: 3,
             session_timeout: Duration::ZERO,
             connection_timeout: Duration::from_secs(2),
@@ -58,6 +61,7 @@ impl Args {
                 "--broken-lock" => a.broken_lock = true,
                 "--no-faults" => a.faults = false,
                 "--clients" => a.clients = bounded("--clients", value("--clients")?, 1, 32)?,
+                "--curator" => a.curator = bounded("--curator", value("--curator")?, 0, 8)?,
                 "--threads" => a.threads = bounded("--threads", value("--threads")?, 1, 16)?,
                 "--session-timeout-ms" => session_ms = Some(value("--session-timeout-ms")?),
                 "--progress-bound-s" => {
@@ -84,11 +88,12 @@ impl Args {
     /// The one command that runs this configuration again.
     pub fn replay_command(&self) -> String {
         let mut cmd = format!(
-            "cargo run -p latchkey-test --bin check -- --seed {} --seconds {} {} --clients {} --threads {} --session-timeout-ms {} --progress-bound-s {}",
+            "cargo run -p latchkey-test --bin check -- --seed {} --seconds {} {} --clients {} --curator {} --threads {} --session-timeout-ms {} --progress-bound-s {}",
             self.seed,
             self.duration.as_secs(),
             if self.ensemble { "--ensemble" } else { "--single" },
             self.clients,
+            self.curator,
             self.threads,
             self.session_timeout.as_millis(),
             self.progress_bound.as_secs(),

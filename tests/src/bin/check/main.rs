@@ -17,6 +17,7 @@
 //! lets two holders in at once; both must report violations.
 
 mod args;
+mod curator;
 mod env;
 mod history;
 mod nemesis;
@@ -36,6 +37,7 @@ use std::time::{Duration, Instant};
 use args::Args;
 use env::Servers;
 use history::History;
+use latchkey_test::peers::Peer;
 use nemesis::Nemesis;
 use oracle::Oracle;
 use rng::Rng;
@@ -98,6 +100,7 @@ fn run(args: &Args) -> Result<bool, String> {
         paths: Paths::under(&root),
         no_lock: args.no_lock,
         broken_lock: args.broken_lock,
+        fault_epoch: Default::default(),
         stop: Default::default(),
         direct_connect: servers.connect_string(),
         settings,
@@ -146,11 +149,27 @@ fn exercise(
             workers.push((name, handle));
         }
     }
+    let mut peers = Vec::new();
+    for (i, mut peer) in start_peers(args, world).into_iter().enumerate() {
+        let who = format!("curator{i}");
+        let rng = Rng::stream(args.seed, 1000 + i as u64);
+        let world = Arc::clone(world);
+        let name = who.clone();
+        let handle = thread::Builder::new()
+            .name(who.clone())
+            .spawn(move || {
+                curator::run(&world, &mut peer, &who, rng, workers_until);
+                peer
+            })
+            .map_err(|e| format!("spawn a peer driver: {e}"))?;
+        peers.push((name, handle));
+    }
     let mut nemesis = Nemesis {
         servers,
         sessions,
         history: &world.history,
         oracle: &world.oracle,
+        fault_epoch: &world.fault_epoch,
         rng: Rng::stream(args.seed, 0),
         session_timeout: args.session_timeout,
         progress_bound: args.progress_bound,
@@ -182,6 +201,23 @@ fn exercise(
             stuck.push(format!("{who} panicked"));
         }
     }
+    for (who, handle) in peers {
+        while !handle.is_finished() && Instant::now() < joined_by + Duration::from_secs(60) {
+            thread::sleep(Duration::from_millis(20));
+        }
+        if !handle.is_finished() {
+            stuck.push(format!("{who} still busy after the stop"));
+        } else {
+            match handle.join() {
+                Ok(mut peer) => {
+                    if let Err(e) = peer.quit(Duration::from_secs(10)) {
+                        world.history.record(&who, format!("quit: {e}"));
+                    }
+                }
+                Err(_) => stuck.push(format!("{who}'s driver panicked")),
+            }
+        }
+    }
     for s in &stuck {
         world.oracle.violation(s.clone());
     }
@@ -208,6 +244,31 @@ fn exercise(
     })
 }
 
+/// Starts the Curator peers (none, with a note, if Java or the Curator
+/// jars are missing).
+fn start_peers(args: &Args, world: &World) -> Vec<Peer> {
+    use latchkey_test::peers::{peer_available, PeerKind};
+    if args.curator == 0 {
+        return Vec::new();
+    }
+    if let Err(e) = peer_available(PeerKind::Curator) {
+        println!("check: no Curator peers: {e}");
+        return Vec::new();
+    }
+    let mut peers = Vec::new();
+    for i in 0..args.curator {
+        match Peer::start_with_session_timeout(
+            PeerKind::Curator,
+            &world.direct_connect,
+            args.session_timeout,
+        ) {
+            Ok(p) => peers.push(p),
+            Err(e) => println!("check: Curator peer {i} did not start: {e}"),
+        }
+    }
+    peers
+}
+
 /// Prints the summary; on failure writes the history and the replay
 /// command. True when the run passed.
 fn report(args: &Args, world: &World, outcome: &Outcome, servers: &Servers) -> bool {
@@ -219,7 +280,7 @@ fn report(args: &Args, world: &World, outcome: &Outcome, servers: &Servers) -> b
     let passed = violations.is_empty() && outcome.orphans.is_empty() && !overrun_fails;
     let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     println!(
-        "check: {} seed={} mode={} seconds={} clients={}x{} ops={} grants={} grants_in_doubt={} \
+        "check: {} seed={} mode={} seconds={} clients={}x{} curator_peers={} ops={} grants={} grants_in_doubt={} \
          timeouts={} errors={} reentrant={} downgrades={} upgrades_refused={} closes_while_waiting={} \
          faults={faults} {:?} violations={} orphaned_nodes={} worst_recovery_ms={} \
          worst_deadline_overrun_ms={} history_events={}",
@@ -229,6 +290,7 @@ fn report(args: &Args, world: &World, outcome: &Outcome, servers: &Servers) -> b
         args.duration.as_secs(),
         args.clients,
         args.threads,
+        args.curator,
         load(&st.ops),
         load(&st.grants),
         load(&st.grants_in_doubt),

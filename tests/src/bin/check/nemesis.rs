@@ -2,6 +2,7 @@
 //! after each heal a check that every session gets a lock again in time.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -46,6 +47,7 @@ pub struct Nemesis<'a> {
     pub sessions: &'a [Arc<Session>],
     pub history: &'a History,
     pub oracle: &'a Oracle,
+    pub fault_epoch: &'a AtomicU64,
     pub rng: Rng,
     pub session_timeout: Duration,
     /// How long after a heal every session must have got a lock again.
@@ -90,7 +92,10 @@ impl Nemesis<'_> {
             }
             thread::sleep(quiet);
             let fault = self.rng.weighted(choices);
-            let label = match self.inject(fault) {
+            crate::curator::fault_started(self.fault_epoch);
+            let injected = self.inject(fault);
+            crate::curator::fault_healed(self.fault_epoch);
+            let label = match injected {
                 Ok(label) => label,
                 Err(e) => {
                     self.oracle

@@ -91,7 +91,7 @@ impl Session {
     /// A handle the oracle keeps to tell whether a hold still counts;
     /// `None`: a hold already in doubt when granted, which never counts.
     pub fn claim(&self, epoch: Option<u64>) -> Claim {
-        Claim {
+        Claim::Client {
             doubt: Arc::clone(&self.doubt),
             epoch,
             client: self.client.clone(),
@@ -114,21 +114,35 @@ impl Session {
     }
 }
 
-/// What the oracle needs to decide whether a hold still counts: it does
-/// while its client is connected and has not been `Suspended` or `Lost`
-/// since the grant.
-pub struct Claim {
-    doubt: Arc<AtomicU64>,
-    epoch: Option<u64>,
-    client: Client,
+/// What the oracle needs to decide whether a hold still counts.
+pub enum Claim {
+    /// A latchkey hold counts while its client is connected and has not
+    /// been `Suspended` or `Lost` since the grant.
+    Client {
+        doubt: Arc<AtomicU64>,
+        epoch: Option<u64>,
+        client: Client,
+    },
+    /// A peer's hold (whose connection states the checker cannot see)
+    /// counts while no fault has been injected since before its acquire
+    /// was sent: the nemesis makes the count odd while a fault is on.
+    Quiet { faults: Arc<AtomicU64>, epoch: u64 },
 }
 
 impl Claim {
     pub fn counts(&self) -> bool {
-        self.epoch == Some(self.doubt.load(Ordering::SeqCst))
-            && self
-                .client
-                .state()
-                .is_some_and(ConnectionState::is_connected)
+        match self {
+            Claim::Client {
+                doubt,
+                epoch,
+                client,
+            } => {
+                *epoch == Some(doubt.load(Ordering::SeqCst))
+                    && client.state().is_some_and(ConnectionState::is_connected)
+            }
+            Claim::Quiet { faults, epoch } => {
+                epoch % 2 == 0 && faults.load(Ordering::SeqCst) == *epoch
+            }
+        }
     }
 }

@@ -63,6 +63,8 @@ pub struct World {
     pub paths: Paths,
     pub no_lock: bool,
     pub broken_lock: bool,
+    /// Odd while the nemesis has a fault on (see `Claim::Quiet`).
+    pub fault_epoch: Arc<AtomicU64>,
     pub stop: AtomicBool,
     /// Straight to the servers, for the short-lived clients that are
     /// closed while they wait.
