@@ -85,7 +85,18 @@ fn figure(output: &str, name: &str) -> Option<u64> {
 
 #[test]
 fn the_control_without_locks_reports_violations_and_how_to_replay_them() {
-    let run = check(&["--seed", "11", "--single", "--no-lock", "--no-faults"], 4);
+    let run = check(
+        &[
+            "--seed",
+            "11",
+            "--single",
+            "--no-lock",
+            "--no-faults",
+            "--curator",
+            "0",
+        ],
+        4,
+    );
     assert_eq!(run.code, Some(1), "the control must fail:\n{}", run.output);
     assert!(run.output.contains("check: seed=11"), "{}", run.output);
     assert!(
@@ -105,7 +116,15 @@ fn the_control_without_locks_reports_violations_and_how_to_replay_them() {
 #[test]
 fn a_mutex_that_lets_two_holders_in_is_caught_through_real_grants() {
     let run = check(
-        &["--seed", "12", "--single", "--broken-lock", "--no-faults"],
+        &[
+            "--seed",
+            "12",
+            "--single",
+            "--broken-lock",
+            "--no-faults",
+            "--curator",
+            "0",
+        ],
         5,
     );
     assert_eq!(
