@@ -218,3 +218,61 @@ fn an_acquire_with_a_timeout_returns_within_the_connection_timeout_while_the_ser
          after {sem_took:?} (bound {bound:?})"
     );
 }
+
+/// Found by the checker (seed 101, ensemble, 600 s:
+/// `cargo run -p latchkey-test --bin check -- --seed 101 --seconds 600 --ensemble`
+/// logged 76 acquires in its history that failed with `NoNode` for their
+/// own lock node, e.g. a read with a 100 ms timeout failing after 91 ms).
+/// A waiter whose session expires while it waits gets
+/// `Err(NoNode for <its own lock node>)` when the retry policy's next sleep
+/// would pass the acquire's deadline. Curator retries (its sleeper does not
+/// look at the deadline), queues again, sees the time is up and returns
+/// `false`; a caller of `acquire_timeout` expects the same "not acquired",
+/// not an error about a node it never named. Ignored until the lock
+/// decides.
+#[test]
+#[ignore = "open: a waiter's lost node at the deadline is an error, not a timeout"]
+fn a_waiter_whose_session_expires_near_its_deadline_times_out_instead_of_failing_with_no_node() {
+    use latchkey_framework::{Client, ExponentialBackoffRetry};
+    use latchkey_recipes::InterProcessMutex;
+
+    let server = latchkey_test::TestingServer::start().expect("start ZooKeeper");
+    let connect = |retry_base: Duration| {
+        let c = Client::builder()
+            .connect_string(server.connect_string())
+            .session_timeout(Duration::from_secs(10))
+            .connection_timeout(Duration::from_secs(2))
+            .retry_policy(ExponentialBackoffRetry::new(retry_base, 3))
+            .build()
+            .expect("build client");
+        c.start().expect("start client");
+        assert!(c.block_until_connected(Duration::from_secs(30)).unwrap());
+        c
+    };
+    let holder = connect(Duration::from_millis(50));
+    // A first retry sleep of at least 1 s: longer than what is left of the
+    // waiter's 1 s timeout once its session is gone.
+    let waiter = connect(Duration::from_secs(1));
+    let path = latchkey_test::unique_path("expire-near-deadline");
+    let held = InterProcessMutex::new(&holder, &path).unwrap();
+    held.acquire().unwrap();
+    let waiting = InterProcessMutex::new(&waiter, &path).unwrap();
+    let got = thread::scope(|s| {
+        let wait = s.spawn(|| waiting.acquire_timeout(Duration::from_secs(1)));
+        let queued = Instant::now() + Duration::from_secs(10);
+        while held.participant_nodes().map_or(0, |n| n.len()) < 2 && Instant::now() < queued {
+            thread::sleep(Duration::from_millis(10));
+        }
+        waiter
+            .expire_session_for_testing()
+            .expect("expire the waiter's session");
+        wait.join().expect("the waiter panicked")
+    });
+    held.release().unwrap();
+    waiter.close();
+    holder.close();
+    assert!(
+        matches!(got, Ok(false)),
+        "the waiter's acquire_timeout(1 s) returned {got:?}; Curator returns false here"
+    );
+}
