@@ -1,0 +1,75 @@
+//! After every client closed: ephemeral nodes still under the checked
+//! paths. Sessions that ended without a clean close may keep theirs until
+//! the server expires them, so this waits up to a bound for them to go.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use latchkey_framework::{Client, ErrorCode, ExponentialBackoffRetry};
+
+use crate::workload::Paths;
+
+/// Ephemeral nodes left under `paths` once `within` has passed (or none
+/// as soon as there are none).
+pub fn remaining(connect: &str, paths: &Paths, within: Duration) -> Result<Vec<String>, String> {
+    let client = Client::builder()
+        .connect_string(connect)
+        .session_timeout(Duration::from_secs(10))
+        .connection_timeout(Duration::from_secs(5))
+        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(100), 5))
+        .build()
+        .map_err(|e| format!("orphan check client: {e}"))?;
+    client
+        .start()
+        .map_err(|e| format!("orphan check client: {e}"))?;
+    if !client
+        .block_until_connected(Duration::from_secs(30))
+        .unwrap_or(false)
+    {
+        return Err("orphan check client did not connect".into());
+    }
+    let roots: Vec<&str> = paths
+        .mutexes
+        .iter()
+        .chain([&paths.rw, &paths.sem])
+        .map(String::as_str)
+        .collect();
+    let deadline = Instant::now() + within;
+    loop {
+        let mut found = Vec::new();
+        for root in &roots {
+            ephemerals_under(&client, root, &mut found, 0)?;
+        }
+        if found.is_empty() || Instant::now() >= deadline {
+            client.close();
+            return Ok(found);
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Lock trees are two levels deep (a semaphore's `leases/` and `locks/`).
+fn ephemerals_under(
+    client: &Client,
+    path: &str,
+    found: &mut Vec<String>,
+    depth: u32,
+) -> Result<(), String> {
+    let children = match client.get_children(path) {
+        Ok(c) => c,
+        Err(e) if e.is(ErrorCode::NoNode) => return Ok(()),
+        Err(e) => return Err(format!("list {path}: {e}")),
+    };
+    for child in children {
+        let full = format!("{path}/{child}");
+        match client.exists(&full) {
+            Ok(Some(stat)) if stat.ephemeral_owner != 0 => {
+                found.push(format!("{full} (session {:#x})", stat.ephemeral_owner))
+            }
+            Ok(Some(_)) if depth < 3 => ephemerals_under(client, &full, found, depth + 1)?,
+            Ok(_) => {}
+            Err(e) => return Err(format!("stat {full}: {e}")),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,566 @@
+//! The client side: worker threads doing a random mix of lock operations on
+//! a few shared paths, reporting every grant to the oracle and every step
+//! to the history.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use latchkey_framework::{ConnectionState, Result};
+use latchkey_recipes::{
+    Decision, InterProcessLock, InterProcessMultiLock, InterProcessMutex,
+    InterProcessReadWriteLock, InterProcessSemaphoreV2, LockDriver, StandardDriver,
+};
+
+use crate::history::History;
+use crate::oracle::{HoldId, Mode, Oracle};
+use crate::rng::Rng;
+use crate::session::{ClientSettings, Session};
+
+/// The shared paths every session works on.
+pub struct Paths {
+    pub mutexes: Vec<String>,
+    pub rw: String,
+    pub sem: String,
+    pub sem_max: u32,
+}
+
+impl Paths {
+    pub fn under(root: &str) -> Paths {
+        Paths {
+            mutexes: vec![format!("{root}/mutex-a"), format!("{root}/mutex-b")],
+            rw: format!("{root}/rw"),
+            sem: format!("{root}/sem"),
+            sem_max: 2,
+        }
+    }
+}
+
+/// Counters for the summary.
+#[derive(Default)]
+pub struct Stats {
+    pub ops: AtomicU64,
+    pub grants: AtomicU64,
+    pub grants_in_doubt: AtomicU64,
+    pub timeouts: AtomicU64,
+    pub errors: AtomicU64,
+    pub reentrant: AtomicU64,
+    pub downgrades: AtomicU64,
+    pub upgrades_refused: AtomicU64,
+    pub closes_while_waiting: AtomicU64,
+    /// Worst time past its timeout that a timed acquire took, in µs, and
+    /// which acquire it was.
+    pub worst_overrun_us: AtomicU64,
+    pub worst_overrun_op: parking_lot::Mutex<String>,
+}
+
+/// What every worker shares.
+pub struct World {
+    pub history: Arc<History>,
+    pub oracle: Arc<Oracle>,
+    pub stats: Stats,
+    pub paths: Paths,
+    pub no_lock: bool,
+    pub broken_lock: bool,
+    /// Odd while the nemesis has a fault on (see `Claim::Quiet`).
+    pub fault_epoch: Arc<AtomicU64>,
+    pub stop: AtomicBool,
+    /// Straight to the servers, for the short-lived clients that are
+    /// closed while they wait.
+    pub direct_connect: String,
+    pub settings: ClientSettings,
+}
+
+/// One session's lock objects, shared by its threads (which contend with
+/// each other as processes do).
+pub struct Locks {
+    mutexes: Vec<InterProcessMutex>,
+    rw: InterProcessReadWriteLock,
+    sem: InterProcessSemaphoreV2,
+}
+
+impl Locks {
+    /// `broken`: the mutexes let two holders in at once (a control: the
+    /// checker must see it through real ZooKeeper grants).
+    pub fn new(session: &Session, paths: &Paths, broken: bool) -> Result<Locks> {
+        Ok(Locks {
+            mutexes: paths
+                .mutexes
+                .iter()
+                .map(|p| match broken {
+                    false => InterProcessMutex::new(&session.client, p),
+                    true => InterProcessMutex::with_lock_driver(
+                        &session.client,
+                        p,
+                        Arc::new(TwoHolders),
+                    ),
+                })
+                .collect::<Result<_>>()?,
+            rw: InterProcessReadWriteLock::new(&session.client, &paths.rw)?,
+            sem: InterProcessSemaphoreV2::new(&session.client, &paths.sem, paths.sem_max)?,
+        })
+    }
+}
+
+/// A broken mutex for the `--broken-lock` control: the first two nodes in
+/// the queue both hold the lock.
+struct TwoHolders;
+
+impl LockDriver for TwoHolders {
+    fn decide(&self, children: &[String], ours: &str, _max: usize) -> Result<Decision> {
+        StandardDriver.decide(children, ours, 2)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Mutex,
+    Write,
+    Read,
+    Semaphore,
+    Multi,
+    CloseWhileWaiting,
+}
+
+const OPS: &[(u64, Op)] = &[
+    (25, Op::Mutex),
+    (15, Op::Write),
+    (20, Op::Read),
+    (20, Op::Semaphore),
+    (10, Op::Multi),
+    (2, Op::CloseWhileWaiting),
+];
+
+/// One worker thread: random operations until `until` or the stop flag.
+pub struct Worker<'a> {
+    pub world: &'a World,
+    pub session: &'a Session,
+    pub locks: &'a Locks,
+    pub who: String,
+    pub rng: Rng,
+}
+
+impl Worker<'_> {
+    pub fn run(mut self, until: Instant) {
+        while !self.world.stop.load(Ordering::SeqCst) && Instant::now() < until {
+            let op = self.rng.weighted(OPS);
+            self.world.stats.ops.fetch_add(1, Ordering::Relaxed);
+            if self.world.no_lock {
+                self.unlocked(op);
+                continue;
+            }
+            match op {
+                Op::Mutex => self.mutex(),
+                Op::Write => self.write(),
+                Op::Read => self.read(),
+                Op::Semaphore => self.semaphore(),
+                Op::Multi => self.multi(),
+                Op::CloseWhileWaiting => self.close_while_waiting(),
+            }
+        }
+    }
+
+    fn mutex(&mut self) {
+        let i = self.rng.index(self.locks.mutexes.len());
+        let timeout = self.timeout();
+        self.mutex_at(i, timeout);
+    }
+
+    fn mutex_at(&mut self, i: usize, timeout: Duration) {
+        let m = &self.locks.mutexes[i];
+        let path = &self.world.paths.mutexes[i];
+        let Some(epoch) = self.timed_acquire("mutex", path, timeout, || m.acquire_timeout(timeout))
+        else {
+            return;
+        };
+        let hold = self.grant_mutex(m, epoch, Mode::Exclusive, "mutex");
+        self.maybe_reenter(m, path);
+        self.work();
+        self.world.oracle.exit(hold);
+        self.released("mutex", path, m.release());
+    }
+
+    fn write(&mut self) {
+        let (w, r) = (self.locks.rw.write_lock(), self.locks.rw.read_lock());
+        let path = &self.world.paths.rw;
+        let timeout = self.timeout();
+        let Some(epoch) = self.timed_acquire("write", path, timeout, || w.acquire_timeout(timeout))
+        else {
+            return;
+        };
+        let hold = self.grant_mutex(w, epoch, Mode::Exclusive, "write");
+        self.maybe_reenter(w, path);
+        self.work();
+        if !self.rng.percent(40) {
+            self.world.oracle.exit(hold);
+            self.released("write", path, w.release());
+            return;
+        }
+        // Downgrade: read while holding the write, then let the write go.
+        let read_timeout = Duration::from_secs(2);
+        match self.timed_acquire("downgrade-read", path, read_timeout, || {
+            r.acquire_timeout(read_timeout)
+        }) {
+            Some(_) => {
+                self.world.stats.downgrades.fetch_add(1, Ordering::Relaxed);
+                self.world.oracle.downgrade(&hold);
+                self.released("write", path, w.release());
+                self.work();
+                self.try_upgrade(w, path);
+                self.world.oracle.exit(hold);
+                self.released("read", path, r.release());
+            }
+            None => {
+                self.world.oracle.exit(hold);
+                self.released("write", path, w.release());
+            }
+        }
+    }
+
+    fn read(&mut self) {
+        let r = self.locks.rw.read_lock();
+        let path = &self.world.paths.rw;
+        let timeout = self.timeout();
+        let Some(epoch) = self.timed_acquire("read", path, timeout, || r.acquire_timeout(timeout))
+        else {
+            return;
+        };
+        let hold = self.grant_mutex(r, epoch, Mode::Shared, "read");
+        self.maybe_reenter(r, path);
+        self.work();
+        if self.rng.percent(20) {
+            self.try_upgrade(self.locks.rw.write_lock(), path);
+        }
+        self.world.oracle.exit(hold);
+        self.released("read", path, r.release());
+    }
+
+    /// Holding a read, asks for the write: Curator never grants it (the
+    /// write queues behind our own read). Were it granted while our read
+    /// still counts, the oracle sees a writer beside a reader.
+    fn try_upgrade(&mut self, w: &InterProcessMutex, path: &str) {
+        let timeout = self.rng.millis(0, 50);
+        let Some(epoch) = self.timed_acquire("upgrade-write", path, timeout, || {
+            w.acquire_timeout(timeout)
+        }) else {
+            self.world
+                .stats
+                .upgrades_refused
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let hold = self.grant_mutex(w, epoch, Mode::Exclusive, "upgrade-write");
+        self.world.oracle.exit(hold);
+        self.released("upgrade-write", path, w.release());
+    }
+
+    fn semaphore(&mut self) {
+        let sem = &self.locks.sem;
+        let path = &self.world.paths.sem;
+        let max = self.world.paths.sem_max;
+        let n = 1 + self.rng.below(u64::from(max)) as u32;
+        let timeout = self.timeout();
+        let start = Instant::now();
+        self.record(format!("invoke semaphore {path} n={n} timeout={timeout:?}"));
+        let got = sem.acquire_many_timeout(n, timeout);
+        let Some(leases) = self.completed("semaphore", path, timeout, start, got) else {
+            return;
+        };
+        let epoch = self.session.doubt_epoch();
+        let valid = self.connected() && leases.iter().all(|l| !l.is_lost());
+        let nodes: Vec<&str> = leases.iter().map(|l| l.path()).collect();
+        let hold = self.grant(
+            path,
+            Mode::Leases { n, max },
+            "semaphore",
+            valid.then_some(epoch),
+            None,
+            &nodes.join(" "),
+        );
+        self.work();
+        self.world.oracle.exit(hold);
+        self.released("semaphore", path, sem.return_all(leases).map_err(Into::into));
+    }
+
+    fn multi(&mut self) {
+        let locks: Vec<Box<dyn InterProcessLock>> = self
+            .locks
+            .mutexes
+            .iter()
+            .map(|m| Box::new(m.clone()) as Box<dyn InterProcessLock>)
+            .collect();
+        let multi = match InterProcessMultiLock::new(locks) {
+            Ok(m) => m,
+            Err(e) => return self.world.oracle.violation(format!("multi-lock: {e}")),
+        };
+        let label = self.world.paths.mutexes.join("+");
+        let timeout = self.timeout();
+        let Some(epoch) =
+            self.timed_acquire("multi", &label, timeout, || multi.acquire_timeout(timeout))
+        else {
+            return;
+        };
+        let holds: Vec<HoldId> = self
+            .locks
+            .mutexes
+            .iter()
+            .map(|m| self.grant_mutex(m, epoch, Mode::Exclusive, "multi"))
+            .collect();
+        self.work();
+        for h in holds {
+            self.world.oracle.exit(h);
+        }
+        self.released("multi", &label, multi.release());
+    }
+
+    /// A short-lived client waits for a mutex and is closed meanwhile: the
+    /// wait must end (with an error, a timeout or the lock) within the
+    /// connection timeout of its deadline, and its node must go.
+    fn close_while_waiting(&mut self) {
+        let w = self.world;
+        let name = format!("{}.c", self.who);
+        let session = match Session::connect(
+            name.clone(),
+            &w.direct_connect,
+            Vec::new(),
+            w.settings,
+            &w.history,
+            Duration::from_secs(5),
+        ) {
+            Ok(s) => Arc::new(s),
+            Err(e) => return self.record(format!("close-while-waiting skipped: {e}")),
+        };
+        w.stats.closes_while_waiting.fetch_add(1, Ordering::Relaxed);
+        let i = self.rng.index(w.paths.mutexes.len());
+        let path = w.paths.mutexes[i].clone();
+        let close_after = self.rng.millis(0, 100);
+        let timeout = Duration::from_secs(2);
+        let bound = timeout + w.settings.connection_timeout;
+        thread::scope(|scope| {
+            let waiter = {
+                let session = Arc::clone(&session);
+                let rng = Rng::stream(self.rng.next_u64(), 1);
+                scope.spawn(move || {
+                    let locks = match Locks::new(&session, &w.paths, w.broken_lock) {
+                        Ok(l) => l,
+                        Err(e) => return w.history.record(&session.name, format!("locks: {e}")),
+                    };
+                    let mut me = Worker {
+                        world: w,
+                        session: &session,
+                        locks: &locks,
+                        who: session.name.clone(),
+                        rng,
+                    };
+                    me.mutex_at(i, timeout);
+                })
+            };
+            thread::sleep(close_after);
+            session.mark_in_doubt();
+            self.record(format!("close {name} while it waits on {path}"));
+            session.client.close();
+            let closed_at = Instant::now();
+            while !waiter.is_finished() && closed_at.elapsed() < bound {
+                thread::sleep(Duration::from_millis(10));
+            }
+            if !waiter.is_finished() {
+                w.oracle.violation(format!(
+                    "{name}: acquire on {path} still waiting {bound:?} after its client closed"
+                ));
+            }
+        });
+    }
+
+    /// Reentrancy: the holding thread takes the lock again at once (no
+    /// ZooKeeper round trip), with the same node, and releases it again.
+    fn maybe_reenter(&mut self, m: &InterProcessMutex, path: &str) {
+        if !self.rng.percent(30) {
+            return;
+        }
+        self.world.stats.reentrant.fetch_add(1, Ordering::Relaxed);
+        let token = m.fencing_token();
+        match m.acquire_timeout(Duration::ZERO) {
+            Ok(true) => {
+                if m.fencing_token() != token {
+                    self.world.oracle.violation(format!(
+                        "{}: reentrant acquire of {path} changed the token {token:?} to {:?}",
+                        self.who,
+                        m.fencing_token()
+                    ));
+                }
+                self.released("reentrant", path, m.release());
+            }
+            other => self.world.oracle.violation(format!(
+                "{}: reentrant acquire of {path} by the holder returned {other:?}",
+                self.who
+            )),
+        }
+    }
+
+    /// The `--no-lock` control: enters the oracle without any lock.
+    fn unlocked(&mut self, op: Op) {
+        let p = &self.world.paths;
+        let max = p.sem_max;
+        let claims: Vec<(&str, Mode)> = match op {
+            Op::Mutex | Op::CloseWhileWaiting => {
+                vec![(&p.mutexes[self.rng.index(p.mutexes.len())], Mode::Exclusive)]
+            }
+            Op::Write => vec![(&p.rw, Mode::Exclusive)],
+            Op::Read => vec![(&p.rw, Mode::Shared)],
+            Op::Semaphore => vec![(
+                &p.sem,
+                Mode::Leases {
+                    n: 1 + self.rng.below(u64::from(max)) as u32,
+                    max,
+                },
+            )],
+            Op::Multi => p
+                .mutexes
+                .iter()
+                .map(|m| (m.as_str(), Mode::Exclusive))
+                .collect(),
+        };
+        let holds: Vec<HoldId> = claims
+            .into_iter()
+            .map(|(path, mode)| {
+                self.record(format!("grant (no lock) {mode:?} {path}"));
+                self.session.note_grant(self.world.history.now());
+                self.world.oracle.enter(path, &self.who, mode, None, None)
+            })
+            .collect();
+        self.work();
+        for h in holds {
+            self.world.oracle.exit(h);
+        }
+    }
+
+    /// Runs a timed acquire, records it, and returns the doubt epoch read
+    /// right after a grant (`None`: not granted).
+    fn timed_acquire(
+        &mut self,
+        what: &str,
+        path: &str,
+        timeout: Duration,
+        acquire: impl FnOnce() -> Result<bool>,
+    ) -> Option<u64> {
+        let start = Instant::now();
+        self.record(format!("invoke {what} {path} timeout={timeout:?}"));
+        let got = acquire().map(|ok| ok.then_some(()));
+        self.completed(what, path, timeout, start, got)?;
+        Some(self.session.doubt_epoch())
+    }
+
+    /// Records an acquire's completion and how far it ran past its timeout.
+    fn completed<T>(
+        &self,
+        what: &str,
+        path: &str,
+        timeout: Duration,
+        start: Instant,
+        got: Result<Option<T>>,
+    ) -> Option<T> {
+        let took = start.elapsed();
+        let over = u64::try_from(took.saturating_sub(timeout).as_micros()).unwrap_or(u64::MAX);
+        let stats = &self.world.stats;
+        if stats.worst_overrun_us.fetch_max(over, Ordering::Relaxed) < over {
+            *stats.worst_overrun_op.lock() = format!(
+                "{} {what} {path} with timeout {timeout:?}, {} ({:.3}s into the run)",
+                self.who,
+                match &got {
+                    Ok(Some(_)) => "granted".to_string(),
+                    Ok(None) => "timed out".to_string(),
+                    Err(e) => format!("failed: {e}"),
+                },
+                self.world.history.now().as_secs_f64()
+            );
+        }
+        match got {
+            Ok(Some(v)) => Some(v),
+            Ok(None) => {
+                stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                self.record(format!("timeout {what} {path} after {took:?}"));
+                None
+            }
+            Err(e) => {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
+                self.record(format!("fail {what} {path} after {took:?}: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Enters a mutex-like grant (mutex, read, write) in the oracle.
+    fn grant_mutex(&self, m: &InterProcessMutex, epoch: u64, mode: Mode, what: &str) -> HoldId {
+        let valid = self.connected() && !m.is_lost();
+        let node = m.lock_node_path().unwrap_or_default();
+        self.grant(
+            m.path(),
+            mode,
+            what,
+            valid.then_some(epoch),
+            m.fencing_token(),
+            &node,
+        )
+    }
+
+    fn grant(
+        &self,
+        path: &str,
+        mode: Mode,
+        what: &str,
+        epoch: Option<u64>,
+        token: Option<i64>,
+        node: &str,
+    ) -> HoldId {
+        let claim = self.session.claim(epoch);
+        let counted = claim.counts();
+        let stats = &self.world.stats;
+        if counted {
+            stats.grants.fetch_add(1, Ordering::Relaxed);
+            self.session.note_grant(self.world.history.now());
+        } else {
+            stats.grants_in_doubt.fetch_add(1, Ordering::Relaxed);
+        }
+        let shown = token.map_or("-".to_string(), |t| format!("{t:#x}"));
+        self.record(format!(
+            "grant {what} {path} token={shown} node={node}{}",
+            if counted { "" } else { " IN-DOUBT" }
+        ));
+        self.world
+            .oracle
+            .enter(path, &self.who, mode, Some(claim), token)
+    }
+
+    fn released(&self, what: &str, path: &str, r: Result<()>) {
+        match r {
+            Ok(()) => self.record(format!("release {what} {path}")),
+            Err(e) => self.record(format!("release {what} {path} failed: {e}")),
+        }
+    }
+
+    fn connected(&self) -> bool {
+        self.session
+            .client
+            .state()
+            .is_some_and(ConnectionState::is_connected)
+    }
+
+    /// A timeout for an acquire, zero and very short ones included.
+    fn timeout(&mut self) -> Duration {
+        let ms = self
+            .rng
+            .weighted(&[(2, 0), (2, 1), (2, 10), (3, 100), (3, 500), (2, 2000)]);
+        Duration::from_millis(ms)
+    }
+
+    /// The critical section's "work": a short random hold, so that holders
+    /// overlap if the lock lets them.
+    fn work(&mut self) {
+        thread::sleep(self.rng.millis(0, 15));
+    }
+
+    fn record(&self, what: String) {
+        self.world.history.record(&self.who, what);
+    }
+}
