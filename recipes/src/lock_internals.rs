@@ -8,7 +8,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use latchkey_framework::paths;
-use latchkey_framework::{Client, CreateMode, Error, ErrorCode, EventType, Result, WatchedEvent};
+use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result, WatchedEvent};
 use parking_lot::{Condvar, Mutex};
 
 use crate::cancel::{self, CancelToken};
@@ -20,17 +20,15 @@ use crate::rwlock::{READ_LOCK_NAME, WRITE_LOCK_NAME};
 pub enum Decision {
     /// The caller holds the lock.
     Acquired,
-    /// Wait until this child (a name under the lock path) changes.
-    /// `only_blocker` says that its deletion alone grants the lock, so the
-    /// waiter need not list the children again. Say so only when no node
-    /// can join ahead of ours while this one exists: sequential nodes never
-    /// do, but a downgrade read node joins beside its write holder's node,
-    /// ahead of later writers (see [`LockDriver::sorting_sequence`]).
+    /// Wait until this child (a name under the lock path) changes, then
+    /// list the children again and decide anew. The waiter always lists
+    /// again, as Curator's does: a node's deletion alone never proves that
+    /// ours still stands (a session's close deletes all its nodes in one
+    /// transaction, whose events come in no fixed order) nor that none
+    /// joined ahead (a downgrade read node sorts with its write node).
     WaitFor {
         /// The child to watch.
         node: String,
-        /// Whether this child's deletion alone grants the lock.
-        only_blocker: bool,
     },
 }
 
@@ -66,10 +64,6 @@ impl LockDriver for StandardDriver {
         }
         Ok(Decision::WaitFor {
             node: children[index - max_leases].clone(),
-            // Sequential nodes only join behind us, so once this one goes we
-            // are within max_leases (a driver whose lock can gain nodes ahead
-            // of the queue must not say so; see the read-write lock's).
-            only_blocker: index == max_leases,
         })
     }
 }
@@ -707,7 +701,11 @@ impl LockInternals {
                             let _ = pause.wait(epoch, deadline_after(sleep));
                             retries += 1;
                         }
-                        _ => return Err(e),
+                        // The policy would queue again, but only after the
+                        // deadline: not acquired in time (Curator, whose
+                        // sleep ignores the deadline, ends the same way).
+                        Some(_) => return Ok(None),
+                        None => return Err(e),
                     }
                 }
                 Err(e) => {
@@ -746,8 +744,6 @@ impl LockInternals {
         if let Some(cancel) = cancel {
             cancel.wake_on_cancel(&signal);
         }
-        // Whether a watch on our own node is armed (it is one-shot).
-        let own_armed = Arc::new(AtomicBool::new(false));
         let mut children = match listed {
             Some(mut children) => {
                 self.sort(&mut children);
@@ -770,55 +766,17 @@ impl LockInternals {
             let epoch = signal.epoch();
             // After `epoch`: a cancel from now on also ends the wait below.
             cancel::check(cancel)?;
-            let (node, only_blocker) =
-                match self.driver.decide(&children, &ours, self.max_leases)? {
-                    Decision::Acquired => return Ok(true),
-                    Decision::WaitFor { node, only_blocker } => (node, only_blocker),
-                };
-            if only_blocker && !own_armed.swap(true, Ordering::AcqRel) {
-                // The fast path below must not take the lock for a node that
-                // someone deleted meanwhile, so its waiter also watches its
-                // own node (armed after `epoch`: any change of it counts as a
-                // second wake-up). Both watches are wakers, run in the order
-                // the server sent their events, so a deletion of our node
-                // always counts before the predecessor's that follows it.
-                // A waiter further back re-lists on every wake-up anyway and
-                // needs no such watch: that saves it a request, and the event
-                // its own delete would fire.
-                let (own_signal, armed) = (Arc::clone(&signal), Arc::clone(&own_armed));
-                let own = client.exists_watch_waker(our_path, move |ev| {
-                    armed.store(false, Ordering::Release);
-                    own_signal.notify(Some(ev));
-                });
-                match own {
-                    Ok(Some(_)) => {}
-                    Ok(None) => {
-                        return Err(Error::Zk {
-                            code: ErrorCode::NoNode,
-                            path: Some(our_path.to_owned()),
-                        })
-                    }
-                    Err(e) => {
-                        own_armed.store(false, Ordering::Release);
-                        return Err(e);
-                    }
-                }
-            }
+            let node = match self.driver.decide(&children, &ours, self.max_leases)? {
+                Decision::Acquired => return Ok(true),
+                Decision::WaitFor { node } => node,
+            };
             let watched = paths::make_path(&self.base_path, &node);
             match self.watches.watch_data(client, &watched, &signal) {
-                Ok(_) => match signal.wait(epoch, deadline) {
-                    None => return Ok(false),
-                    Some((1, Some(ev)))
-                        if only_blocker
-                            && ev.event_type == EventType::NodeDeleted
-                            && ev.path == watched =>
-                    {
-                        // The driver vouched that no node can join ahead of
-                        // ours: with our sole blocker gone, we hold it.
-                        return Ok(true);
+                Ok(_) => {
+                    if signal.wait(epoch, deadline).is_none() {
+                        return Ok(false);
                     }
-                    Some(_) => {}
-                },
+                }
                 Err(e) if e.is(ErrorCode::NoNode) => {}
                 Err(e) => return Err(e),
             }

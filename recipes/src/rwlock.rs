@@ -56,7 +56,7 @@ impl InterProcessReadWriteLock {
             WRITE_LOCK_NAME,
             &names,
             1,
-            Arc::new(WriteDriver),
+            Arc::new(StandardDriver),
             data,
         )?;
         let read = InterProcessMutex::with_driver(
@@ -81,26 +81,6 @@ impl InterProcessReadWriteLock {
     /// The write side: a reentrant mutex that excludes everyone.
     pub fn write_lock(&self) -> &InterProcessMutex {
         &self.write
-    }
-}
-
-/// Curator's rule for writers (the node just before ours blocks us), with
-/// one difference in when a waiter may skip listing again: a write holder
-/// that downgrades the way Curator 5.5+ does adds a read node that sorts
-/// with its write node, i.e. ahead of us. So the deletion of a write node
-/// never grants the lock by itself; the deletion of a read node may, since
-/// only a write holder can add a node ahead of the queue.
-struct WriteDriver;
-
-impl LockDriver for WriteDriver {
-    fn decide(&self, children: &[String], ours: &str, max_leases: usize) -> Result<Decision> {
-        Ok(match StandardDriver.decide(children, ours, max_leases)? {
-            Decision::WaitFor { node, only_blocker } => Decision::WaitFor {
-                only_blocker: only_blocker && !node.contains(WRITE_LOCK_NAME),
-                node,
-            },
-            acquired => acquired,
-        })
     }
 }
 
@@ -136,51 +116,14 @@ impl LockDriver for ReadDriver {
         if self.holds_the_write_lock() {
             return Ok(Decision::Acquired);
         }
-        let earlier_writers: Vec<&String> = children[..index]
+        let nearest_writer = children[..index]
             .iter()
-            .filter(|c| c.contains(WRITE_LOCK_NAME))
-            .collect();
-        match earlier_writers.last() {
+            .rfind(|c| c.contains(WRITE_LOCK_NAME));
+        match nearest_writer {
             None => Ok(Decision::Acquired),
-            Some(nearest) => Ok(Decision::WaitFor {
-                node: (*nearest).clone(),
-                only_blocker: earlier_writers.len() == 1,
+            Some(writer) => Ok(Decision::WaitFor {
+                node: writer.clone(),
             }),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn names(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn a_writer_behind_a_write_node_lists_again_after_it_goes() {
-        let children = names(&["_c_a-__WRIT__0000000001", "_c_b-__WRIT__0000000002"]);
-        let d = WriteDriver.decide(&children, &children[1], 1).unwrap();
-        assert_eq!(
-            d,
-            Decision::WaitFor {
-                node: children[0].clone(),
-                only_blocker: false
-            }
-        );
-    }
-
-    #[test]
-    fn a_writer_behind_a_lone_read_node_may_skip_the_listing() {
-        let children = names(&["_c_a-__READ__0000000001", "_c_b-__WRIT__0000000002"]);
-        let d = WriteDriver.decide(&children, &children[1], 1).unwrap();
-        assert_eq!(
-            d,
-            Decision::WaitFor {
-                node: children[0].clone(),
-                only_blocker: true
-            }
-        );
     }
 }

