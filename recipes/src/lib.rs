@@ -63,7 +63,9 @@ pub use lock_internals::{
 pub use multi_lock::{InterProcessLock, InterProcessMultiLock, MultiLockGuard};
 pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
 pub use revoke::{Revoker, REVOKE_MESSAGE};
-pub use rwlock::{InterProcessReadWriteLock, READ_LOCK_NAME, WRITE_LOCK_NAME};
+pub use rwlock::{
+    InterProcessReadWriteLock, ReadGuard, WriteGuard, READ_LOCK_NAME, WRITE_LOCK_NAME,
+};
 pub use semaphore::{
     InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, LeaseReturnError,
     SemaphoreMutexGuard, LEASE_NAME,
