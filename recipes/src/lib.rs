@@ -55,6 +55,10 @@ mod shared_count;
 /// `select!` without depending on that crate directly).
 pub use crossbeam_channel::Receiver;
 
+/// `crossbeam-channel`'s `select!`, to wait on a hold's `events()` beside
+/// other channels or a timeout (see "Holding a lock safely" above).
+pub use crossbeam_channel::select;
+
 pub use cancel::CancelToken;
 pub use hold::HoldEvent;
 pub use lock_internals::{
