@@ -1,11 +1,16 @@
 //! Runs the `job_runner` example as a user would: with its embedded
-//! ZooKeeper, which it stops for longer than the session timeout mid-run.
-//! Its oracle must see no violation, every job must be done, and the holds
-//! must really have been lost and taken again. With exclusion broken on
-//! purpose, the same oracle must object.
+//! ZooKeeper, which it cuts one worker off from, then stops, each time for
+//! longer than the session timeout. Its oracle must see no violation,
+//! every job must be done, and the holds must really have been lost and
+//! taken again. With exclusion broken on purpose, or with workers that
+//! ignore doubt and loss, the same oracle must object.
+//!
+//! The runs take one at a time (each starts a ZooKeeper and three worker
+//! processes), so that they do not slow each other down.
 
 use std::io::Read;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -15,6 +20,8 @@ const BOUND: Duration = Duration::from_secs(240);
 
 /// Runs `job_runner ARGS`, killing it past [`BOUND`]; its status and output.
 fn run(args: &[&str]) -> (ExitStatus, String) {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut child = Command::new(JOB_RUNNER)
         .args(args)
         .stdin(Stdio::null())
@@ -40,8 +47,7 @@ fn run(args: &[&str]) -> (ExitStatus, String) {
             break status;
         }
         if Instant::now() >= deadline {
-            // Killing the program leaves its workers to end by their own
-            // limit; they hold nothing the test needs.
+            // Its workers end when they see it gone.
             let _ = child.kill();
             let _ = child.wait();
             panic!("job_runner did not end within {BOUND:?}");
@@ -73,12 +79,16 @@ fn figure(output: &str, label: &str) -> u32 {
 }
 
 #[test]
-fn the_job_runner_survives_an_outage_longer_than_the_session() {
+fn the_job_runner_survives_a_partition_and_an_outage_longer_than_the_session() {
     let (status, output) = run(&[]);
     assert!(status.success(), "job_runner failed ({status}):\n{output}");
+    assert!(
+        output.contains("worker 0 CUT OFF"),
+        "no partition:\n{output}"
+    );
     assert!(output.contains("ZooKeeper STOPS"), "no outage:\n{output}");
     assert_eq!(figure(&output, "jobs finished:"), 20, "{output}");
-    assert_eq!(figure(&output, "steps done:"), 100, "{output}");
+    assert_eq!(figure(&output, "steps done:"), 200, "{output}");
     assert!(output.contains("\n0 violations"), "{output}");
     // The outage outlasted the session: holds were lost and taken again.
     assert!(figure(&output, "holds gone in doubt:") >= 1, "{output}");
@@ -90,6 +100,17 @@ fn the_job_runner_survives_an_outage_longer_than_the_session() {
 #[test]
 fn the_job_runner_oracle_catches_broken_exclusion() {
     let (status, output) = run(&["--break-exclusion"]);
+    assert_eq!(status.code(), Some(1), "{output}");
+    assert!(output.contains("VIOLATION: "), "{output}");
+    assert!(output.contains("violations of exclusion"), "{output}");
+}
+
+/// Workers that never look at `is_in_doubt()` or `events()` go on as
+/// holders after their session expired; the oracle meets them beside the
+/// new holders.
+#[test]
+fn the_job_runner_oracle_catches_workers_that_ignore_doubt() {
+    let (status, output) = run(&["--ignore-doubt"]);
     assert_eq!(status.code(), Some(1), "{output}");
     assert!(output.contains("VIOLATION: "), "{output}");
     assert!(output.contains("violations of exclusion"), "{output}");

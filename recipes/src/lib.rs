@@ -42,7 +42,8 @@
 //! `events()` so it stops as soon as the hold is in doubt, and takes the
 //! lock again after a loss. Only the hold's own thread watches it; no
 //! other thread or callback is needed. The `job_runner` example runs this
-//! pattern across processes with ZooKeeper stopped mid-run.
+//! pattern across processes while one of them is cut off from ZooKeeper
+//! and then ZooKeeper is stopped, each for longer than the session timeout.
 //!
 //! ```no_run
 //! # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {

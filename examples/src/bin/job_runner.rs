@@ -1,15 +1,22 @@
-//! A job runner that survives a ZooKeeper outage without two holders ever
+//! A job runner that survives losing ZooKeeper without two holders ever
 //! working at once.
 //!
-//! Three worker processes of four threads each share 20 jobs of 5 steps.
+//! Three worker processes of four threads each share 20 jobs of 10 steps.
 //! A thread takes a job's mutex (one `InterProcessMutex` per job) and does
 //! its steps; each step also needs one of the 2 leases of an
 //! `InterProcessSemaphoreV2` and the read side of an
 //! `InterProcessReadWriteLock` on a config file, whose write side a thread
 //! takes after finishing a job to record it there.
 //!
-//! Mid-run, the embedded ZooKeeper is stopped for longer than the session
-//! timeout, then started again: every hold goes in doubt, then is lost.
+//! Mid-run, with the embedded ZooKeeper, two faults each last longer than
+//! the 4 s session timeout:
+//!
+//! 1. worker 0 alone is cut off (its connection goes through a proxy that
+//!    stops forwarding): its holds go in doubt, its session expires on the
+//!    server, and the other workers may take over its jobs meanwhile;
+//! 2. ZooKeeper itself is stopped, then started again: every hold goes in
+//!    doubt, then is lost.
+//!
 //! The workers use the loss-handling pattern of the crate docs ("Holding a
 //! lock safely"):
 //!
@@ -29,9 +36,15 @@
 //! 1 if the oracle saw a violation (or a job was not finished); it ends by
 //! itself in about 30 s.
 //!
+//! Curator's rule matters in the first fault: worker 0's jobs are handed
+//! to others once its session expires, about a third of the session
+//! timeout after worker 0's client suspends. A worker that went on
+//! counting itself as holder past that point would meet the new holder's
+//! marker.
+//!
 //! ```text
-//! cargo run -p latchkey-examples --bin job_runner                      # embedded ZooKeeper, with the outage
-//! cargo run -p latchkey-examples --bin job_runner -- --connect HOST:PORT  # no outage: not ours to stop
+//! cargo run -p latchkey-examples --bin job_runner                      # embedded ZooKeeper, with the faults
+//! cargo run -p latchkey-examples --bin job_runner -- --connect HOST:PORT  # no faults: not ours to break
 //! cargo run -p latchkey-examples --bin job_runner -- --break-exclusion    # shows the oracle catching overlaps
 //! ```
 //!
@@ -39,19 +52,22 @@
 //! (exclusion between threads is gone), to show that the oracle catches
 //! the overlaps: that run exits 1.
 
+use std::collections::HashSet;
 use std::fs::{self, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use latchkey_examples::setup::{zookeeper_from, Zk};
-use latchkey_framework::{Client, ExponentialBackoffRetry};
+use latchkey_framework::{Client, ExponentialBackoffRetry, ListenerHandle};
 use latchkey_recipes::{
     select, HoldEvent, InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2,
     MutexGuard, Receiver,
 };
+use latchkey_test::{FaultProxy, TestingServer};
 
 const PROGRAM: &str = "job_runner";
 /// Worker processes.
@@ -61,7 +77,7 @@ const THREADS: usize = 4;
 /// Jobs to run, each under its own mutex.
 const JOBS: usize = 20;
 /// Steps per job.
-const STEPS: u32 = 5;
+const STEPS: u32 = 10;
 /// Leases of the semaphore that every step needs.
 const LEASES: u32 = 2;
 /// How long one step works (holding the job, a lease and the read lock).
@@ -70,8 +86,10 @@ const STEP_WORK: Duration = Duration::from_millis(120);
 const SESSION: Duration = Duration::from_secs(4);
 /// How long ZooKeeper stays stopped.
 const OUTAGE: Duration = Duration::from_secs(7);
-/// The outage starts once this many steps (of `JOBS * STEPS`) are done.
-const OUTAGE_AFTER_STEPS: u32 = 20;
+/// Worker 0 is cut off once this many steps (of `JOBS * STEPS`) are done.
+const PARTITION_AFTER_STEPS: u32 = 15;
+/// The outage starts once this many more steps are done after that.
+const OUTAGE_AFTER_MORE_STEPS: u32 = 15;
 /// How long a step waits for a lease or the read lock, and a finished job
 /// for the write lock.
 const LOCK_WAIT: Duration = Duration::from_secs(3);
@@ -95,13 +113,32 @@ fn main() {
 // ---------------------------------------------------------------------------
 
 /// Checks exclusion with files in a directory that all processes share.
+///
+/// A holder counts while its marker file exists. Following Curator's rule
+/// a hold in doubt does not count: markers are created only by a hold not
+/// in doubt, and a process's markers go as soon as its connection is
+/// suspended (from the client's state listener, so that a thread busy
+/// elsewhere cannot keep one past the moment its hold went in doubt).
 struct Oracle {
     dir: PathBuf,
+    /// The markers this process counts (a worker's; empty in the coordinator).
+    counted: Mutex<HashSet<String>>,
 }
 
 impl Oracle {
+    fn new(dir: PathBuf) -> Oracle {
+        Oracle {
+            dir,
+            counted: Mutex::new(HashSet::new()),
+        }
+    }
+
     fn file(&self, name: &str) -> PathBuf {
         self.dir.join(name)
+    }
+
+    fn counted(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.counted.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records a violation, for the coordinator to count.
@@ -119,9 +156,15 @@ impl Oracle {
         }
     }
 
-    /// Creates marker `name` saying `who` holds it; `false` (a violation)
-    /// if someone else's marker is there already.
-    fn claim(&self, name: &str, who: &str) -> bool {
+    /// Creates marker `name` saying `who` holds it, if the holds are still
+    /// good (`good()`, asked under the same lock the state listener takes).
+    /// `false` if they are not, or if the marker exists already (a
+    /// violation when `exclusive`).
+    fn claim(&self, name: &str, who: &str, good: &dyn Fn() -> bool, exclusive: bool) -> bool {
+        let mut counted = self.counted();
+        if !good() {
+            return false;
+        }
         match OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -129,11 +172,14 @@ impl Oracle {
         {
             Ok(mut f) => {
                 let _ = f.write_all(who.as_bytes());
+                counted.insert(name.to_owned());
                 true
             }
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                let other = fs::read_to_string(self.file(name)).unwrap_or_default();
-                self.violation(&format!("{who} holds {name}, and so does {other}"));
+                if exclusive {
+                    let other = fs::read_to_string(self.file(name)).unwrap_or_default();
+                    self.violation(&format!("{who} holds {name}, and so does {other}"));
+                }
                 false
             }
             Err(e) => {
@@ -143,21 +189,32 @@ impl Oracle {
         }
     }
 
+    /// Removes marker `name` if this process still counts it (the state
+    /// listener may have removed it, and another holder made a new one).
     fn unclaim(&self, name: &str) {
-        let _ = fs::remove_file(self.file(name));
+        if self.counted().remove(name) {
+            let _ = fs::remove_file(self.file(name));
+        }
     }
 
-    /// One of the `LEASES` slots, or `None` (a violation) if all are taken.
-    fn claim_lease(&self, who: &str) -> Option<String> {
+    /// The connection is suspended or the session lost: every hold of this
+    /// process is in doubt and stops counting now.
+    fn uncount_all(&self) {
+        for name in self.counted().drain() {
+            let _ = fs::remove_file(self.file(&name));
+        }
+    }
+
+    /// One of the `LEASES` slots, or `None`: holds in doubt, or all slots
+    /// taken (a violation).
+    fn claim_lease(&self, who: &str, good: &dyn Fn() -> bool) -> Option<String> {
         for slot in 0..LEASES {
             let name = format!("lease-{slot}");
-            let created = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(self.file(&name));
-            if let Ok(mut f) = created {
-                let _ = f.write_all(who.as_bytes());
+            if self.claim(&name, who, good, false) {
                 return Some(name);
+            }
+            if !good() {
+                return None;
             }
         }
         self.violation(&format!("{who} holds a lease, beside {LEASES} others"));
@@ -167,18 +224,19 @@ impl Oracle {
     /// A reader marker; a violation if the writer's marker is there. Both
     /// sides create their marker before looking for the other's, so of two
     /// that overlap at least one sees the other.
-    fn claim_read(&self, who: &str) -> String {
+    fn claim_read(&self, who: &str, good: &dyn Fn() -> bool) -> String {
         let name = format!("config.reader.{who}");
-        self.claim(&name, who);
-        if self.file("config.writer").exists() {
+        if self.claim(&name, who, good, true) && self.file("config.writer").exists() {
             self.violation(&format!("{who} reads the config while it is written"));
         }
         name
     }
 
     /// The writer's marker; a violation if another writer or a reader is in.
-    fn claim_write(&self, who: &str) -> bool {
-        let mine = self.claim("config.writer", who);
+    fn claim_write(&self, who: &str, good: &dyn Fn() -> bool) -> bool {
+        if !self.claim("config.writer", who, good, true) {
+            return false;
+        }
         let readers: Vec<String> = fs::read_dir(&self.dir)
             .map(|entries| {
                 entries
@@ -190,7 +248,7 @@ impl Oracle {
         if !readers.is_empty() {
             self.violation(&format!("{who} writes the config beside {readers:?}"));
         }
-        mine
+        true
     }
 
     /// Steps of `job` done, as its holder recorded them.
@@ -232,16 +290,20 @@ impl Oracle {
 struct Worker {
     process: usize,
     client: Client,
-    oracle: Oracle,
+    oracle: Arc<Oracle>,
+    /// Removes this process's markers when its connection is suspended.
+    _uncount: ListenerHandle,
     /// One mutex per job (each thread makes its own with `--break-exclusion`).
     jobs: Vec<InterProcessMutex>,
     leases: InterProcessSemaphoreV2,
     config: InterProcessReadWriteLock,
     base: String,
-    break_exclusion: bool,
+    mode: Mode,
     /// The coordinator's start, for timestamps that line up across processes.
     t0: SystemTime,
     deadline: Instant,
+    /// The coordinator: if it goes, so do the workers.
+    parent: u32,
 }
 
 /// What one thread saw; summed per process into `stats-p<N>`.
@@ -312,6 +374,40 @@ impl Stats {
     }
 }
 
+/// How the workers behave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// As they should: the loss-handling pattern.
+    Safe,
+    /// `--break-exclusion`: a mutex per thread, so no exclusion at all.
+    BreakExclusion,
+    /// `--ignore-doubt`: holders never look at `is_in_doubt()` or
+    /// `events()` and go on counting themselves after a loss.
+    IgnoreDoubt,
+}
+
+impl Mode {
+    const FLAGS: [&str; 2] = ["--break-exclusion", "--ignore-doubt"];
+
+    fn from_args(args: &[&str]) -> Mode {
+        if args.contains(&Mode::FLAGS[0]) {
+            Mode::BreakExclusion
+        } else if args.contains(&Mode::FLAGS[1]) {
+            Mode::IgnoreDoubt
+        } else {
+            Mode::Safe
+        }
+    }
+
+    fn flag(self) -> Option<&'static str> {
+        match self {
+            Mode::Safe => None,
+            Mode::BreakExclusion => Some(Mode::FLAGS[0]),
+            Mode::IgnoreDoubt => Some(Mode::FLAGS[1]),
+        }
+    }
+}
+
 /// How a step ended.
 enum Step {
     Done,
@@ -368,20 +464,36 @@ impl Worker {
             .map_err(|e| e.to_string())?;
         let config = InterProcessReadWriteLock::new(&client, &format!("{base}/config"))
             .map_err(|e| e.to_string())?;
+        let oracle = Arc::new(Oracle::new(PathBuf::from(value("--oracle")?)));
+        let mode = Mode::from_args(args);
+        let listener_oracle = Arc::clone(&oracle);
+        let uncount = client.add_listener(move |state| {
+            if !state.is_connected() && mode != Mode::IgnoreDoubt {
+                listener_oracle.uncount_all();
+            }
+        });
         Ok(Worker {
             process,
             client,
-            oracle: Oracle {
-                dir: PathBuf::from(value("--oracle")?),
-            },
+            oracle,
+            _uncount: uncount,
             jobs,
             leases,
             config,
             base,
-            break_exclusion: args.contains(&"--break-exclusion"),
+            mode,
             t0: UNIX_EPOCH + Duration::from_millis(t0_ms),
             deadline: Instant::now() + RUN_LIMIT,
+            parent: std::os::unix::process::parent_id(),
         })
+    }
+
+    /// Past the run's limit, a violation seen (the run has failed), or the
+    /// coordinator gone.
+    fn should_stop(&self) -> bool {
+        Instant::now() >= self.deadline
+            || self.oracle.saw_violation()
+            || std::os::unix::process::parent_id() != self.parent
     }
 
     fn say(&self, who: &str, what: &str) {
@@ -419,27 +531,35 @@ impl Worker {
         let me = format!("p{}t{}", self.process, t);
         let mut stats = Stats::default();
         let own_mutexes: Vec<InterProcessMutex>;
-        let jobs = if self.break_exclusion {
-            own_mutexes = (0..JOBS)
-                .filter_map(|j| {
+        let jobs = if self.mode == Mode::BreakExclusion {
+            let made = (0..JOBS)
+                .map(|j| {
                     let path = format!("{}/broken/{me}/job-{j:02}", self.base);
-                    InterProcessMutex::new(&self.client, &path).ok()
+                    InterProcessMutex::new(&self.client, &path)
                 })
-                .collect();
+                .collect::<Result<Vec<_>, _>>();
+            own_mutexes = match made {
+                Ok(mutexes) => mutexes,
+                Err(e) => {
+                    self.say(&me, &format!("cannot make my mutexes: {e}"));
+                    stats.errors += 1;
+                    return stats;
+                }
+            };
             &own_mutexes
         } else {
             &self.jobs
         };
         // Threads start at different jobs, so they rarely ask for the same
         // one; all start at job 0 when exclusion is broken, so they collide.
-        let first = if self.break_exclusion {
+        let first = if self.mode == Mode::BreakExclusion {
             0
         } else {
             (self.process * THREADS + t) * JOBS / (PROCESSES * THREADS)
         };
         let mut resume: Option<usize> = None;
         let mut last_error: Option<Instant> = None;
-        while Instant::now() < self.deadline && !self.oracle.saw_violation() {
+        while !self.should_stop() {
             let pending: Vec<usize> = (0..JOBS)
                 .map(|i| (first + i) % JOBS)
                 .filter(|&j| self.oracle.progress(j) < STEPS)
@@ -496,12 +616,14 @@ impl Worker {
         let marker = format!("job-{job:02}.holder");
         // The standing of the job's hold, told as it changes.
         let standing = guard.events();
-        let mut counted = !guard.is_in_doubt() && self.oracle.claim(&marker, me);
+        let ignore = self.mode == Mode::IgnoreDoubt;
+        let good = || ignore || !guard.is_in_doubt();
+        let mut counted = self.oracle.claim(&marker, me, &good, true);
         // Whether this hold did the job's last step (another may have just
         // finished it before we got the lock).
         let mut finished_it = false;
         let lost = loop {
-            if Instant::now() >= self.deadline || self.oracle.saw_violation() {
+            if self.should_stop() {
                 break false;
             }
             let done = self.oracle.progress(job);
@@ -514,7 +636,7 @@ impl Worker {
                     finished_it = done + 1 == STEPS;
                     continue;
                 }
-                Step::Busy if !guard.is_in_doubt() => continue,
+                Step::Busy if ignore || !guard.is_in_doubt() => continue,
                 Step::Busy => HoldEvent::InDoubt,
                 Step::Interrupted(event) => event,
             };
@@ -534,7 +656,7 @@ impl Worker {
                 _ if wait_for_standing(&standing, &guard) => {
                     stats.restored += 1;
                     self.say(me, &format!("job {job:02}: restored, going on"));
-                    counted = self.oracle.claim(&marker, me);
+                    counted = self.oracle.claim(&marker, me, &good, true);
                 }
                 _ => break true,
             }
@@ -570,7 +692,8 @@ impl Worker {
         standing: &Receiver<HoldEvent>,
         step: u32,
     ) -> Step {
-        if guard.is_in_doubt() {
+        let ignore = self.mode == Mode::IgnoreDoubt;
+        if !ignore && guard.is_in_doubt() {
             return Step::Interrupted(HoldEvent::InDoubt);
         }
         let lease = match self.leases.acquire_timeout(LOCK_WAIT) {
@@ -581,20 +704,26 @@ impl Worker {
             Ok(Some(read)) => read,
             Ok(None) | Err(_) => return Step::Busy,
         };
-        if lease.is_in_doubt() || read.is_in_doubt() || guard.is_in_doubt() {
+        let in_doubt =
+            || !ignore && (guard.is_in_doubt() || lease.is_in_doubt() || read.is_in_doubt());
+        if in_doubt() {
             return Step::Interrupted(HoldEvent::InDoubt);
         }
-        let slot = self.oracle.claim_lease(me);
-        let reader = self.oracle.claim_read(me);
+        let good = || !in_doubt();
+        let slot = self.oracle.claim_lease(me, &good);
+        let reader = self.oracle.claim_read(me, &good);
         let _config = fs::read_to_string(self.oracle.file("config")).unwrap_or_default();
         // The work: as long as STEP_WORK, unless a hold goes in doubt.
-        let interrupted = work_watching(&[standing, &lease.events(), &read.events()]);
+        let interrupted = if ignore {
+            thread::sleep(STEP_WORK);
+            None
+        } else {
+            work_watching(&[standing, &lease.events(), &read.events()])
+        };
         // Right before the write: is every hold still good?
         let outcome = match interrupted {
             Some(event) => Step::Interrupted(event),
-            None if guard.is_in_doubt() || lease.is_in_doubt() || read.is_in_doubt() => {
-                Step::Interrupted(HoldEvent::InDoubt)
-            }
+            None if in_doubt() => Step::Interrupted(HoldEvent::InDoubt),
             None => match self
                 .oracle
                 .record_step(job, step, me, guard.fencing_token())
@@ -625,10 +754,10 @@ impl Worker {
             self.say(me, "could not take the config's write lock; not recorded");
             return false;
         };
-        if write.is_in_doubt() {
+        let mine = self.oracle.claim_write(me, &|| !write.is_in_doubt());
+        if !mine && write.is_in_doubt() {
             return false;
         }
-        let mine = self.oracle.claim_write(me);
         let path = self.oracle.file("config");
         let text = fs::read_to_string(&path).unwrap_or_default();
         let updates: u32 = text
@@ -704,20 +833,20 @@ impl Drop for Workers {
 }
 
 fn coordinator_main(args: &[&str]) -> i32 {
-    let break_exclusion = args.contains(&"--break-exclusion");
+    let mode = Mode::from_args(args);
     let rest: Vec<&str> = args
         .iter()
         .copied()
-        .filter(|a| *a != "--break-exclusion")
+        .filter(|a| !Mode::FLAGS.contains(a))
         .collect();
     let mut zk = match zookeeper_from(PROGRAM, &rest) {
         Ok(zk) => zk,
         Err(e) => {
-            eprintln!("{e} [--break-exclusion]");
+            eprintln!("{e} [--break-exclusion | --ignore-doubt]");
             return 2;
         }
     };
-    match coordinate(&mut zk, break_exclusion) {
+    match coordinate(&mut zk, mode) {
         Ok(()) => 0,
         Err(Failure::Violations(e)) => {
             eprintln!("{PROGRAM}: {e}");
@@ -748,7 +877,7 @@ impl From<String> for Failure {
     }
 }
 
-fn coordinate(zk: &mut Zk, break_exclusion: bool) -> Result<(), Failure> {
+fn coordinate(zk: &mut Zk, mode: Mode) -> Result<(), Failure> {
     let started = Instant::now();
     let t0 = SystemTime::now();
     let t0_ms = t0
@@ -760,7 +889,7 @@ fn coordinate(zk: &mut Zk, break_exclusion: bool) -> Result<(), Failure> {
         std::process::id()
     ));
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let oracle = Oracle { dir };
+    let oracle = Oracle::new(dir);
     fs::write(oracle.file("config"), "updates 0\nfinished:\n").map_err(|e| e.to_string())?;
     let base = format!("/examples/job_runner/run-{t0_ms}");
     println!(
@@ -771,15 +900,27 @@ fn coordinate(zk: &mut Zk, break_exclusion: bool) -> Result<(), Failure> {
 
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut workers = Workers(Vec::new());
+    // Worker 0 reaches an embedded ZooKeeper through a proxy, which can
+    // cut it off alone.
+    let proxy = match (&zk.server, mode) {
+        (Some(server), Mode::Safe | Mode::IgnoreDoubt) => Some(
+            FaultProxy::start(server.addr()).map_err(|e| format!("cannot start a proxy: {e}"))?,
+        ),
+        _ => None,
+    };
     for p in 0..PROCESSES {
+        let connect = match (&proxy, p) {
+            (Some(proxy), 0) => proxy.connect_string(),
+            _ => zk.connect.clone(),
+        };
         let mut cmd = Command::new(&exe);
         cmd.args(["--worker", "--worker-id", &p.to_string()])
-            .args(["--connect", &zk.connect, "--base", &base])
+            .args(["--connect", &connect, "--base", &base])
             .args(["--t0", &t0_ms.to_string()])
             .arg("--oracle")
             .arg(&oracle.dir);
-        if break_exclusion {
-            cmd.arg("--break-exclusion");
+        if let Some(flag) = mode.flag() {
+            cmd.arg(flag);
         }
         workers.0.push(
             cmd.spawn()
@@ -787,42 +928,20 @@ fn coordinate(zk: &mut Zk, break_exclusion: bool) -> Result<(), Failure> {
         );
     }
 
-    let outage = match (&mut zk.server, break_exclusion) {
-        (Some(server), false) => {
-            wait_for(&mut workers, Duration::from_secs(60), || {
-                oracle.total_steps() >= OUTAGE_AFTER_STEPS
-            });
-            if oracle.total_steps() >= OUTAGE_AFTER_STEPS {
-                let at = started.elapsed().as_secs_f64();
-                println!(
-                    "[{at:>6.2}s] ZooKeeper STOPS for {OUTAGE:?} ({} of {} steps done)",
-                    oracle.total_steps(),
-                    JOBS as u32 * STEPS
-                );
-                server
-                    .stop()
-                    .map_err(|e| format!("cannot stop ZooKeeper: {e}"))?;
-                thread::sleep(OUTAGE);
-                let at = started.elapsed().as_secs_f64();
-                println!("[{at:>6.2}s] ZooKeeper STARTS again");
-                server
-                    .restart()
-                    .map_err(|e| format!("cannot restart ZooKeeper: {e}"))?;
-                let at = started.elapsed().as_secs_f64();
-                println!("[{at:>6.2}s] ZooKeeper serves again");
-                true
-            } else {
-                println!("the workers did not get far enough for the outage");
-                false
-            }
-        }
-        (None, false) => {
-            println!("no outage: the ZooKeeper given with --connect is not ours to stop");
-            false
-        }
-        (_, true) => {
+    if mode == Mode::IgnoreDoubt {
+        println!("the workers IGNORE doubt and loss (--ignore-doubt): the oracle must object");
+    }
+    let faults = match (&mut zk.server, proxy.as_ref(), mode) {
+        (_, _, Mode::BreakExclusion) => {
             println!("exclusion BROKEN on purpose (--break-exclusion): the oracle must object");
-            false
+            Faults::default()
+        }
+        (Some(server), Some(proxy), _) => {
+            inject_faults(server, proxy, &mut workers, &oracle, started)?
+        }
+        _ => {
+            println!("no faults: the ZooKeeper given with --connect is not ours to break");
+            Faults::default()
         }
     };
 
@@ -837,13 +956,83 @@ fn coordinate(zk: &mut Zk, break_exclusion: bool) -> Result<(), Failure> {
     }
     drop(workers);
 
-    let verdict = judge(&oracle, outage, all_exited, &failed_workers, started);
+    let verdict = judge(&oracle, &faults, all_exited, &failed_workers, started);
     if verdict.is_ok() {
         let _ = fs::remove_dir_all(&oracle.dir);
     } else {
         println!("the oracle's files stay in {}", oracle.dir.display());
     }
     verdict
+}
+
+/// The faults a run went through.
+#[derive(Default)]
+struct Faults {
+    partition: bool,
+    outage: bool,
+}
+
+fn say_at(started: Instant, what: &str) {
+    println!("[{:>6.2}s] {what}", started.elapsed().as_secs_f64());
+}
+
+/// First cuts worker 0 off alone for longer than the session timeout (the
+/// others go on and may take over its jobs), then stops ZooKeeper for
+/// everyone for longer than the session timeout, each once enough steps
+/// were done for it to interrupt work under way.
+fn inject_faults(
+    server: &mut TestingServer,
+    proxy: &FaultProxy,
+    workers: &mut Workers,
+    oracle: &Oracle,
+    started: Instant,
+) -> Result<Faults, String> {
+    let mut faults = Faults::default();
+    let all = JOBS as u32 * STEPS;
+    wait_for(workers, Duration::from_secs(60), || {
+        oracle.total_steps() >= PARTITION_AFTER_STEPS
+    });
+    if oracle.total_steps() >= PARTITION_AFTER_STEPS {
+        say_at(
+            started,
+            &format!(
+                "worker 0 CUT OFF from ZooKeeper for {OUTAGE:?} ({} of {all} steps done)",
+                oracle.total_steps()
+            ),
+        );
+        proxy.pause();
+        thread::sleep(OUTAGE);
+        proxy.cut();
+        proxy.resume();
+        say_at(started, "worker 0 can reach ZooKeeper again");
+        faults.partition = true;
+    }
+    let outage_after = oracle.total_steps() + OUTAGE_AFTER_MORE_STEPS;
+    wait_for(workers, Duration::from_secs(60), || {
+        oracle.total_steps() >= outage_after
+    });
+    if oracle.total_steps() < outage_after || oracle.total_steps() >= all {
+        println!("the workers did not leave enough work for the outage");
+        return Ok(faults);
+    }
+    say_at(
+        started,
+        &format!(
+            "ZooKeeper STOPS for {OUTAGE:?} ({} of {all} steps done)",
+            oracle.total_steps()
+        ),
+    );
+    server
+        .stop()
+        .map_err(|e| format!("cannot stop ZooKeeper: {e}"))?;
+    thread::sleep(OUTAGE);
+    say_at(started, "ZooKeeper STARTS again");
+    server
+        .restart()
+        .map_err(|e| format!("cannot restart ZooKeeper: {e}"))?;
+    say_at(started, "ZooKeeper serves again");
+    faults.outage = true;
+    Ok(faults)
 }
 
 /// Waits until every worker has exited or `done()` holds (checked every
@@ -868,7 +1057,7 @@ fn wait_for(workers: &mut Workers, within: Duration, mut done: impl FnMut() -> b
 /// Reads the oracle's files and says what happened.
 fn judge(
     oracle: &Oracle,
-    outage: bool,
+    faults: &Faults,
     all_exited: bool,
     failed_workers: &[String],
     started: Instant,
@@ -886,9 +1075,17 @@ fn judge(
         .collect();
     // Each step of each job done exactly once.
     let mut finished = 0;
+    let mut shared_jobs = 0;
     for job in 0..JOBS {
         let history =
             fs::read_to_string(oracle.file(&format!("job-{job:02}.history"))).unwrap_or_default();
+        let processes: HashSet<&str> = history
+            .lines()
+            .filter_map(|l| l.split(' ').nth(1)?.get(..2))
+            .collect();
+        if processes.len() > 1 {
+            shared_jobs += 1;
+        }
         let mut counts = [0u32; STEPS as usize + 1];
         for step in history
             .lines()
@@ -930,14 +1127,16 @@ fn judge(
         JOBS as u32 * STEPS
     );
     println!("jobs taken:             {}", stats.jobs_taken);
-    println!(
-        "ZooKeeper outage:       {}",
-        if outage {
+    let seen = |yes: bool| {
+        if yes {
             format!("{OUTAGE:?}, session timeout {SESSION:?}")
         } else {
             "none".to_owned()
         }
-    );
+    };
+    println!("worker 0 cut off:       {}", seen(faults.partition));
+    println!("ZooKeeper outage:       {}", seen(faults.outage));
+    println!("jobs worked on by more than one process: {shared_jobs}");
     println!("holds gone in doubt:    {}", stats.in_doubt);
     println!("holds restored:         {}", stats.restored);
     println!("holds lost:             {}", stats.lost);
