@@ -34,7 +34,14 @@ pub struct Zk {
 pub fn zookeeper(program: &str) -> Result<Zk, String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    match args.as_slice() {
+    zookeeper_from(program, &args)
+}
+
+/// Like [`zookeeper()`], reading `args` (the command line without the
+/// program name) instead, for a program that takes options of its own
+/// besides `--connect`.
+pub fn zookeeper_from(program: &str, args: &[&str]) -> Result<Zk, String> {
+    match args {
         [] => {
             println!("starting an embedded ZooKeeper ...");
             let server =

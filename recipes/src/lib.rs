@@ -37,6 +37,60 @@
 //!   when the connection went), pass the guard's fencing token to the
 //!   resource and let it refuse older tokens.
 //!
+//! A worker that does its work in steps, each step waiting on something
+//! (here a timer standing in for the work), selects over the hold's
+//! `events()` so it stops as soon as the hold is in doubt, and takes the
+//! lock again after a loss. Only the hold's own thread watches it; no
+//! other thread or callback is needed. The `job_runner` example runs this
+//! pattern across processes while one of them is cut off from ZooKeeper
+//! and then ZooKeeper is stopped, each for longer than the session timeout.
+//!
+//! ```no_run
+//! # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+//! use std::time::Duration;
+//! use latchkey_recipes::{select, HoldEvent, InterProcessMutex};
+//!
+//! # fn write_step(_step: u32, _token: i64) {}
+//! let mutex = InterProcessMutex::new(client, "/locks/job-7")?;
+//! let mut next_step = 0;
+//! 'acquire: while next_step < 10 {
+//!     let guard = mutex.lock()?;
+//!     let standing = guard.events();
+//!     while next_step < 10 {
+//!         // The step's work, as long as the hold stays good.
+//!         select! {
+//!             recv(standing) -> event => match event {
+//!                 Ok(HoldEvent::InDoubt) => {
+//!                     // Pause: wait for Restored (go on) or Lost (start over).
+//!                     loop {
+//!                         match standing.recv() {
+//!                             Ok(HoldEvent::Restored) => break,
+//!                             Ok(HoldEvent::InDoubt) => {}
+//!                             Ok(HoldEvent::Lost) | Err(_) => continue 'acquire,
+//!                         }
+//!                     }
+//!                     continue; // redo the step from its start
+//!                 }
+//!                 Ok(HoldEvent::Restored) => continue,
+//!                 Ok(HoldEvent::Lost) | Err(_) => continue 'acquire, // drops the guard
+//!             },
+//!             default(Duration::from_millis(100)) => {}
+//!         }
+//!         // Right before the write that needs exclusion:
+//!         if guard.is_in_doubt() {
+//!             continue;
+//!         }
+//!         write_step(next_step, guard.fencing_token());
+//!         next_step += 1;
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Work that may not be redone after a loss keeps its progress where the
+//! next holder finds it (the example keeps it in a file that only the
+//! holder writes).
+//!
 //! A blocked acquire can be ended from another thread with a
 //! [`CancelToken`].
 //!
@@ -65,6 +119,10 @@ mod shared_count;
 /// `select!` without depending on that crate directly).
 pub use crossbeam_channel::Receiver;
 
+/// `crossbeam-channel`'s `select!`, to wait on a hold's `events()` beside
+/// other channels or a timeout (see "Holding a lock safely" above).
+pub use crossbeam_channel::select;
+
 pub use cancel::CancelToken;
 pub use hold::HoldEvent;
 pub use lock_internals::{
@@ -74,7 +132,9 @@ pub use metrics::{lock_metrics, LockMetrics};
 pub use multi_lock::{InterProcessLock, InterProcessMultiLock, MultiLockGuard};
 pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
 pub use revoke::{Revoker, REVOKE_MESSAGE};
-pub use rwlock::{InterProcessReadWriteLock, READ_LOCK_NAME, WRITE_LOCK_NAME};
+pub use rwlock::{
+    InterProcessReadWriteLock, ReadGuard, WriteGuard, READ_LOCK_NAME, WRITE_LOCK_NAME,
+};
 pub use semaphore::{
     InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, LeaseReturnError,
     SemaphoreMutexGuard, LEASE_NAME,

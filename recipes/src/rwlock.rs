@@ -2,11 +2,14 @@
 //! mutexes whose nodes (`__READ__`, `__WRIT__`) queue under one path.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use crossbeam_channel::Receiver;
 use latchkey_framework::{Client, Result};
 
+use crate::hold::HoldEvent;
 use crate::lock_internals::{our_index, Decision, LockDriver, StandardDriver};
-use crate::mutex::InterProcessMutex;
+use crate::mutex::{InterProcessMutex, MutexGuard};
 
 /// Curator's lock name for readers.
 pub const READ_LOCK_NAME: &str = "__READ__";
@@ -23,17 +26,56 @@ pub const WRITE_LOCK_NAME: &str = "__WRIT__";
 /// that queued meanwhile still wait for the read to go. Upgrading (read,
 /// then write) never succeeds: the write waits behind its own read.
 ///
+/// As with `std::sync::RwLock`, [`read`](Self::read) and
+/// [`write`](Self::write) return guards that release when dropped; the
+/// `try_` forms return `None` instead of waiting (or waiting longer than
+/// asked). Both sides are reentrant per thread, and the guards, like
+/// [`MutexGuard`], stay on the thread that took them.
+///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use std::time::Duration;
 /// use latchkey_recipes::InterProcessReadWriteLock;
 ///
 /// let rw = InterProcessReadWriteLock::new(client, "/locks/config")?;
 /// {
-///     let _read = rw.read_lock().lock()?;
-///     // ... readers may overlap ...
+///     let read = rw.read()?;
+///     // ... readers may overlap; check read.is_in_doubt() before relying on it ...
+/// #   let _ = read;
 /// }
-/// let _write = rw.write_lock().lock()?;
+/// {
+///     let _write = rw.write()?; // alone
+/// }
+/// match rw.try_write_for(Duration::from_secs(2))? {
+///     Some(_write) => { /* got it within two seconds */ }
+///     None => { /* readers or another writer kept it */ }
+/// }
 /// # Ok(()) }
+/// ```
+///
+/// Downgrading: write, then read on the same thread, then drop the write
+/// guard. Writers that queued meanwhile wait for the read to go too.
+///
+/// ```no_run
+/// # fn f(rw: &latchkey_recipes::InterProcessReadWriteLock) -> latchkey_framework::Result<()> {
+/// let write = rw.write()?;
+/// // ... change the configuration ...
+/// let read = rw.read()?; // granted at once: this thread holds the write lock
+/// drop(write); // other readers may join now; writers still wait
+/// // ... go on reading what was just written ...
+/// drop(read);
+/// # Ok(()) }
+/// ```
+///
+/// The other way round (read, then write) waits behind its own read, so
+/// only a timed attempt makes sense there, and it gives up:
+///
+/// ```no_run
+/// # fn f(rw: &latchkey_recipes::InterProcessReadWriteLock) -> latchkey_framework::Result<()> {
+/// # use std::time::Duration;
+/// let read = rw.read()?;
+/// assert!(rw.try_write_for(Duration::from_millis(100))?.is_none());
+/// # drop(read); Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
 pub struct InterProcessReadWriteLock {
@@ -73,15 +115,154 @@ impl InterProcessReadWriteLock {
         Ok(InterProcessReadWriteLock { read, write })
     }
 
-    /// The read side: a reentrant mutex that readers share.
+    /// The read side: a reentrant mutex that readers share (Curator's
+    /// `readLock()`). [`read`](Self::read) and its `try_` forms are the
+    /// same lock with a [`ReadGuard`].
     pub fn read_lock(&self) -> &InterProcessMutex {
         &self.read
     }
 
-    /// The write side: a reentrant mutex that excludes everyone.
+    /// The write side: a reentrant mutex that excludes everyone (Curator's
+    /// `writeLock()`). [`write`](Self::write) and its `try_` forms are the
+    /// same lock with a [`WriteGuard`].
     pub fn write_lock(&self) -> &InterProcessMutex {
         &self.write
     }
+
+    /// Waits as long as it takes to hold the read lock: until no writer
+    /// holds it or queues before us (or at once, if this thread holds the
+    /// write lock). The lock is released when the guard drops.
+    pub fn read(&self) -> Result<ReadGuard<'_>> {
+        Ok(ReadGuard(self.read.lock()?))
+    }
+
+    /// The read lock if it needs no waiting, else `None` (no node is left
+    /// behind). Still one round trip to ZooKeeper.
+    pub fn try_read(&self) -> Result<Option<ReadGuard<'_>>> {
+        Ok(self.read.try_lock()?.map(ReadGuard))
+    }
+
+    /// The read lock within `timeout`, else `None` (no node is left
+    /// behind). The timeout is a deadline as in
+    /// [`InterProcessMutex::acquire_timeout`]; `Duration::MAX` waits as
+    /// long as it takes.
+    pub fn try_read_for(&self, timeout: Duration) -> Result<Option<ReadGuard<'_>>> {
+        Ok(self.read.try_lock_for(timeout)?.map(ReadGuard))
+    }
+
+    /// Waits as long as it takes to hold the write lock: until every node
+    /// queued before ours, read or write, has gone. A thread holding the
+    /// read lock would wait for itself here; use a timed attempt there.
+    pub fn write(&self) -> Result<WriteGuard<'_>> {
+        Ok(WriteGuard(self.write.lock()?))
+    }
+
+    /// The write lock if it needs no waiting, else `None` (no node is left
+    /// behind). Still one round trip to ZooKeeper.
+    pub fn try_write(&self) -> Result<Option<WriteGuard<'_>>> {
+        Ok(self.write.try_lock()?.map(WriteGuard))
+    }
+
+    /// The write lock within `timeout`, else `None` (no node is left
+    /// behind). The timeout is a deadline as in
+    /// [`InterProcessMutex::acquire_timeout`]; `Duration::MAX` waits as
+    /// long as it takes.
+    pub fn try_write_for(&self, timeout: Duration) -> Result<Option<WriteGuard<'_>>> {
+        Ok(self.write.try_lock_for(timeout)?.map(WriteGuard))
+    }
+
+    /// The lock path.
+    pub fn path(&self) -> &str {
+        self.write.path()
+    }
+}
+
+/// Generates the methods both guards share, which tell the standing of the
+/// hold as [`MutexGuard`]'s do.
+macro_rules! hold_methods {
+    () => {
+        /// Whether the hold was lost with the session. Work that needs the
+        /// lock should stop.
+        pub fn is_lost(&self) -> bool {
+            self.0.is_lost()
+        }
+
+        /// Whether the hold is in doubt: lost, or the connection suspended
+        /// (see [`MutexGuard::is_in_doubt`]). Check it right before each
+        /// step that needs the lock.
+        pub fn is_in_doubt(&self) -> bool {
+            self.0.is_in_doubt()
+        }
+
+        /// The hold's standing as it changes (see [`MutexGuard::events`]):
+        /// [`HoldEvent::InDoubt`], [`HoldEvent::Restored`],
+        /// [`HoldEvent::Lost`]. The channel disconnects when the hold ends.
+        pub fn events(&self) -> Receiver<HoldEvent> {
+            self.0.events()
+        }
+
+        /// The fencing token of this hold: the czxid of its lock node,
+        /// larger for every later hold of this lock path.
+        pub fn fencing_token(&self) -> i64 {
+            self.0.fencing_token()
+        }
+
+        /// The lock node's path.
+        pub fn node_path(&self) -> String {
+            self.0.node_path()
+        }
+    };
+}
+
+/// Holds the read side of an [`InterProcessReadWriteLock`] until dropped.
+///
+/// Not `Send`, like [`MutexGuard`]: the thread that took the lock releases
+/// it.
+///
+/// ```compile_fail
+/// # fn f(rw: &latchkey_recipes::InterProcessReadWriteLock) -> latchkey_framework::Result<()> {
+/// let guard = rw.read()?;
+/// std::thread::scope(|s| {
+///     s.spawn(move || drop(guard));
+/// });
+/// # Ok(()) }
+/// ```
+#[must_use = "the read lock is released as soon as the guard is dropped"]
+#[derive(Debug)]
+pub struct ReadGuard<'a>(MutexGuard<'a>);
+
+impl ReadGuard<'_> {
+    hold_methods!();
+}
+
+/// Holds the write side of an [`InterProcessReadWriteLock`] until dropped.
+///
+/// Not `Send`, like [`MutexGuard`]: the thread that took the lock releases
+/// it.
+///
+/// ```compile_fail
+/// # fn f(rw: &latchkey_recipes::InterProcessReadWriteLock) -> latchkey_framework::Result<()> {
+/// let guard = rw.write()?;
+/// std::thread::scope(|s| {
+///     s.spawn(move || drop(guard));
+/// });
+/// # Ok(()) }
+/// ```
+///
+/// Forgetting to bind it releases at once, which the compiler points out:
+///
+/// ```compile_fail
+/// # #![deny(unused_must_use)]
+/// # fn f(rw: &latchkey_recipes::InterProcessReadWriteLock) -> latchkey_framework::Result<()> {
+/// rw.write()?;
+/// # Ok(()) }
+/// ```
+#[must_use = "the write lock is released as soon as the guard is dropped"]
+#[derive(Debug)]
+pub struct WriteGuard<'a>(MutexGuard<'a>);
+
+impl WriteGuard<'_> {
+    hold_methods!();
 }
 
 /// Readers hold the lock unless a writer queues before them.
