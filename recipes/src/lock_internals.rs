@@ -633,16 +633,16 @@ impl LockInternals {
                     }))
                 }
                 Ok(false) => {
-                    self.delete_node(&path, stat.ephemeral_owner);
+                    self.delete_node_by(&client, &path, stat.ephemeral_owner);
                     return Ok(None);
                 }
                 Err(e) if out_of_time(&e, deadline) => {
-                    self.delete_node(&path, stat.ephemeral_owner);
+                    self.delete_node_by(&client, &path, stat.ephemeral_owner);
                     return Ok(None);
                 }
                 Err(e) if e.is(ErrorCode::NoNode) => {
                     // Our node vanished (session lost): queue again if allowed.
-                    self.delete_node(&path, stat.ephemeral_owner);
+                    self.delete_node_by(&client, &path, stat.ephemeral_owner);
                     let policy = self.client.retry_policy();
                     let in_time = |sleep: Duration| {
                         deadline.is_none_or(|d| {
@@ -660,7 +660,7 @@ impl LockInternals {
                     }
                 }
                 Err(e) => {
-                    self.delete_node(&path, stat.ephemeral_owner);
+                    self.delete_node_by(&client, &path, stat.ephemeral_owner);
                     return Err(e);
                 }
             }
@@ -672,7 +672,15 @@ impl LockInternals {
     /// it is gone, so an abandoned attempt never blocks the queue. A node of
     /// a session the client has already replaced went with that session.
     pub fn delete_node(&self, path: &str, owner: i64) {
-        if let Err(e) = delete_ephemeral(&self.client, path, owner) {
+        self.delete_node_by(&self.client, path, owner);
+    }
+
+    /// Like [`LockInternals::delete_node`], its one attempt made through
+    /// `client`: a timed call gives up its node through its bounded handle,
+    /// so that a connection gone silent cannot hold it past its deadline
+    /// (the delete is then sent, and the background makes sure of it).
+    pub(crate) fn delete_node_by(&self, client: &Client, path: &str, owner: i64) {
+        if let Err(e) = delete_ephemeral(client, path, owner) {
             log::warn!("cannot delete lock node {path}: {e}");
         }
     }

@@ -247,6 +247,12 @@ impl InterProcessMutex {
     /// be reached, and a lock lost with its session releases quietly).
     /// Fails if this thread does not hold the lock.
     pub fn release(&self) -> Result<()> {
+        self.release_through(self.inner.internals.client())
+    }
+
+    /// Like [`release`](Self::release), deleting the node through `client`
+    /// (a timed call's bounded handle, so that the call keeps its deadline).
+    pub(crate) fn release_through(&self, client: &Client) -> Result<()> {
         let me = thread::current().id();
         let node = {
             let mut holds = self.inner.holds.lock();
@@ -265,7 +271,9 @@ impl InterProcessMutex {
         // As Curator's releaseLock: the next hold is not revocable.
         self.inner.revocable.set(None);
         if let Some(node) = node {
-            self.inner.internals.delete_node(&node.path, node.owner);
+            self.inner
+                .internals
+                .delete_node_by(client, &node.path, node.owner);
         }
         Ok(())
     }

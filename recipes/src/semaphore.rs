@@ -309,10 +309,15 @@ impl InterProcessSemaphoreV2 {
         }
         let started = Instant::now();
         let mut retries = 0;
+        // Every request of the call, the give-backs of a call that fails
+        // included, goes through this handle, so the call keeps its deadline.
+        let client = bounded(&self.client, deadline);
         // Grows as leases arrive: `n` may be far more than will ever be granted.
+        // The leases hold `client` until the call succeeds: dropping them
+        // on the way out gives them back within the call's deadline.
         let mut leases = Vec::new();
         while leases.len() < n as usize {
-            match self.acquire_one(deadline, cancel)? {
+            match self.acquire_one(&client, deadline, cancel)? {
                 Attempt::Got(lease) => leases.push(lease),
                 // Dropping `leases` gives back what was taken.
                 Attempt::TimedOut => return Ok(None),
@@ -337,19 +342,23 @@ impl InterProcessSemaphoreV2 {
                 }
             }
         }
+        for lease in &mut leases {
+            lease.client = self.client.clone();
+        }
         Ok(Some(leases))
     }
 
     fn acquire_one(
         &self,
+        client: &Client,
         deadline: Option<Instant>,
         cancel: Option<&CancelToken>,
     ) -> Result<Attempt> {
         if !self.lock.internal_lock(deadline, cancel)? {
             return Ok(Attempt::TimedOut);
         }
-        let attempt = self.wait_for_room(deadline, cancel);
-        if let Err(e) = self.lock.release() {
+        let attempt = self.wait_for_room(client, deadline, cancel);
+        if let Err(e) = self.lock.release_through(client) {
             log::warn!("releasing the semaphore's internal lock: {e}");
         }
         attempt
@@ -359,11 +368,11 @@ impl InterProcessSemaphoreV2 {
     /// adds our lease node and waits until there are at most `max` nodes.
     fn wait_for_room(
         &self,
+        client: &Client,
         deadline: Option<Instant>,
         cancel: Option<&CancelToken>,
     ) -> Result<Attempt> {
         let data = self.data.lock().clone();
-        let client = bounded(&self.client, deadline);
         let created = client
             .create()
             .creating_parent_containers_if_needed()
@@ -379,7 +388,7 @@ impl InterProcessSemaphoreV2 {
             Err(e) if out_of_time(&e, deadline) => return Ok(Attempt::TimedOut),
             other => other?,
         };
-        let lease = Lease::new(&self.client, &self.leases_path, path, stat.ephemeral_owner);
+        let lease = Lease::new(client, &self.leases_path, path, stat.ephemeral_owner);
         let name = paths::get_node_from_path(&lease.path).to_owned();
         let signal = Arc::new(Signal::default());
         let wake = Arc::clone(&signal);
@@ -399,7 +408,7 @@ impl InterProcessSemaphoreV2 {
             // Dropping `lease` on the way out removes our node.
             let children = match self
                 .watches
-                .watch_children(&client, &self.leases_path, &signal)
+                .watch_children(client, &self.leases_path, &signal)
             {
                 Err(e) if out_of_time(&e, deadline) => return Ok(Attempt::TimedOut),
                 other => other?,
