@@ -465,7 +465,9 @@ pub struct LockNode {
 
 /// Runs with every new lock node before its wait (the mutex sets its
 /// revocation watch there); an error ends the attempt as a failed wait does.
-pub(crate) type NodeHook = Arc<dyn Fn(&str) -> Result<()> + Send + Sync>;
+/// Its requests go through the client it is given: the attempt's handle,
+/// bounded by a timed call's deadline.
+pub(crate) type NodeHook = Arc<dyn Fn(&Client, &str) -> Result<()> + Send + Sync>;
 
 /// Drives one kind of lock node under one lock path.
 pub struct LockInternals {
@@ -527,9 +529,9 @@ impl LockInternals {
         *self.node_hook.lock() = hook;
     }
 
-    fn run_node_hook(&self, path: &str) -> Result<()> {
+    fn run_node_hook(&self, client: &Client, path: &str) -> Result<()> {
         let hook = self.node_hook.lock().clone();
-        hook.map_or(Ok(()), |hook| hook(path))
+        hook.map_or(Ok(()), |hook| hook(client, path))
     }
 
     /// The client the lock uses.
@@ -614,7 +616,7 @@ impl LockInternals {
                 Err(e) if out_of_time(&e, deadline) => return Ok(None),
                 other => other?,
             };
-            let waited = self.run_node_hook(&path).and_then(|()| {
+            let waited = self.run_node_hook(&client, &path).and_then(|()| {
                 self.wait_for_lock(
                     &client,
                     &path,

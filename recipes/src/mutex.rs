@@ -407,12 +407,11 @@ impl InterProcessMutex {
     ///   non-revoking change of the node's data), a warning is logged.
     pub fn make_revocable(&self, listener: impl Fn() + Send + Sync + 'static) {
         let revocable = self.inner.revocable.clone();
-        let client = self.inner.internals.client().clone();
         revocable.set(Some(Arc::new(listener)));
         self.inner
             .internals
-            .set_node_hook(Some(Arc::new(move |path| {
-                revocable.watch_new_node(&client, path)
+            .set_node_hook(Some(Arc::new(move |client, path| {
+                revocable.watch_new_node(client, path)
             })));
     }
 

@@ -114,3 +114,87 @@ fn a_partition_during_a_timed_wait_does_not_stretch_its_deadline() {
     drop(lease);
     held.release().unwrap();
 }
+
+/// A reply body holding `s` as a jute string.
+fn jute_string(s: &str) -> Vec<u8> {
+    let mut b = (s.len() as i32).to_be_bytes().to_vec();
+    b.extend_from_slice(s.as_bytes());
+    b
+}
+
+/// A create2 reply for `path`: the path, then a stat owned by `owner`.
+fn create2_reply(path: &str, owner: i64) -> Vec<u8> {
+    let mut b = jute_string(path);
+    for v in [1i64, 1, 0, 0] {
+        b.extend_from_slice(&v.to_be_bytes()); // czxid, mzxid, ctime, mtime
+    }
+    for v in [0i32, 0, 0] {
+        b.extend_from_slice(&v.to_be_bytes()); // version, cversion, aversion
+    }
+    b.extend_from_slice(&owner.to_be_bytes());
+    for v in [0i32, 0] {
+        b.extend_from_slice(&v.to_be_bytes()); // dataLength, numChildren
+    }
+    b.extend_from_slice(&1i64.to_be_bytes()); // pzxid
+    b
+}
+
+/// A revocable mutex sets a watch on each new node before it waits. If
+/// ZooKeeper stops answering right after the create (here: a server that
+/// answers the create and the listing, then never answers getData), a timed
+/// acquire must still return by its deadline instead of retrying that
+/// watch for as long as the retry policy allows (for ever here).
+#[test]
+fn a_revocable_timed_acquire_keeps_its_deadline_when_the_watch_gets_no_reply() {
+    use latchkey_test::fake_server::{FakeServer, Reply, Script};
+    const CREATE2: i32 = 15;
+    const GET_CHILDREN: i32 = 8;
+    const GET_DATA: i32 = 4;
+    let session = 0x5eed_0001;
+    let node = "/adversarial/revocable/_c_00000000-0000-0000-0000-000000000000-lock-0000000001";
+    let mut script = Script::default()
+        .session_id(session)
+        .reply(CREATE2, Reply::Ok(create2_reply(node, session)))
+        .reply(GET_DATA, Reply::Ignore);
+    let mut children = 1i32.to_be_bytes().to_vec();
+    children.extend(jute_string(&node["/adversarial/revocable/".len()..]));
+    script = script.reply(GET_CHILDREN, Reply::Ok(children));
+    script.default_reply = Reply::Error(-101);
+    let fake = FakeServer::start(script).expect("start the fake server");
+    let client = start_connected(
+        Client::builder()
+            .connect_string(fake.connect_string())
+            .session_timeout(Duration::from_secs(30))
+            .connection_timeout(Duration::from_secs(1))
+            .retry_policy(RetryForever::new(Duration::from_millis(50))),
+    );
+    let mutex = InterProcessMutex::new(&client, "/adversarial/revocable").unwrap();
+    mutex.make_revocable(|| {});
+    let timeout = Duration::from_millis(1500);
+    let started = Instant::now();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    thread::spawn(move || {
+        let _ = tx.send(mutex.acquire_timeout(timeout));
+    });
+    let got = rx
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|_| {
+            panic!(
+                "a revocable acquire_timeout({timeout:?}) did not return within 10 s; \
+             getData requests it sent meanwhile (the revocation watch): {}",
+                fake.seen().count(GET_DATA)
+            )
+        });
+    let took = started.elapsed();
+    assert!(
+        took <= timeout.max(REQUEST_GRACE) + SLACK,
+        "a revocable acquire_timeout({timeout:?}) took {took:?} (returned {got:?}); \
+         getData requests sent: {}",
+        fake.seen().count(GET_DATA)
+    );
+    assert!(
+        matches!(got, Ok(false)),
+        "expected not acquired, got {got:?}"
+    );
+    client.close();
+}
