@@ -354,6 +354,17 @@ pub(crate) fn bounded(client: &Client, deadline: Option<Instant>) -> Client {
     client.with_deadline(earliest)
 }
 
+/// The handle through which a call that fails with `e` gives back what it
+/// took: a cancelled call does not wait for ZooKeeper's answer (it returns
+/// at once; the delete is sent, and the background makes sure of it); any
+/// other failure keeps `client`'s deadline.
+pub(crate) fn giving_up(client: &Client, e: &Error) -> Client {
+    match e {
+        Error::Cancelled => client.with_deadline(Some(Instant::now())),
+        _ => client.clone(),
+    }
+}
+
 /// Whether `e` says that a timed call's time ran out in a request: the call
 /// then ends as not acquired, like a wait that reaches its deadline.
 pub(crate) fn out_of_time(e: &Error, deadline: Option<Instant>) -> bool {
@@ -662,7 +673,7 @@ impl LockInternals {
                     }
                 }
                 Err(e) => {
-                    self.delete_node_by(&client, &path, stat.ephemeral_owner);
+                    self.delete_node_by(&giving_up(&client, &e), &path, stat.ephemeral_owner);
                     return Err(e);
                 }
             }
@@ -776,7 +787,9 @@ impl LockInternals {
                         // ours: with our sole blocker gone, we hold it.
                         return Ok(true);
                     }
-                    Some(_) => {}
+                    // A cancel ends the wait before another listing, which
+                    // could wait long on a connection gone silent.
+                    Some(_) => cancel::check(cancel)?,
                 },
                 Err(e) if e.is(ErrorCode::NoNode) => {}
                 Err(e) => return Err(e),

@@ -198,3 +198,71 @@ fn a_revocable_timed_acquire_keeps_its_deadline_when_the_watch_gets_no_reply() {
     );
     client.close();
 }
+
+/// Cancelling an acquire that waits in the queue returns `Cancelled` at
+/// once, as documented, even when the network has just gone silent: the
+/// node is given up without waiting for ZooKeeper's answer.
+#[test]
+fn cancelling_a_queued_acquire_during_a_partition_returns_at_once() {
+    use latchkey_framework::Error;
+    use latchkey_recipes::CancelToken;
+    let server = TestingServer::start().expect("start ZooKeeper");
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let holder = connect(&server.connect_string(), Duration::from_secs(30));
+    let waiter = patient_client(&proxy);
+    let ctx = Ctx::new(&server, &waiter);
+    let base = unique("/adversarial/cancel-in-partition");
+    let mutex_path = format!("{base}/mutex");
+    let held = InterProcessMutex::new(&holder, &mutex_path).unwrap();
+    held.acquire().unwrap();
+    let sem_path = format!("{base}/sem");
+    let sem_held = InterProcessSemaphoreV2::new(&holder, &sem_path, 1).unwrap();
+    let lease = sem_held.acquire().unwrap();
+    let queued = |name: &str| match name {
+        "mutex" => held.participant_nodes().unwrap_or_default().len(),
+        _ => sem_held.participant_nodes().unwrap_or_default().len(),
+    };
+
+    let mut late = Vec::new();
+    for name in ["mutex", "semaphore"] {
+        let (mutex, sem) = (
+            InterProcessMutex::new(&waiter, &mutex_path).unwrap(),
+            InterProcessSemaphoreV2::new(&waiter, &sem_path, 1).unwrap(),
+        );
+        let cancel = CancelToken::new();
+        let token = cancel.clone();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        thread::spawn(move || {
+            let got = match name {
+                "mutex" => mutex.acquire_cancellable(Duration::MAX, &token),
+                _ => sem
+                    .acquire_many_cancellable(1, Duration::MAX, &token)
+                    .map(|l| l.is_some()),
+            };
+            let _ = tx.send(got);
+        });
+        wait_until(Duration::from_secs(10), || queued(name) == 2, || ctx.dump());
+        proxy.pause();
+        let cancelled_at = Instant::now();
+        cancel.cancel();
+        let result = rx.recv_timeout(Duration::from_secs(20));
+        let took = cancelled_at.elapsed();
+        assert!(
+            matches!(result, Ok(Err(Error::Cancelled))),
+            "{name}: expected Cancelled, got {result:?} after {took:?}\n{}",
+            ctx.dump()
+        );
+        if took > Duration::from_millis(500) {
+            late.push(format!("{name}: {took:?}"));
+        }
+        proxy.resume();
+        wait_until(Duration::from_secs(20), || queued(name) == 1, || ctx.dump());
+    }
+    assert!(
+        late.is_empty(),
+        "cancelled acquires returned late once the network went silent: {late:?}\n{}",
+        ctx.dump()
+    );
+    drop(lease);
+    held.release().unwrap();
+}
