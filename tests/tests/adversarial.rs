@@ -266,3 +266,52 @@ fn cancelling_a_queued_acquire_during_a_partition_returns_at_once() {
     drop(lease);
     held.release().unwrap();
 }
+
+/// A multi-lock that took its first lock and then times out on the second
+/// rolls the first back; with the network gone silent mid-wait, that
+/// rollback still has to fit in the call's deadline.
+#[test]
+#[ignore = "InterProcessMultiLock rolls back through InterProcessLock::release, which \
+            waits up to a connection timeout on a silent connection; the trait has no \
+            deadline to pass down (7.0 s for a 2 s timeout)"]
+fn a_multi_lock_rolls_back_within_its_deadline_during_a_partition() {
+    use latchkey_recipes::InterProcessMultiLock;
+    let server = TestingServer::start().expect("start ZooKeeper");
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let holder = connect(&server.connect_string(), Duration::from_secs(30));
+    let waiter = patient_client(&proxy);
+    let ctx = Ctx::new(&server, &waiter);
+    let base = unique("/adversarial/multi-rollback");
+    let (free, taken) = (format!("{base}/free"), format!("{base}/taken"));
+    let held = InterProcessMutex::new(&holder, &taken).unwrap();
+    held.acquire().unwrap();
+    let multi = InterProcessMultiLock::from_paths(&waiter, &[&free, &taken]).unwrap();
+    let timeout = Duration::from_secs(2);
+    let started = Instant::now();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    thread::spawn(move || {
+        let _ = tx.send(multi.acquire_timeout(timeout));
+    });
+    wait_until(
+        Duration::from_secs(10),
+        || held.participant_nodes().unwrap_or_default().len() == 2,
+        || ctx.dump(),
+    );
+    proxy.pause();
+    let result = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the multi-lock did not return within 30 s");
+    let took = started.elapsed();
+    proxy.resume();
+    assert!(
+        matches!(result, Ok(false)),
+        "expected Ok(false), got {result:?}"
+    );
+    assert!(
+        took <= timeout.max(REQUEST_GRACE) + SLACK,
+        "a multi-lock acquire_timeout({timeout:?}) took {took:?} with the network silent \
+         mid-wait\n{}",
+        ctx.dump()
+    );
+    held.release().unwrap();
+}
