@@ -315,3 +315,47 @@ fn a_multi_lock_rolls_back_within_its_deadline_during_a_partition() {
     );
     held.release().unwrap();
 }
+
+/// "With ZooKeeper unreachable it returns `Ok(false)` by then too": a timed
+/// acquire whose timeout outlasts the client's retry policy must still end
+/// as not acquired, not with the error of the policy's last attempt.
+#[test]
+#[ignore = "timed calls end with the retry policy's last error (NotConnected after 1.6 s \
+            for a 6 s timeout) where their docs promise Ok(false); whether the code or \
+            the docs change is a design choice (the lock CLI maps the error to exit 69)"]
+fn a_timed_acquire_outlasting_the_retry_policy_returns_not_acquired() {
+    use latchkey_framework::ExponentialBackoffRetry;
+    let server = TestingServer::start().expect("start ZooKeeper");
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let client = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(30))
+            .connection_timeout(Duration::from_millis(500))
+            .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 2)),
+    );
+    let ctx = Ctx::new(&server, &client);
+    let base = unique("/adversarial/outlast-policy");
+    let mutex = InterProcessMutex::new(&client, &format!("{base}/mutex")).unwrap();
+    let sem = InterProcessSemaphoreV2::new(&client, &format!("{base}/sem"), 1).unwrap();
+    proxy.set_refuse(true);
+    proxy.cut();
+    let timeout = Duration::from_secs(6);
+    let started = Instant::now();
+    let got = on_thread("mutex", Duration::from_secs(30), move || {
+        mutex.acquire_timeout(timeout)
+    });
+    let mutex_took = started.elapsed();
+    let started = Instant::now();
+    let leased = on_thread("semaphore", Duration::from_secs(30), move || {
+        sem.acquire_timeout(timeout).map(|l| l.is_some())
+    });
+    let sem_took = started.elapsed();
+    assert!(
+        matches!(got, Ok(false)) && matches!(leased, Ok(false)),
+        "with ZooKeeper refusing connections, acquire_timeout({timeout:?}) gave \
+         mutex: {got:?} after {mutex_took:?}, semaphore: {leased:?} after {sem_took:?}\n{}",
+        ctx.dump()
+    );
+    proxy.set_refuse(false);
+}
