@@ -359,3 +359,50 @@ fn a_timed_acquire_outlasting_the_retry_policy_returns_not_acquired() {
     );
     proxy.set_refuse(false);
 }
+
+/// Releasing a lock (or returning a lease) "never waits on a broken
+/// connection": the background takes the delete over. A connection that
+/// has just gone silent is broken too, though the client cannot tell yet.
+#[test]
+#[ignore = "a release makes its one delete attempt with a whole connection timeout for \
+            the reply (5.0 s each here); in_background() deletes wait on a connection that went \
+            silent until the client notices, so a guard's drop blocks that long"]
+fn releasing_during_a_partition_does_not_block() {
+    let server = TestingServer::start().expect("start ZooKeeper");
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let client = patient_client(&proxy);
+    let ctx = Ctx::new(&server, &client);
+    let base = unique("/adversarial/release-in-partition");
+    let mutex = InterProcessMutex::new(&client, &format!("{base}/mutex")).unwrap();
+    let sem = InterProcessSemaphoreV2::new(&client, &format!("{base}/sem"), 1).unwrap();
+    let (held_tx, held_rx) = crossbeam_channel::bounded(1);
+    let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(1);
+    let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+    thread::spawn(move || {
+        mutex.acquire().unwrap();
+        let lease = sem.acquire().unwrap();
+        let _ = held_tx.send(());
+        let _ = go_rx.recv_timeout(Duration::from_secs(30));
+        let started = Instant::now();
+        mutex.release().unwrap();
+        let mutex_took = started.elapsed();
+        let started = Instant::now();
+        drop(lease);
+        let _ = done_tx.send((mutex_took, started.elapsed()));
+    });
+    held_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the lock and the lease were not taken within 20 s");
+    proxy.pause();
+    go_tx.send(()).unwrap();
+    let (mutex_took, lease_took) = done_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the releases did not return within 30 s");
+    proxy.resume();
+    assert!(
+        mutex_took <= Duration::from_millis(500) && lease_took <= Duration::from_millis(500),
+        "with the network silent, a release took {mutex_took:?} and a lease's return \
+         {lease_took:?}\n{}",
+        ctx.dump()
+    );
+}
