@@ -406,3 +406,56 @@ fn releasing_during_a_partition_does_not_block() {
         ctx.dump()
     );
 }
+
+/// A listener that closes the client when its session is lost (a common
+/// way to shut down) races the client starting the next session: however
+/// that race goes, nothing may connect after `close()`.
+#[test]
+fn closing_from_a_lost_listener_leaves_no_session_behind() {
+    use latchkey_framework::ConnectionState;
+    let server = TestingServer::start().expect("start ZooKeeper");
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let mut leaked = Vec::new();
+    for round in 0..10 {
+        let client = connect(&proxy.connect_string(), Duration::from_secs(10));
+        let weak = client.downgrade();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        client
+            .add_listener(move |state| {
+                if state == ConnectionState::Lost {
+                    if let Some(c) = weak.upgrade() {
+                        c.close();
+                    }
+                    let _ = tx.send(());
+                }
+            })
+            .forget();
+        client.expire_session_for_testing().unwrap();
+        rx.recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("round {round}: no Lost within 20 s"));
+        assert!(client.is_closed());
+        drop(client);
+        // Whatever connects after close() shows in the proxy.
+        let quiet = Instant::now() + Duration::from_secs(3);
+        let mut open = 0;
+        while Instant::now() < quiet {
+            open = proxy.connection_count();
+            if open == 0 {
+                break;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        thread::sleep(Duration::from_millis(300));
+        open = open.max(proxy.connection_count());
+        if open != 0 {
+            leaked.push(format!(
+                "round {round}: {open} connection(s) open after close"
+            ));
+            proxy.cut();
+        }
+    }
+    assert!(
+        leaked.is_empty(),
+        "a client closed by its Lost listener kept connecting: {leaked:?}"
+    );
+}
