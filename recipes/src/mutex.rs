@@ -152,8 +152,17 @@ impl InterProcessMutex {
         let handle = inner.internals.client().add_listener(move |state| {
             if state == ConnectionState::Lost {
                 if let Some(inner) = weak.upgrade() {
+                    // Listeners share a thread, and one may block: this Lost
+                    // may come after the next session began. A hold of that
+                    // session is not lost; holds of any other session are,
+                    // and every hold while the client is still lost.
+                    let client = inner.internals.client();
+                    let still_lost = client.state() == Some(ConnectionState::Lost);
+                    let current = client.session_id();
                     for hold in inner.holds.lock().values() {
-                        hold.lost.store(true, Ordering::Release);
+                        if still_lost || hold.node.owner != current {
+                            hold.lost.store(true, Ordering::Release);
+                        }
                     }
                 }
             }

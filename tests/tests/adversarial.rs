@@ -459,3 +459,70 @@ fn closing_from_a_lost_listener_leaves_no_session_behind() {
         "a client closed by its Lost listener kept connecting: {leaked:?}"
     );
 }
+
+/// Listeners share one thread, and one may block on `Lost` for a while
+/// (the client still starts its next session meanwhile). A hold taken in
+/// the new session must not be marked lost when the mutex's own listener
+/// finally hears of the earlier session's loss.
+#[test]
+fn a_late_lost_event_does_not_mark_a_hold_of_the_next_session_lost() {
+    use latchkey_framework::ConnectionState;
+    let server = shared_server();
+    let client = connect(&server.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &client);
+    // Registered first: blocks the listener thread on Lost until released.
+    let (unblock_tx, unblock_rx) = crossbeam_channel::bounded::<()>(1);
+    client
+        .add_listener(move |state| {
+            if state == ConnectionState::Lost {
+                let _ = unblock_rx.recv_timeout(Duration::from_secs(30));
+            }
+        })
+        .forget();
+    let mutex = InterProcessMutex::new(&client, &unique("/adversarial/late-lost")).unwrap();
+    // Registered after the mutex: tells when the mutex's listener has run.
+    let (heard_tx, heard_rx) = crossbeam_channel::bounded(1);
+    client
+        .add_listener(move |state| {
+            if state == ConnectionState::Lost {
+                let _ = heard_tx.send(());
+            }
+        })
+        .forget();
+    let old_session = client.session_id();
+    client.expire_session_for_testing().unwrap();
+    wait_until(
+        Duration::from_secs(20),
+        || {
+            client.session_id() != old_session
+                && client.session_id() != 0
+                && client.state().is_some_and(|s| s.is_connected())
+        },
+        || ctx.dump(),
+    );
+    // A hold of the new session, on a thread of its own.
+    let (ask_tx, ask_rx) = crossbeam_channel::bounded::<()>(1);
+    let (lost_tx, lost_rx) = crossbeam_channel::bounded(2);
+    let holder = mutex.clone();
+    thread::spawn(move || {
+        holder.acquire().unwrap();
+        let _ = lost_tx.send(holder.is_lost());
+        let _ = ask_rx.recv_timeout(Duration::from_secs(30));
+        let _ = lost_tx.send(holder.is_lost());
+        holder.release().unwrap();
+    });
+    let fresh = lost_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(!fresh, "a fresh hold of the new session reads as lost");
+    unblock_tx.send(()).unwrap();
+    heard_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the listeners never heard of the loss");
+    ask_tx.send(()).unwrap();
+    let later = lost_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        !later,
+        "a hold taken in the new session reads as lost once the old session's Lost \
+         reached the mutex's listener\n{}",
+        ctx.dump()
+    );
+}
