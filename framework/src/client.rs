@@ -630,7 +630,17 @@ impl Shared {
             let _ = tx.send((gen, ev));
         });
         let fresh = WireSession::start(self.cfg.wire.clone(), sink)?;
-        if let Some(old) = self.session.write().replace(fresh) {
+        let mut slot = self.session.write();
+        // `close` marks the client closed before it takes the session out
+        // of this slot: a session started meanwhile (the state thread
+        // replacing a lost one) must not be installed behind its back,
+        // where nothing would ever close it.
+        if self.closed.load(Ordering::Acquire) {
+            drop(slot);
+            fresh.abandon();
+            return Ok(());
+        }
+        if let Some(old) = slot.replace(fresh) {
             old.abandon();
         }
         Ok(())

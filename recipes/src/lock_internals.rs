@@ -350,6 +350,17 @@ pub(crate) fn bounded(client: &Client, deadline: Option<Instant>) -> Client {
     client.with_deadline(earliest)
 }
 
+/// The handle through which a call that fails with `e` gives back what it
+/// took: a cancelled call does not wait for ZooKeeper's answer (it returns
+/// at once; the delete is sent, and the background makes sure of it); any
+/// other failure keeps `client`'s deadline.
+pub(crate) fn giving_up(client: &Client, e: &Error) -> Client {
+    match e {
+        Error::Cancelled => client.with_deadline(Some(Instant::now())),
+        _ => client.clone(),
+    }
+}
+
 /// Whether `e` says that a timed call's time ran out in a request: the call
 /// then ends as not acquired, like a wait that reaches its deadline.
 pub(crate) fn out_of_time(e: &Error, deadline: Option<Instant>) -> bool {
@@ -461,7 +472,9 @@ pub struct LockNode {
 
 /// Runs with every new lock node before its wait (the mutex sets its
 /// revocation watch there); an error ends the attempt as a failed wait does.
-pub(crate) type NodeHook = Arc<dyn Fn(&str) -> Result<()> + Send + Sync>;
+/// Its requests go through the client it is given: the attempt's handle,
+/// bounded by a timed call's deadline.
+pub(crate) type NodeHook = Arc<dyn Fn(&Client, &str) -> Result<()> + Send + Sync>;
 
 /// Drives one kind of lock node under one lock path.
 pub struct LockInternals {
@@ -542,9 +555,9 @@ impl LockInternals {
         *self.node_hook.lock() = hook;
     }
 
-    fn run_node_hook(&self, path: &str) -> Result<()> {
+    fn run_node_hook(&self, client: &Client, path: &str) -> Result<()> {
         let hook = self.node_hook.lock().clone();
-        hook.map_or(Ok(()), |hook| hook(path))
+        hook.map_or(Ok(()), |hook| hook(client, path))
     }
 
     /// The client the lock uses.
@@ -620,10 +633,16 @@ impl LockInternals {
     /// Releases a node that [`LockInternals::attempt_lock`] acquired: deletes
     /// it as [`LockInternals::delete_node`] does, and counts the hold ended.
     pub fn release(&self, node: &LockNode) {
+        self.release_by(&self.client, node);
+    }
+
+    /// Like [`LockInternals::release`], deleting the node through `client`
+    /// (see [`LockInternals::delete_node_by`]).
+    pub(crate) fn release_by(&self, client: &Client, node: &LockNode) {
         if self.observed.load(Ordering::Relaxed) {
             metrics::hold_ended();
         }
-        self.delete_node(&node.path, node.owner);
+        self.delete_node_by(client, &node.path, node.owner);
     }
 
     fn queue_and_wait(
@@ -659,7 +678,7 @@ impl LockInternals {
                 Err(e) if out_of_time(&e, deadline) => return Ok(None),
                 other => other?,
             };
-            let waited = self.run_node_hook(&path).and_then(|()| {
+            let waited = self.run_node_hook(&client, &path).and_then(|()| {
                 self.wait_for_lock(
                     &client,
                     &path,
@@ -678,16 +697,16 @@ impl LockInternals {
                     }))
                 }
                 Ok(false) => {
-                    self.delete_node(&path, stat.ephemeral_owner);
+                    self.delete_node_by(&client, &path, stat.ephemeral_owner);
                     return Ok(None);
                 }
                 Err(e) if out_of_time(&e, deadline) => {
-                    self.delete_node(&path, stat.ephemeral_owner);
+                    self.delete_node_by(&client, &path, stat.ephemeral_owner);
                     return Ok(None);
                 }
                 Err(e) if e.is(ErrorCode::NoNode) => {
                     // Our node vanished (session lost): queue again if allowed.
-                    self.delete_node(&path, stat.ephemeral_owner);
+                    self.delete_node_by(&client, &path, stat.ephemeral_owner);
                     let policy = self.client.retry_policy();
                     let in_time = |sleep: Duration| {
                         deadline.is_none_or(|d| {
@@ -709,7 +728,7 @@ impl LockInternals {
                     }
                 }
                 Err(e) => {
-                    self.delete_node(&path, stat.ephemeral_owner);
+                    self.delete_node_by(&giving_up(&client, &e), &path, stat.ephemeral_owner);
                     return Err(e);
                 }
             }
@@ -721,7 +740,15 @@ impl LockInternals {
     /// it is gone, so an abandoned attempt never blocks the queue. A node of
     /// a session the client has already replaced went with that session.
     pub fn delete_node(&self, path: &str, owner: i64) {
-        if let Err(e) = delete_ephemeral(&self.client, path, owner) {
+        self.delete_node_by(&self.client, path, owner);
+    }
+
+    /// Like [`LockInternals::delete_node`], its one attempt made through
+    /// `client`: a timed call gives up its node through its bounded handle,
+    /// so that a connection gone silent cannot hold it past its deadline
+    /// (the delete is then sent, and the background makes sure of it).
+    pub(crate) fn delete_node_by(&self, client: &Client, path: &str, owner: i64) {
+        if let Err(e) = delete_ephemeral(client, path, owner) {
             log::warn!("cannot delete lock node {path}: {e}");
         }
     }
@@ -776,6 +803,9 @@ impl LockInternals {
                     if signal.wait(epoch, deadline).is_none() {
                         return Ok(false);
                     }
+                    // A cancel ends the wait before another listing, which
+                    // could wait long on a connection gone silent.
+                    cancel::check(cancel)?;
                 }
                 Err(e) if e.is(ErrorCode::NoNode) => {}
                 Err(e) => return Err(e),

@@ -159,8 +159,17 @@ impl InterProcessMutex {
         let handle = inner.internals.client().add_listener(move |state| {
             if state == ConnectionState::Lost {
                 if let Some(inner) = weak.upgrade() {
+                    // Listeners share a thread, and one may block: this Lost
+                    // may come after the next session began. A hold of that
+                    // session is not lost; holds of any other session are,
+                    // and every hold while the client is still lost.
+                    let client = inner.internals.client();
+                    let still_lost = client.state() == Some(ConnectionState::Lost);
+                    let current = client.session_id();
                     for hold in inner.holds.lock().values() {
-                        hold.lost.store(true, Ordering::Release);
+                        if still_lost || hold.node.owner != current {
+                            hold.lost.store(true, Ordering::Release);
+                        }
                     }
                 }
             }
@@ -188,8 +197,10 @@ impl InterProcessMutex {
     /// no node is left behind).
     ///
     /// The timeout is a deadline for the whole call, retries and reconnect
-    /// waits included: with ZooKeeper unreachable it returns `Ok(false)` by
-    /// then too (check [`Client::state`]). Its requests get at least
+    /// waits included: with ZooKeeper unreachable it returns by then too,
+    /// `Ok(false)` when the time ran out, or the retry policy's last error
+    /// (connection loss, saying why) if the policy gave up first, as
+    /// Curator's does (check [`Client::state`]). Its requests get at least
     /// [`REQUEST_GRACE`](crate::REQUEST_GRACE), so a zero timeout still
     /// queues and looks once; a call overruns `max(timeout, REQUEST_GRACE)`
     /// by a few milliseconds at most. `Duration::MAX` means no deadline.
@@ -254,6 +265,12 @@ impl InterProcessMutex {
     /// be reached, and a lock lost with its session releases quietly).
     /// Fails if this thread does not hold the lock.
     pub fn release(&self) -> Result<()> {
+        self.release_through(self.inner.internals.client())
+    }
+
+    /// Like [`release`](Self::release), deleting the node through `client`
+    /// (a timed call's bounded handle, so that the call keeps its deadline).
+    pub(crate) fn release_through(&self, client: &Client) -> Result<()> {
         let me = thread::current().id();
         let node = {
             let mut holds = self.inner.holds.lock();
@@ -272,7 +289,7 @@ impl InterProcessMutex {
         // As Curator's releaseLock: the next hold is not revocable.
         self.inner.revocable.set(None);
         if let Some(node) = node {
-            self.inner.internals.release(&node);
+            self.inner.internals.release_by(client, &node);
         }
         Ok(())
     }
@@ -406,12 +423,11 @@ impl InterProcessMutex {
     ///   non-revoking change of the node's data), a warning is logged.
     pub fn make_revocable(&self, listener: impl Fn() + Send + Sync + 'static) {
         let revocable = self.inner.revocable.clone();
-        let client = self.inner.internals.client().clone();
         revocable.set(Some(Arc::new(listener)));
         self.inner
             .internals
-            .set_node_hook(Some(Arc::new(move |path| {
-                revocable.watch_new_node(&client, path)
+            .set_node_hook(Some(Arc::new(move |client, path| {
+                revocable.watch_new_node(client, path)
             })));
     }
 

@@ -13,8 +13,8 @@ use parking_lot::Mutex;
 use crate::cancel::{self, CancelToken};
 use crate::hold::{self, HoldEvent};
 use crate::lock_internals::{
-    bounded, deadline_after, delete_ephemeral, node_data_or_who, out_of_time, validate_node_size,
-    validate_recipe_path, NodeWatches, Signal,
+    bounded, deadline_after, delete_ephemeral, giving_up, node_data_or_who, out_of_time,
+    validate_node_size, validate_recipe_path, NodeWatches, Signal,
 };
 use crate::metrics::{self, Held};
 use crate::multi_lock::InterProcessLock;
@@ -325,10 +325,16 @@ impl InterProcessSemaphoreV2 {
         }
         let started = Instant::now();
         let mut retries = 0;
+        // Every request of the call, the give-backs of a call that fails
+        // included, goes through this handle, so the call keeps its deadline.
+        let client = bounded(&self.client, deadline);
         // Grows as leases arrive: `n` may be far more than will ever be granted.
+        // The leases hold `client` until the call succeeds: dropping them
+        // on the way out gives them back within the call's deadline.
         let mut leases = Vec::new();
         while leases.len() < n as usize {
-            match self.acquire_one(deadline, cancel)? {
+            let attempt = self.acquire_one(&client, deadline, cancel);
+            match attempt.map_err(|e| give_back_on(&mut leases, &client, e))? {
                 Attempt::Got(lease) => leases.push(lease),
                 // Dropping `leases` gives back what was taken.
                 Attempt::TimedOut => return Ok(None),
@@ -341,7 +347,8 @@ impl InterProcessSemaphoreV2 {
                                 return Ok(None);
                             }
                             std::thread::sleep(sleep);
-                            cancel::check(cancel)?;
+                            cancel::check(cancel)
+                                .map_err(|e| give_back_on(&mut leases, &client, e))?;
                             retries += 1;
                         }
                         None => {
@@ -353,19 +360,27 @@ impl InterProcessSemaphoreV2 {
                 }
             }
         }
+        for lease in &mut leases {
+            lease.client = self.client.clone();
+        }
         Ok(Some(leases))
     }
 
     fn acquire_one(
         &self,
+        client: &Client,
         deadline: Option<Instant>,
         cancel: Option<&CancelToken>,
     ) -> Result<Attempt> {
         if !self.lock.internal_lock(deadline, cancel)? {
             return Ok(Attempt::TimedOut);
         }
-        let attempt = self.wait_for_room(deadline, cancel);
-        if let Err(e) = self.lock.release() {
+        let attempt = self.wait_for_room(client, deadline, cancel);
+        let by = match &attempt {
+            Err(e) => giving_up(client, e),
+            Ok(_) => client.clone(),
+        };
+        if let Err(e) = self.lock.release_through(&by) {
             log::warn!("releasing the semaphore's internal lock: {e}");
         }
         attempt
@@ -375,11 +390,11 @@ impl InterProcessSemaphoreV2 {
     /// adds our lease node and waits until there are at most `max` nodes.
     fn wait_for_room(
         &self,
+        client: &Client,
         deadline: Option<Instant>,
         cancel: Option<&CancelToken>,
     ) -> Result<Attempt> {
         let data = self.data.lock().clone();
-        let client = bounded(&self.client, deadline);
         let created = client
             .create()
             .creating_parent_containers_if_needed()
@@ -395,7 +410,7 @@ impl InterProcessSemaphoreV2 {
             Err(e) if out_of_time(&e, deadline) => return Ok(Attempt::TimedOut),
             other => other?,
         };
-        let lease = Lease::new(&self.client, &self.leases_path, path, stat.ephemeral_owner);
+        let mut lease = Lease::new(client, &self.leases_path, path, stat.ephemeral_owner);
         let name = paths::get_node_from_path(&lease.path).to_owned();
         let signal = Arc::new(Signal::default());
         let wake = Arc::clone(&signal);
@@ -411,11 +426,14 @@ impl InterProcessSemaphoreV2 {
             let epoch = signal.epoch();
             // After `epoch`: a cancel from now on also ends the wait below.
             // Dropping `lease` then removes our node.
-            cancel::check(cancel)?;
+            if let Err(e) = cancel::check(cancel) {
+                lease.client = giving_up(client, &e);
+                return Err(e);
+            }
             // Dropping `lease` on the way out removes our node.
             let children = match self
                 .watches
-                .watch_children(&client, &self.leases_path, &signal)
+                .watch_children(client, &self.leases_path, &signal)
             {
                 Err(e) if out_of_time(&e, deadline) => return Ok(Attempt::TimedOut),
                 other => other?,
@@ -435,6 +453,16 @@ impl InterProcessSemaphoreV2 {
             }
         }
     }
+}
+
+/// Hands `leases` over for their give-back as a call that fails with `e`
+/// gives back what it took (see [`giving_up`]), and returns `e`.
+fn give_back_on(leases: &mut [Lease], client: &Client, e: Error) -> Error {
+    let by = giving_up(client, &e);
+    for lease in leases {
+        lease.client = by.clone();
+    }
+    e
 }
 
 impl Lease {

@@ -280,7 +280,11 @@ impl Worker<'_> {
         );
         self.work();
         self.world.oracle.exit(hold);
-        self.released("semaphore", path, sem.return_all(leases).map_err(Into::into));
+        self.released(
+            "semaphore",
+            path,
+            sem.return_all(leases).map_err(Into::into),
+        );
     }
 
     fn multi(&mut self) {
