@@ -1737,12 +1737,14 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
     line("## Notes");
     line("");
     line(
-        "- latchkey and Curator both send five requests per handoff. Curator: create, list the \
-          children, watch the predecessor, list again when it goes, delete. latchkey: create and \
-          list in one round trip, watch its own node (so that it can trust the next step), watch \
-          the predecessor, and take the lock on the predecessor's deletion without listing again, \
-          then delete; it wakes the waiter from the session's I/O thread. A waiter further back \
-          skips the watch on its own node and lists again when woken: five as well.",
+        "- latchkey and Curator both send five requests per handoff: create, list the children, \
+          watch the predecessor, list again when it goes, delete. latchkey sends the create and \
+          the first listing in one round trip and wakes the waiter from the session's I/O \
+          thread. (Until this build a waiter next in line also watched its own node and took the \
+          lock on its predecessor's deletion without listing again; a session closed on the \
+          server deletes its nodes in one transaction whose events come in no fixed order, so \
+          that shortcut could grant a lock whose node was already gone. It lists again now, as \
+          Curator does.)",
     );
     line(
         "- The server shares the machine's cores with the clients, so the contended figures \
