@@ -20,14 +20,11 @@ const SESSION: Duration = Duration::from_secs(10);
 const BOUND: Duration = Duration::from_secs(20);
 
 fn clients(n: usize) -> Vec<Client> {
-    let s = shared_server().connect_string();
-    (0..n).map(|_| connect(&s, SESSION)).collect()
+    common::clients(n, SESSION)
 }
 
 fn children(c: &Client, path: &str) -> Vec<String> {
-    let mut v = c.get_children(path).unwrap_or_default();
-    v.sort();
-    v
+    sorted_children(c, path)
 }
 
 fn wait_for_children(c: &Client, path: &str, n: usize) {

@@ -41,6 +41,19 @@ pub fn start_connected(builder: ClientBuilder) -> Client {
     c
 }
 
+/// `n` started, connected clients of the shared server.
+pub fn clients(n: usize, session_timeout: Duration) -> Vec<Client> {
+    let s = shared_server().connect_string();
+    (0..n).map(|_| connect(&s, session_timeout)).collect()
+}
+
+/// The children of `path`, sorted by name; none if it is gone.
+pub fn sorted_children(c: &Client, path: &str) -> Vec<String> {
+    let mut v = c.get_children(path).unwrap_or_default();
+    v.sort();
+    v
+}
+
 /// A path no other test uses.
 pub fn unique(prefix: &str) -> String {
     latchkey_test::unique_path(prefix)
