@@ -64,7 +64,7 @@ impl CancelToken {
         let waiters = std::mem::take(&mut *self.inner.waiters.lock());
         for waiter in waiters {
             if let Some(signal) = waiter.upgrade() {
-                signal.notify(None);
+                signal.notify();
             }
         }
     }
@@ -92,7 +92,7 @@ impl CancelToken {
         // A cancel between the push and here took the list before the push,
         // or after: either way the signal is woken.
         if self.is_cancelled() {
-            signal.notify(None);
+            signal.notify();
         }
     }
 }

@@ -112,50 +112,39 @@ pub(crate) fn sort_children(children: &mut [String], names: &[&str]) {
 
 /// Wakes a waiter: a watch fired, the connection state changed, or the
 /// client closed.
+/// Waiters read the epoch before they look, and wait for it to move, so a
+/// wake-up that comes while they look is not lost.
 #[derive(Default)]
 pub(crate) struct Signal {
-    state: Mutex<SignalState>,
+    epoch: Mutex<u64>,
     cond: Condvar,
-}
-
-#[derive(Default)]
-struct SignalState {
-    epoch: u64,
-    /// The watch event behind the latest wake-up, if a watch caused it.
-    last_event: Option<WatchedEvent>,
 }
 
 impl Signal {
     pub(crate) fn epoch(&self) -> u64 {
-        self.state.lock().epoch
+        *self.epoch.lock()
     }
 
-    pub(crate) fn notify(&self, event: Option<WatchedEvent>) {
-        let mut s = self.state.lock();
-        s.epoch += 1;
-        s.last_event = event;
+    pub(crate) fn notify(&self) {
+        *self.epoch.lock() += 1;
         self.cond.notify_all();
     }
 
-    /// Waits for a wake-up after `epoch`. Returns `None` at the deadline,
-    /// else how many wake-ups there were and the latest one's event.
-    pub(crate) fn wait(
-        &self,
-        epoch: u64,
-        deadline: Option<Instant>,
-    ) -> Option<(u64, Option<WatchedEvent>)> {
-        let mut s = self.state.lock();
-        while s.epoch == epoch {
+    /// Waits for a wake-up after `epoch`: true if one came, false at the
+    /// deadline.
+    pub(crate) fn wait(&self, epoch: u64, deadline: Option<Instant>) -> bool {
+        let mut now = self.epoch.lock();
+        while *now == epoch {
             match deadline {
                 Some(d) => {
-                    if self.cond.wait_until(&mut s, d).timed_out() && s.epoch == epoch {
-                        return None;
+                    if self.cond.wait_until(&mut now, d).timed_out() {
+                        return *now != epoch;
                     }
                 }
-                None => self.cond.wait(&mut s),
+                None => self.cond.wait(&mut now),
             }
         }
-        Some((s.epoch - epoch, s.last_event.clone()))
+        true
     }
 }
 
@@ -208,7 +197,7 @@ impl NodeWatches {
         client
             .get_data_watch_waker(path, wake)
             .map(|_| ())
-            .inspect_err(|_| self.disarm(WatchOn::Data, path, id, None))
+            .inspect_err(|_| self.disarm(WatchOn::Data, path, id))
     }
 
     /// The children of `path`, with `signal` woken at their next change (see
@@ -225,7 +214,7 @@ impl NodeWatches {
         let (id, wake) = self.arm(WatchOn::Children, path, client.session_id(), signal);
         client
             .get_children_watch(path, wake)
-            .inspect_err(|_| self.disarm(WatchOn::Children, path, id, None))
+            .inspect_err(|_| self.disarm(WatchOn::Children, path, id))
     }
 
     /// Adds `signal` to the waiters of a watch set in `session`, if any.
@@ -260,11 +249,11 @@ impl NodeWatches {
             },
         );
         // Waiters of a watch from an earlier session look again.
-        wake_all(replaced, None);
+        wake_all(replaced);
         let (registry, path) = (Arc::downgrade(self), path.to_owned());
-        let wake = move |event: WatchedEvent| {
+        let wake = move |_: WatchedEvent| {
             if let Some(registry) = registry.upgrade() {
-                registry.disarm(on, &path, id, Some(event));
+                registry.disarm(on, &path, id);
             }
         };
         (id, wake)
@@ -272,7 +261,7 @@ impl NodeWatches {
 
     /// Ends watch `id` (its event came, or setting it failed) and wakes its
     /// waiters, who look again.
-    fn disarm(&self, on: WatchOn, path: &str, id: u64, event: Option<WatchedEvent>) {
+    fn disarm(&self, on: WatchOn, path: &str, id: u64) {
         let ended = {
             let mut map = self.by_node.lock();
             let key = (on, path.to_owned());
@@ -281,7 +270,7 @@ impl NodeWatches {
                 _ => None,
             }
         };
-        wake_all(ended, event);
+        wake_all(ended);
     }
 }
 
@@ -293,10 +282,10 @@ impl std::fmt::Debug for NodeWatches {
     }
 }
 
-fn wake_all(watched: Option<Watched>, event: Option<WatchedEvent>) {
+fn wake_all(watched: Option<Watched>) {
     for waiter in watched.into_iter().flat_map(|w| w.waiters) {
         if let Some(signal) = waiter.upgrade() {
-            signal.notify(event.clone());
+            signal.notify();
         }
     }
 }
@@ -767,7 +756,7 @@ impl LockInternals {
         let ours = paths::get_node_from_path(our_path).to_owned();
         let signal = Arc::new(Signal::default());
         let waker_signal = Arc::clone(&signal);
-        let _waker = self.client.add_waker(move || waker_signal.notify(None));
+        let _waker = self.client.add_waker(move || waker_signal.notify());
         if let Some(cancel) = cancel {
             cancel.wake_on_cancel(&signal);
         }
@@ -800,7 +789,7 @@ impl LockInternals {
             let watched = paths::make_path(&self.base_path, &node);
             match self.watches.watch_data(client, &watched, &signal) {
                 Ok(_) => {
-                    if signal.wait(epoch, deadline).is_none() {
+                    if !signal.wait(epoch, deadline) {
                         return Ok(false);
                     }
                     // A cancel ends the wait before another listing, which

@@ -77,7 +77,7 @@ impl MaxLeases {
             MaxLeases::Fixed(_) => None,
             MaxLeases::Shared(count) => {
                 let signal = Arc::clone(signal);
-                Some(count.on_change(move |_| signal.notify(None)))
+                Some(count.on_change(move |_| signal.notify()))
             }
         }
     }
@@ -414,7 +414,7 @@ impl InterProcessSemaphoreV2 {
         let name = paths::get_node_from_path(&lease.path).to_owned();
         let signal = Arc::new(Signal::default());
         let wake = Arc::clone(&signal);
-        let _waker = self.client.add_waker(move || wake.notify(None));
+        let _waker = self.client.add_waker(move || wake.notify());
         let _count_hook = self.max_leases.wake_on_change(&signal);
         if let Some(cancel) = cancel {
             cancel.wake_on_cancel(&signal);
@@ -448,7 +448,7 @@ impl InterProcessSemaphoreV2 {
                 lease.held = Some(Held::new());
                 return Ok(Attempt::Got(lease));
             }
-            if signal.wait(epoch, deadline).is_none() {
+            if !signal.wait(epoch, deadline) {
                 return Ok(Attempt::TimedOut);
             }
         }

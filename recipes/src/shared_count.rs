@@ -163,7 +163,7 @@ impl SharedCount {
         });
         // Registered before the first read, so no state change is missed.
         let wake = Arc::clone(&inner.signal);
-        let waker = client.add_waker(move || wake.notify(None));
+        let waker = client.add_waker(move || wake.notify());
         let epoch = inner.signal.epoch();
         inner.refresh()?;
         let cached = *inner.cache.lock();
@@ -379,9 +379,9 @@ impl Inner {
     fn watch_waker(&self, session: i64) -> impl FnOnce(WatchedEvent) + Send + 'static {
         self.armed.store(session, Ordering::Release);
         let (armed, signal) = (Arc::clone(&self.armed), Arc::clone(&self.signal));
-        move |event| {
+        move |_: WatchedEvent| {
             let _ = armed.compare_exchange(session, 0, Ordering::AcqRel, Ordering::Acquire);
-            signal.notify(Some(event));
+            signal.notify();
         }
     }
 
@@ -427,7 +427,7 @@ impl Inner {
 
     fn close(&self) {
         if !self.closed.swap(true, Ordering::AcqRel) {
-            self.signal.notify(None);
+            self.signal.notify();
         }
     }
 }
