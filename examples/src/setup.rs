@@ -8,7 +8,7 @@
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use latchkey_framework::{Client, ExponentialBackoffRetry};
+use latchkey_framework::{Client, ClientBuilder, ExponentialBackoffRetry};
 use latchkey_test::TestingServer;
 
 /// How many lines of the embedded server's log a failed run shows.
@@ -97,12 +97,19 @@ pub fn run_example(program: &str, run: impl FnOnce(&str) -> Result<(), String>) 
 /// separate processes would have: its lock nodes then belong to it alone
 /// and go only with its own session.
 pub fn new_client(connect: &str) -> Result<Client, String> {
-    let client = Client::builder()
-        .connect_string(connect)
-        .session_timeout(Duration::from_secs(10))
-        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(100), 3))
-        .build()
-        .map_err(|e| e.to_string())?;
+    start_client(
+        Client::builder()
+            .connect_string(connect)
+            .session_timeout(Duration::from_secs(10))
+            .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(100), 3)),
+        connect,
+    )
+}
+
+/// Builds and starts the client `builder` describes, and waits (20 s at
+/// most) until it is connected to `connect`.
+pub fn start_client(builder: ClientBuilder, connect: &str) -> Result<Client, String> {
+    let client = builder.build().map_err(|e| e.to_string())?;
     client.start().map_err(|e| e.to_string())?;
     match client.block_until_connected(Duration::from_secs(20)) {
         Ok(true) => Ok(client),

@@ -61,7 +61,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use latchkey_examples::setup::{zookeeper_from, Zk};
+use latchkey_examples::setup::{start_client, zookeeper_from, Zk};
 use latchkey_framework::{Client, ExponentialBackoffRetry, ListenerHandle};
 use latchkey_recipes::{
     select, HoldEvent, InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2,
@@ -442,20 +442,14 @@ impl Worker {
         let connect = value("--connect")?;
         let base = value("--base")?.to_owned();
         let t0_ms: u64 = value("--t0")?.parse().map_err(|_| "bad --t0")?;
-        let client = Client::builder()
-            .connect_string(connect)
-            .session_timeout(SESSION)
-            .connection_timeout(Duration::from_secs(2))
-            .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(100), 3))
-            .build()
-            .map_err(|e| e.to_string())?;
-        client.start().map_err(|e| e.to_string())?;
-        if !client
-            .block_until_connected(Duration::from_secs(20))
-            .map_err(|e| e.to_string())?
-        {
-            return Err(format!("cannot reach ZooKeeper at {connect}"));
-        }
+        let client = start_client(
+            Client::builder()
+                .connect_string(connect)
+                .session_timeout(SESSION)
+                .connection_timeout(Duration::from_secs(2))
+                .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(100), 3)),
+            connect,
+        )?;
         let jobs = (0..JOBS)
             .map(|j| InterProcessMutex::new(&client, &format!("{base}/jobs/job-{j:02}")))
             .collect::<Result<Vec<_>, _>>()
