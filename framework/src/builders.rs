@@ -204,38 +204,46 @@ impl CreateBuilder<'_> {
             false => wire_create(s, &server_path, data, &acl, self.mode, deadline)
                 .map(|(p, stat)| (p, stat, None)),
         };
-        let result = shared.with_retry("create", path, self.client.deadline, |s, deadline| {
-            if let (false, Some(prefix)) = (first, &prefix) {
-                if let Some((found, stat)) = ops::find_protected(s, parent, prefix, deadline)? {
-                    // Curator's validateFoundNode: an ephemeral node of an
-                    // earlier session goes with that session; remove it
-                    // and create one for this session instead.
-                    if self.mode.is_ephemeral() && stat.ephemeral_owner != s.session_id() {
-                        log::info!(
-                            "protected create found {found} of an earlier session; deleting it"
-                        );
-                        shared.background.push(Job::Delete {
-                            path: found,
-                            version: None,
-                        });
-                    } else {
-                        return Ok((found, stat, None));
+        let result = shared.with_retry(
+            "create",
+            path,
+            self.client.deadline,
+            self.client.cancel.as_ref(),
+            |s, deadline| {
+                if let (false, Some(prefix)) = (first, &prefix) {
+                    if let Some((found, stat)) = ops::find_protected(s, parent, prefix, deadline)? {
+                        // Curator's validateFoundNode: an ephemeral node of an
+                        // earlier session goes with that session; remove it
+                        // and create one for this session instead.
+                        if self.mode.is_ephemeral() && stat.ephemeral_owner != s.session_id() {
+                            log::info!(
+                                "protected create found {found} of an earlier session; deleting it"
+                            );
+                            shared.background.push(Job::Delete {
+                                path: found,
+                                version: None,
+                            });
+                        } else {
+                            return Ok((found, stat, None));
+                        }
                     }
                 }
-            }
-            first = false;
-            match create(s, deadline) {
-                Err(e) if e.is(ErrorCode::NoNode) && self.parents => {
-                    shared.create_parents(s, &server_path, self.parent_containers, deadline)?;
-                    create(s, deadline)
+                first = false;
+                match create(s, deadline) {
+                    Err(e) if e.is(ErrorCode::NoNode) && self.parents => {
+                        shared.create_parents(s, &server_path, self.parent_containers, deadline)?;
+                        create(s, deadline)
+                    }
+                    other => other,
                 }
-                other => other,
-            }
-        });
+            },
+        );
         match result {
             Ok((node, stat, children)) => Ok((shared.user_path(&node), stat, children)),
             Err(e) => {
-                if let (Some(prefix), true) = (prefix, e.is_retryable()) {
+                // A create cut short may have made its node all the same.
+                let unsure = e.is_retryable() || matches!(e, Error::Cancelled);
+                if let (Some(prefix), true) = (prefix, unsure) {
                     shared.background.push(Job::DeleteProtected {
                         parent: parent.to_owned(),
                         prefix,
@@ -315,12 +323,27 @@ impl DeleteBuilder<'_> {
             wire_delete(s, &server_path, self.version, deadline)
         };
         let result = match self.in_background {
-            true => shared.try_once("delete", path, self.client.deadline, attempt),
-            false => shared.with_retry("delete", path, self.client.deadline, attempt),
+            true => shared.try_once(
+                "delete",
+                path,
+                self.client.deadline,
+                self.client.cancel.as_ref(),
+                attempt,
+            ),
+            false => shared.with_retry(
+                "delete",
+                path,
+                self.client.deadline,
+                self.client.cancel.as_ref(),
+                attempt,
+            ),
         };
         match result {
             Err(e) if self.guaranteed && e.is(ErrorCode::NoNode) => Ok(()),
-            Err(e) if self.guaranteed && (e.is_retryable() || matches!(e, Error::Closed)) => {
+            Err(e)
+                if self.guaranteed
+                    && (e.is_retryable() || matches!(e, Error::Closed | Error::Cancelled)) =>
+            {
                 if !matches!(e, Error::Closed) {
                     shared.background.push(Job::Delete {
                         path: server_path,
@@ -539,7 +562,7 @@ impl Client {
         attempt: impl FnMut(&WireSession, Instant) -> Result<T>,
     ) -> Result<T> {
         self.shared
-            .with_retry(op, path, self.deadline, attempt)
+            .with_retry(op, path, self.deadline, self.cancel.as_ref(), attempt)
             .map_err(|e| self.relative(e).for_op(op, path))
     }
 

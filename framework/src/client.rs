@@ -11,6 +11,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::acl::{AclProvider, DefaultAclProvider};
 use crate::background::{self, Background};
+use crate::cancel::{self, CancelToken};
 use crate::deadline::instant_after;
 use crate::error::{Error, ErrorCode, Result};
 use crate::metrics::{self, ClientMetrics, Counters};
@@ -193,6 +194,7 @@ impl ClientBuilder {
         let counters = Arc::new(Counters::default());
         Ok(Client {
             deadline: None,
+            cancel: None,
             shared: Arc::new(Shared {
                 cfg: Config {
                     wire: WireConfig {
@@ -324,6 +326,9 @@ pub struct Client {
     pub(crate) shared: Arc<Shared>,
     /// Every operation on this handle ends by then; see [`Client::with_deadline`].
     pub(crate) deadline: Option<Instant>,
+    /// Every operation on this handle ends once it is cancelled; see
+    /// [`Client::with_cancel`].
+    pub(crate) cancel: Option<CancelToken>,
 }
 
 impl std::fmt::Debug for Client {
@@ -349,6 +354,7 @@ impl WeakClient {
         self.shared.upgrade().map(|shared| Client {
             shared,
             deadline: None,
+            cancel: None,
         })
     }
 }
@@ -437,7 +443,38 @@ impl Client {
         Client {
             shared: Arc::clone(&self.shared),
             deadline,
+            cancel: self.cancel.clone(),
         }
+    }
+
+    /// A handle on this client whose every operation fails with
+    /// [`Error::Cancelled`] once `cancel` is cancelled (`None`: not
+    /// cancellable), at once even while it waits for a reply, a connection
+    /// or a retry's pause (see [`CancelToken`]). It keeps this handle's
+    /// deadline and shares the client's session, like a clone; the client's
+    /// background work (guaranteed deletes, protected-create cleanup) goes
+    /// on regardless, and a guaranteed delete or protected create that is
+    /// cancelled leaves its work to it.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) {
+    /// use latchkey_framework::CancelToken;
+    /// let shutdown = CancelToken::new();
+    /// let worker = client.with_cancel(Some(&shutdown));
+    /// // ... worker.get_data(..) on one thread, shutdown.cancel() on another
+    /// # }
+    /// ```
+    pub fn with_cancel(&self, cancel: Option<&CancelToken>) -> Client {
+        Client {
+            shared: Arc::clone(&self.shared),
+            deadline: self.deadline,
+            cancel: cancel.cloned(),
+        }
+    }
+
+    /// This handle's cancel token, if it has one (see [`Client::with_cancel`]).
+    pub fn cancel_token(&self) -> Option<&CancelToken> {
+        self.cancel.as_ref()
     }
 
     /// [`Client::with_deadline`] `timeout` from now; a timeout too large for
@@ -669,11 +706,13 @@ impl Shared {
         op: &'static str,
         path: &str,
         deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
         attempt: impl FnMut(&WireSession, Instant) -> Result<T>,
     ) -> Result<T> {
         let span = trace::OpSpan::start(op, path);
         let mut retries = 0u32;
-        let result = self.retry_loop(deadline, &mut retries, attempt);
+        let _cancel = cancel::enter(cancel);
+        let result = self.retry_loop(deadline, cancel, &mut retries, attempt);
         span.finish(retries.saturating_add(1), &result);
         result
     }
@@ -681,12 +720,16 @@ impl Shared {
     fn retry_loop<T>(
         &self,
         deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
         count: &mut u32,
         mut attempt: impl FnMut(&WireSession, Instant) -> Result<T>,
     ) -> Result<T> {
         self.check_usable()?;
         let started = Instant::now();
         loop {
+            if let Some(cancel) = cancel {
+                cancel.check()?;
+            }
             if self.auth_failed.load(Ordering::Acquire) {
                 return Err(Error::from_code(ErrorCode::AuthFailed));
             }
@@ -709,6 +752,9 @@ impl Shared {
             if self.closed.load(Ordering::Acquire) {
                 return Err(Error::Closed);
             }
+            if let Some(cancel) = cancel {
+                cancel.check()?;
+            }
             let retryable = err.is_retryable()
                 && (!err.is(ErrorCode::SessionExpired)
                     || self.cfg.retry.allow_session_expired_retry());
@@ -725,12 +771,22 @@ impl Shared {
             match self.cfg.retry.allow_retry(*count, started.elapsed()) {
                 Some(sleep) => {
                     log::debug!("retry {count} after {err} in {sleep:?}");
+                    let pause = |d| match cancel {
+                        Some(cancel) => cancel.sleep(d),
+                        None => {
+                            thread::sleep(d);
+                            true
+                        }
+                    };
                     match left {
                         Some(left) if left <= sleep => {
-                            thread::sleep(left);
+                            if !pause(left) {
+                                return Err(Error::Cancelled);
+                            }
                             return Err(Error::timeout(err));
                         }
-                        _ => thread::sleep(sleep),
+                        _ if !pause(sleep) => return Err(Error::Cancelled),
+                        _ => {}
                     }
                     *count += 1;
                     metrics::add(&self.counters.retries, 1);
@@ -754,10 +810,14 @@ impl Shared {
         op: &'static str,
         path: &str,
         deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
         attempt: impl FnOnce(&WireSession, Instant) -> Result<T>,
     ) -> Result<T> {
         let span = trace::OpSpan::start(op, path);
-        let result = self.one_attempt(deadline, attempt);
+        let _cancel = cancel::enter(cancel);
+        let result = cancel
+            .map_or(Ok(()), CancelToken::check)
+            .and_then(|()| self.one_attempt(deadline, attempt));
         span.finish(1, &result);
         result
     }

@@ -43,6 +43,7 @@
 mod acl;
 mod background;
 mod builders;
+mod cancel;
 mod client;
 mod deadline;
 mod error;
@@ -60,6 +61,7 @@ pub use crossbeam_channel::Receiver;
 
 pub use acl::{Acl, AclProvider, DefaultAclProvider, FixedAclProvider, Id, Perms};
 pub use builders::{CreateBuilder, DeleteBuilder};
+pub use cancel::{CancelToken, OnCancel};
 pub use client::{Client, ClientBuilder, WeakClient};
 pub use error::{Error, ErrorCode, Result};
 pub use metrics::ClientMetrics;

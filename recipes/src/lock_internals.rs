@@ -643,11 +643,12 @@ impl LockInternals {
         let started = Instant::now();
         let mut retries = 0u32;
         let client = bounded(&self.client, deadline);
+        // The call's requests end at a cancel, even while they wait for a
+        // reply; what gives its node back goes through `client`.
+        let asking = client.with_cancel(cancel);
         // Wakes a retry's pause when cancelled.
         let pause = Arc::new(Signal::default());
-        if let Some(cancel) = cancel {
-            cancel.wake_on_cancel(&pause);
-        }
+        let _on_cancel = cancel::wake_on_cancel(cancel, &pause);
         loop {
             cancel::check(cancel)?;
             // The first listing rides along with the create: one round trip.
@@ -655,7 +656,7 @@ impl LockInternals {
                 Some(seq) => (format!("{}{seq}", self.lock_name), CreateMode::Ephemeral),
                 None => (self.lock_name.clone(), CreateMode::EphemeralSequential),
             };
-            let created = client
+            let created = asking
                 .create()
                 .creating_parent_containers_if_needed()
                 .with_protection()
@@ -667,9 +668,9 @@ impl LockInternals {
                 Err(e) if out_of_time(&e, deadline) => return Ok(None),
                 other => other?,
             };
-            let waited = self.run_node_hook(&client, &path).and_then(|()| {
+            let waited = self.run_node_hook(&asking, &path).and_then(|()| {
                 self.wait_for_lock(
-                    &client,
+                    &asking,
                     &path,
                     stat.ephemeral_owner,
                     children,
@@ -757,9 +758,7 @@ impl LockInternals {
         let signal = Arc::new(Signal::default());
         let waker_signal = Arc::clone(&signal);
         let _waker = self.client.add_waker(move || waker_signal.notify());
-        if let Some(cancel) = cancel {
-            cancel.wake_on_cancel(&signal);
-        }
+        let _on_cancel = cancel::wake_on_cancel(cancel, &signal);
         let mut children = match listed {
             Some(mut children) => {
                 self.sort(&mut children);

@@ -346,7 +346,12 @@ impl InterProcessSemaphoreV2 {
                             if deadline.is_some_and(|d| resume.is_none_or(|r| r >= d)) {
                                 return Ok(None);
                             }
-                            std::thread::sleep(sleep);
+                            match cancel {
+                                Some(cancel) => {
+                                    cancel.sleep(sleep);
+                                }
+                                None => std::thread::sleep(sleep),
+                            }
                             cancel::check(cancel)
                                 .map_err(|e| give_back_on(&mut leases, &client, e))?;
                             retries += 1;
@@ -395,7 +400,10 @@ impl InterProcessSemaphoreV2 {
         cancel: Option<&CancelToken>,
     ) -> Result<Attempt> {
         let data = self.data.lock().clone();
-        let created = client
+        // The call's requests end at a cancel, even while they wait for a
+        // reply; the lease gives its node back through `client`.
+        let asking = client.with_cancel(cancel);
+        let created = asking
             .create()
             .creating_parent_containers_if_needed()
             .with_protection()
@@ -416,9 +424,7 @@ impl InterProcessSemaphoreV2 {
         let wake = Arc::clone(&signal);
         let _waker = self.client.add_waker(move || wake.notify());
         let _count_hook = self.max_leases.wake_on_change(&signal);
-        if let Some(cancel) = cancel {
-            cancel.wake_on_cancel(&signal);
-        }
+        let _on_cancel = cancel::wake_on_cancel(cancel, &signal);
         loop {
             if self.client.session_id() != stat.ephemeral_owner {
                 return Ok(Attempt::NodeMissing);
@@ -433,10 +439,14 @@ impl InterProcessSemaphoreV2 {
             // Dropping `lease` on the way out removes our node.
             let children = match self
                 .watches
-                .watch_children(client, &self.leases_path, &signal)
+                .watch_children(&asking, &self.leases_path, &signal)
             {
                 Err(e) if out_of_time(&e, deadline) => return Ok(Attempt::TimedOut),
-                other => other?,
+                Err(e) => {
+                    lease.client = giving_up(client, &e);
+                    return Err(e);
+                }
+                Ok(children) => children,
             };
             if !children.contains(&name) {
                 return Ok(Attempt::NodeMissing);

@@ -267,6 +267,120 @@ fn cancelling_a_queued_acquire_during_a_partition_returns_at_once() {
     held.release().unwrap();
 }
 
+/// Cancelling an acquire whose request ZooKeeper has not answered yet (the
+/// network went silent before the create) returns `Cancelled` at once, the
+/// request abandoned; the node the create makes once the network heals is
+/// removed in the background (protected mode), so nothing is left queued.
+#[test]
+fn cancelling_an_acquire_whose_request_is_under_way_returns_at_once() {
+    use latchkey_framework::Error;
+    use latchkey_recipes::CancelToken;
+    let server = TestingServer::start().expect("start ZooKeeper");
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let holder = connect(&server.connect_string(), Duration::from_secs(30));
+    let waiter = patient_client(&proxy);
+    let ctx = Ctx::new(&server, &waiter);
+    let base = unique("/adversarial/cancel-in-flight");
+    let mutex_path = format!("{base}/mutex");
+    let held = InterProcessMutex::new(&holder, &mutex_path).unwrap();
+    held.acquire().unwrap();
+    let sem_path = format!("{base}/sem");
+    let sem_held = InterProcessSemaphoreV2::new(&holder, &sem_path, 1).unwrap();
+    let lease = sem_held.acquire().unwrap();
+    let queued = |name: &str| match name {
+        "mutex" => held.participant_nodes().unwrap_or_default().len(),
+        _ => sem_held.participant_nodes().unwrap_or_default().len(),
+    };
+
+    for name in ["mutex", "semaphore"] {
+        let (mutex, sem) = (
+            InterProcessMutex::new(&waiter, &mutex_path).unwrap(),
+            InterProcessSemaphoreV2::new(&waiter, &sem_path, 1).unwrap(),
+        );
+        proxy.pause();
+        let sent = waiter.metrics().requests_sent;
+        let cancel = CancelToken::new();
+        let token = cancel.clone();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        thread::spawn(move || {
+            let got = match name {
+                "mutex" => mutex.acquire_cancellable(Duration::MAX, &token),
+                _ => sem
+                    .acquire_many_cancellable(1, Duration::MAX, &token)
+                    .map(|l| l.is_some()),
+            };
+            let _ = tx.send(got);
+        });
+        // The create is written and waits for a reply that cannot come.
+        wait_until(
+            Duration::from_secs(10),
+            || waiter.metrics().requests_sent > sent,
+            || ctx.dump(),
+        );
+        let cancelled_at = Instant::now();
+        cancel.cancel();
+        let result = rx.recv_timeout(Duration::from_secs(20));
+        let took = cancelled_at.elapsed();
+        assert!(
+            matches!(result, Ok(Err(Error::Cancelled))) && took < Duration::from_millis(500),
+            "{name}: expected Cancelled at once, got {result:?} after {took:?}\n{}",
+            ctx.dump()
+        );
+        proxy.resume();
+        // The create reaches the server after the resume; its node must go.
+        wait_until(Duration::from_secs(20), || queued(name) == 1, || ctx.dump());
+    }
+    drop(lease);
+    held.release().unwrap();
+}
+
+/// A plain operation on a handle with a cancel token fails with
+/// `Cancelled` as soon as the token is cancelled, while its request waits
+/// for a reply on a connection gone silent.
+#[test]
+fn a_cancelled_handle_abandons_a_request_under_way() {
+    use latchkey_framework::{CancelToken, Error};
+    let server = TestingServer::start().expect("start ZooKeeper");
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let client = patient_client(&proxy);
+    let ctx = Ctx::new(&server, &client);
+    let path = unique("/adversarial/cancel-handle");
+    client
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&path, b"x")
+        .unwrap();
+    let cancel = CancelToken::new();
+    let handle = client.with_cancel(Some(&cancel));
+    assert_eq!(handle.get_data(&path).unwrap().0, b"x");
+    proxy.pause();
+    let sent = client.metrics().requests_sent;
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let reader = handle.clone();
+    let read_path = path.clone();
+    thread::spawn(move || {
+        let _ = tx.send(reader.get_data(&read_path).map(|(data, _)| data));
+    });
+    wait_until(
+        Duration::from_secs(10),
+        || client.metrics().requests_sent > sent,
+        || ctx.dump(),
+    );
+    let cancelled_at = Instant::now();
+    cancel.cancel();
+    let result = rx.recv_timeout(Duration::from_secs(20));
+    let took = cancelled_at.elapsed();
+    assert!(
+        matches!(result, Ok(Err(Error::Cancelled))) && took < Duration::from_millis(500),
+        "expected Cancelled at once, got {result:?} after {took:?}\n{}",
+        ctx.dump()
+    );
+    // Later calls on the handle fail at once; the client itself goes on.
+    assert!(matches!(handle.get_data(&path), Err(Error::Cancelled)));
+    proxy.resume();
+    assert_eq!(client.get_data(&path).unwrap().0, b"x");
+}
+
 /// A multi-lock that took its first lock and then times out on the second
 /// rolls the first back; with the network gone silent mid-wait, that
 /// rollback still has to fit in the call's deadline.

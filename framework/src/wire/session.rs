@@ -22,6 +22,7 @@ use parking_lot::{Condvar, Mutex};
 use super::jute::{Reader, Writer};
 use super::proto::{self, op, xid, ConnectRequest, ConnectResponse, ReplyHeader, WatcherEvent};
 use super::watches::{WatchFn, WatchRegistration, Watches};
+use crate::cancel;
 use crate::error::{Error, ErrorCode};
 use crate::metrics::{self, Counters};
 use crate::{EventType, WatchedEvent};
@@ -288,16 +289,19 @@ impl ReplySlot {
         self.ready.notify_one();
     }
 
-    /// The reply, or `None` if none came by `deadline`.
-    fn wait_until(&self, deadline: Instant) -> Option<Result<Reply, Error>> {
+    /// The reply, or `None` if none came by `deadline`; `Cancelled` as soon
+    /// as the calling thread's operation is cancelled (the reply, when it
+    /// comes, is then dropped).
+    fn wait_until(self: &Arc<Self>, deadline: Instant) -> Option<Result<Reply, Error>> {
         let mut value = self.value.lock();
-        loop {
-            if let Some(result) = value.take() {
-                return Some(result);
-            }
-            if self.ready.wait_until(&mut value, deadline).timed_out() {
-                return value.take();
-            }
+        let slot = Arc::clone(self);
+        let notify = move || {
+            let _value = slot.value.lock();
+            slot.ready.notify_all();
+        };
+        match cancel::wait_until(&self.ready, &mut value, deadline, |v| v.is_some(), notify) {
+            Ok(_) => value.take(),
+            Err(e) => Some(Err(e)),
         }
     }
 }
@@ -463,7 +467,7 @@ impl WireSession {
                 return (Err(e), Err(second));
             }
         };
-        let wait = |slot: &ReplySlot| {
+        let wait = |slot: &Arc<ReplySlot>| {
             slot.wait_until(deadline)
                 .unwrap_or_else(|| Err(Error::from_code(ErrorCode::OperationTimeout)))
         };
@@ -552,22 +556,17 @@ impl WireSession {
     /// Waits until the session is connected (true), or the deadline passes
     /// (false). A session that is over returns true at once: a request on
     /// it then fails straight away with why ([`WireSession::end_error`]).
+    /// A cancel of the calling thread's operation ends the wait (false).
     pub(crate) fn wait_connected(&self, deadline: Instant) -> bool {
+        let inner = Arc::clone(&self.inner);
+        let notify = move || {
+            let _io = inner.io.lock();
+            inner.connected.notify_all();
+        };
+        let closed = &self.inner.closed;
         let mut io = self.inner.io.lock();
-        while io.live.is_none() {
-            if self.inner.closed.load(Ordering::Acquire) {
-                return true;
-            }
-            if self
-                .inner
-                .connected
-                .wait_until(&mut io, deadline)
-                .timed_out()
-            {
-                return io.live.is_some();
-            }
-        }
-        true
+        let done = |io: &mut Io| io.live.is_some() || closed.load(Ordering::Acquire);
+        cancel::wait_until(&self.inner.connected, &mut io, deadline, done, notify).unwrap_or(false)
     }
 
     /// The server's id for this session, 0 before the first handshake.
