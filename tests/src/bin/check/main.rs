@@ -282,6 +282,7 @@ fn report(args: &Args, world: &World, outcome: &Outcome, servers: &Servers) -> b
     println!(
         "check: {} seed={} mode={} seconds={} clients={}x{} curator_peers={} ops={} grants={} grants_in_doubt={} \
          timeouts={} errors={} reentrant={} downgrades={} upgrades_refused={} closes_while_waiting={} \
+         cancels={} worst_cancel_ms={} revoke_requests={} revocations_honoured={} max_changes={} \
          faults={faults} {:?} violations={} orphaned_nodes={} worst_recovery_ms={} \
          worst_deadline_overrun_ms={} history_events={}",
         if passed { "PASSED" } else { "FAILED" },
@@ -300,6 +301,11 @@ fn report(args: &Args, world: &World, outcome: &Outcome, servers: &Servers) -> b
         load(&st.downgrades),
         load(&st.upgrades_refused),
         load(&st.closes_while_waiting),
+        load(&st.cancels),
+        load(&st.worst_cancel_us) / 1000,
+        load(&st.revoke_requests),
+        load(&st.revocations_honoured),
+        load(&st.max_changes),
         outcome.faults,
         violations.len(),
         outcome.orphans.len(),

@@ -31,7 +31,7 @@ pub fn remaining(connect: &str, paths: &Paths, within: Duration) -> Result<Vec<S
     let roots: Vec<&str> = paths
         .mutexes
         .iter()
-        .chain([&paths.rw, &paths.sem])
+        .chain([&paths.rw, &paths.sem, &paths.shared_sem])
         .map(String::as_str)
         .collect();
     let deadline = Instant::now() + within;

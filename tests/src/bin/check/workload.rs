@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use latchkey_framework::{ConnectionState, Result};
+use latchkey_framework::{CancelToken, ConnectionState, Error, Result};
 use latchkey_recipes::{
     Decision, InterProcessLock, InterProcessMultiLock, InterProcessMutex,
-    InterProcessReadWriteLock, InterProcessSemaphoreV2, LockDriver, StandardDriver,
+    InterProcessReadWriteLock, InterProcessSemaphoreV2, Lease, LockDriver, Revoker, SharedCount,
+    StandardDriver,
 };
 
 use crate::history::History;
@@ -24,6 +25,14 @@ pub struct Paths {
     pub rw: String,
     pub sem: String,
     pub sem_max: u32,
+    /// A semaphore whose maximum follows a shared count that workers
+    /// change while others wait.
+    pub shared_sem: String,
+    pub count: String,
+    /// The largest value the count is ever set to: holders that got their
+    /// leases under a larger maximum keep them when it shrinks (Curator's
+    /// rule), so the oracle bounds the leases by this.
+    pub shared_max: u32,
 }
 
 impl Paths {
@@ -33,6 +42,9 @@ impl Paths {
             rw: format!("{root}/rw"),
             sem: format!("{root}/sem"),
             sem_max: 2,
+            shared_sem: format!("{root}/shared-sem"),
+            count: format!("{root}/shared-sem-max"),
+            shared_max: 3,
         }
     }
 }
@@ -49,6 +61,12 @@ pub struct Stats {
     pub downgrades: AtomicU64,
     pub upgrades_refused: AtomicU64,
     pub closes_while_waiting: AtomicU64,
+    pub cancels: AtomicU64,
+    /// Worst time from a cancel to the cancelled acquire's return, in µs.
+    pub worst_cancel_us: AtomicU64,
+    pub revoke_requests: AtomicU64,
+    pub revocations_honoured: AtomicU64,
+    pub max_changes: AtomicU64,
     /// Worst time past its timeout that a timed acquire took, in µs, and
     /// which acquire it was.
     pub worst_overrun_us: AtomicU64,
@@ -78,12 +96,15 @@ pub struct Locks {
     mutexes: Vec<InterProcessMutex>,
     rw: InterProcessReadWriteLock,
     sem: InterProcessSemaphoreV2,
+    shared_sem: InterProcessSemaphoreV2,
+    count: SharedCount,
 }
 
 impl Locks {
     /// `broken`: the mutexes let two holders in at once (a control: the
     /// checker must see it through real ZooKeeper grants).
     pub fn new(session: &Session, paths: &Paths, broken: bool) -> Result<Locks> {
+        let count = SharedCount::new(&session.client, &paths.count, 2)?;
         Ok(Locks {
             mutexes: paths
                 .mutexes
@@ -99,6 +120,12 @@ impl Locks {
                 .collect::<Result<_>>()?,
             rw: InterProcessReadWriteLock::new(&session.client, &paths.rw)?,
             sem: InterProcessSemaphoreV2::new(&session.client, &paths.sem, paths.sem_max)?,
+            shared_sem: InterProcessSemaphoreV2::with_shared_count(
+                &session.client,
+                &paths.shared_sem,
+                &count,
+            )?,
+            count,
         })
     }
 }
@@ -121,6 +148,11 @@ enum Op {
     Semaphore,
     Multi,
     CloseWhileWaiting,
+    Cancel,
+    Revocable,
+    Revoke,
+    SharedSemaphore,
+    ChangeMax,
 }
 
 const OPS: &[(u64, Op)] = &[
@@ -130,7 +162,16 @@ const OPS: &[(u64, Op)] = &[
     (20, Op::Semaphore),
     (10, Op::Multi),
     (2, Op::CloseWhileWaiting),
+    (6, Op::Cancel),
+    (6, Op::Revocable),
+    (3, Op::Revoke),
+    (10, Op::SharedSemaphore),
+    (2, Op::ChangeMax),
 ];
+
+/// How long a cancelled acquire may take to return on a loaded machine:
+/// it gives up at once, even with a request under way.
+const CANCEL_BOUND: Duration = Duration::from_secs(1);
 
 /// One worker thread: random operations until `until` or the stop flag.
 pub struct Worker<'a> {
@@ -157,6 +198,11 @@ impl Worker<'_> {
                 Op::Semaphore => self.semaphore(),
                 Op::Multi => self.multi(),
                 Op::CloseWhileWaiting => self.close_while_waiting(),
+                Op::Cancel => self.cancel(),
+                Op::Revocable => self.revocable(),
+                Op::Revoke => self.revoke(),
+                Op::SharedSemaphore => self.shared_semaphore(),
+                Op::ChangeMax => self.change_max(),
             }
         }
     }
@@ -256,10 +302,35 @@ impl Worker<'_> {
     }
 
     fn semaphore(&mut self) {
-        let sem = &self.locks.sem;
-        let path = &self.world.paths.sem;
-        let max = self.world.paths.sem_max;
-        let n = 1 + self.rng.below(u64::from(max)) as u32;
+        let (sem, path, max) = (
+            &self.locks.sem,
+            &self.world.paths.sem,
+            self.world.paths.sem_max,
+        );
+        self.leases(sem, path, max, max);
+    }
+
+    /// Asks for up to two leases of the shared-count semaphore, whose
+    /// maximum others change meanwhile.
+    fn shared_semaphore(&mut self) {
+        let (sem, path) = (&self.locks.shared_sem, &self.world.paths.shared_sem);
+        self.leases(sem, path, 2, self.world.paths.shared_max);
+    }
+
+    /// Sets the shared count to 1, 2 or 3 while waiters wait on it.
+    fn change_max(&mut self) {
+        let to = 1 + self.rng.below(3) as i32;
+        self.world.stats.max_changes.fetch_add(1, Ordering::Relaxed);
+        let path = &self.world.paths.count;
+        match self.locks.count.set_count(to) {
+            Ok(()) => self.record(format!("set {path} to {to}")),
+            Err(e) => self.record(format!("set {path} to {to} failed: {e}")),
+        }
+    }
+
+    /// Takes 1..=`most` leases of `sem` at once; the oracle allows `max`.
+    fn leases(&mut self, sem: &InterProcessSemaphoreV2, path: &str, most: u32, max: u32) {
+        let n = 1 + self.rng.below(u64::from(most)) as u32;
         let timeout = self.timeout();
         let start = Instant::now();
         self.record(format!("invoke semaphore {path} n={n} timeout={timeout:?}"));
@@ -267,6 +338,19 @@ impl Worker<'_> {
         let Some(leases) = self.completed("semaphore", path, timeout, start, got) else {
             return;
         };
+        self.hold_leases(sem, path, n, max, leases);
+    }
+
+    /// Enters `leases` in the oracle (as `n` of at most `max`), works, and
+    /// returns them.
+    fn hold_leases(
+        &mut self,
+        sem: &InterProcessSemaphoreV2,
+        path: &str,
+        n: u32,
+        max: u32,
+        leases: Vec<Lease>,
+    ) {
         let epoch = self.session.doubt_epoch();
         let valid = self.connected() && leases.iter().all(|l| !l.is_lost());
         let nodes: Vec<&str> = leases.iter().map(|l| l.path()).collect();
@@ -316,6 +400,173 @@ impl Worker<'_> {
             self.world.oracle.exit(h);
         }
         self.released("multi", &label, multi.release());
+    }
+
+    /// An acquire with no deadline (a mutex or a lease) is cancelled from
+    /// another thread after a random moment: it must return within
+    /// [`CANCEL_BOUND`], faults or not; a grant that came first is held and
+    /// released as usual, and a cancelled one leaves no node (the orphan
+    /// check at the end sees any).
+    fn cancel(&mut self) {
+        let w = self.world;
+        let lease = self.rng.percent(30);
+        let i = self.rng.index(w.paths.mutexes.len());
+        let path = match lease {
+            true => w.paths.sem.clone(),
+            false => w.paths.mutexes[i].clone(),
+        };
+        let cancel_after = self.rng.millis(0, 100);
+        let token = CancelToken::new();
+        w.stats.cancels.fetch_add(1, Ordering::Relaxed);
+        let (done_tx, done_rx) = std::sync::mpsc::sync_channel::<Instant>(1);
+        thread::scope(|scope| {
+            let waiter = {
+                let (token, rng, path) =
+                    (token.clone(), Rng::stream(self.rng.next_u64(), 2), &path);
+                let who = format!("{}.x", self.who);
+                let (session, locks) = (self.session, self.locks);
+                scope.spawn(move || {
+                    let mut me = Worker {
+                        world: w,
+                        session,
+                        locks,
+                        who,
+                        rng,
+                    };
+                    me.cancellable(lease, i, path, &token, &done_tx);
+                })
+            };
+            thread::sleep(cancel_after);
+            self.record(format!("cancel the acquire on {path}"));
+            let cancelled_at = Instant::now();
+            token.cancel();
+            let bound = CANCEL_BOUND + w.settings.connection_timeout;
+            match done_rx.recv_timeout(bound) {
+                Ok(at) => {
+                    let took = at.saturating_duration_since(cancelled_at);
+                    let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+                    w.stats.worst_cancel_us.fetch_max(us, Ordering::Relaxed);
+                    if took > CANCEL_BOUND {
+                        w.oracle.violation(format!(
+                            "{}: a cancelled acquire on {path} returned {took:?} after the cancel",
+                            self.who
+                        ));
+                    }
+                }
+                Err(_) => w.oracle.violation(format!(
+                    "{}: a cancelled acquire on {path} still waited {bound:?} after the cancel",
+                    self.who
+                )),
+            }
+            let _ = waiter.join();
+        });
+    }
+
+    /// The waiting side of [`Worker::cancel`]: sends when its acquire
+    /// returned (before any hold), then holds what it got.
+    fn cancellable(
+        &mut self,
+        lease: bool,
+        i: usize,
+        path: &str,
+        token: &CancelToken,
+        done: &std::sync::mpsc::SyncSender<Instant>,
+    ) {
+        self.record(format!("invoke cancellable {path}"));
+        if lease {
+            let got = self
+                .locks
+                .sem
+                .acquire_many_cancellable(1, Duration::MAX, token);
+            let _ = done.send(Instant::now());
+            match got {
+                Ok(Some(leases)) => {
+                    let max = self.world.paths.sem_max;
+                    self.hold_leases(&self.locks.sem, path, 1, max, leases);
+                }
+                other => self.cancel_outcome(path, other.map(|l| l.is_some())),
+            }
+            return;
+        }
+        let m = &self.locks.mutexes[i];
+        let got = m.acquire_cancellable(Duration::MAX, token);
+        let _ = done.send(Instant::now());
+        match got {
+            Ok(true) => {
+                let epoch = self.session.doubt_epoch();
+                let hold = self.grant_mutex(m, epoch, Mode::Exclusive, "cancellable");
+                self.work();
+                self.world.oracle.exit(hold);
+                self.released("cancellable", path, m.release());
+            }
+            other => self.cancel_outcome(path, other),
+        }
+    }
+
+    fn cancel_outcome(&self, path: &str, got: Result<bool>) {
+        match got {
+            Err(Error::Cancelled) => self.record(format!("cancelled {path}")),
+            Ok(_) => self.record(format!("cancellable {path}: not acquired")),
+            Err(e) => {
+                self.world.stats.errors.fetch_add(1, Ordering::Relaxed);
+                self.record(format!("fail cancellable {path}: {e}"));
+            }
+        }
+    }
+
+    /// Holds a revocable mutex (a mutex object of its own, so its listener
+    /// is ours alone) for up to 300 ms, letting go early when another
+    /// worker asks (Curator's revocation: cooperative, so exclusion must
+    /// hold whatever the timing of the request).
+    fn revocable(&mut self) {
+        let i = self.rng.index(self.locks.mutexes.len());
+        let path = &self.world.paths.mutexes[i];
+        let m = match InterProcessMutex::new(&self.session.client, path) {
+            Ok(m) => m,
+            Err(e) => return self.record(format!("revocable mutex {path}: {e}")),
+        };
+        let asked = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&asked);
+        m.make_revocable(move || flag.store(true, Ordering::SeqCst));
+        let timeout = self.timeout();
+        let Some(epoch) =
+            self.timed_acquire("revocable", path, timeout, || m.acquire_timeout(timeout))
+        else {
+            return;
+        };
+        let hold = self.grant_mutex(&m, epoch, Mode::Exclusive, "revocable");
+        let until = Instant::now() + self.rng.millis(50, 300);
+        while Instant::now() < until && !asked.load(Ordering::SeqCst) {
+            thread::sleep(Duration::from_millis(5));
+        }
+        if asked.load(Ordering::SeqCst) {
+            self.world
+                .stats
+                .revocations_honoured
+                .fetch_add(1, Ordering::Relaxed);
+            self.record(format!("revoked {path}: letting go"));
+        }
+        self.world.oracle.exit(hold);
+        self.released("revocable", path, m.release());
+    }
+
+    /// Asks whoever holds a mutex now to let it go.
+    fn revoke(&mut self) {
+        let i = self.rng.index(self.locks.mutexes.len());
+        let path = &self.world.paths.mutexes[i];
+        let holder = match self.locks.mutexes[i].participant_nodes() {
+            Ok(nodes) => nodes.into_iter().next(),
+            Err(e) => return self.record(format!("list {path} to revoke: {e}")),
+        };
+        let Some(node) = holder else { return };
+        self.world
+            .stats
+            .revoke_requests
+            .fetch_add(1, Ordering::Relaxed);
+        match Revoker::attempt_revoke(&self.session.client, &node) {
+            Ok(()) => self.record(format!("revoke {node}")),
+            Err(e) => self.record(format!("revoke {node} failed: {e}")),
+        }
     }
 
     /// A short-lived client waits for a mutex and is closed meanwhile: the
@@ -424,6 +675,17 @@ impl Worker<'_> {
                 .iter()
                 .map(|m| (m.as_str(), Mode::Exclusive))
                 .collect(),
+            Op::Cancel | Op::Revocable => {
+                vec![(&p.mutexes[self.rng.index(p.mutexes.len())], Mode::Exclusive)]
+            }
+            Op::SharedSemaphore => vec![(
+                &p.shared_sem,
+                Mode::Leases {
+                    n: 1 + self.rng.below(2) as u32,
+                    max: p.shared_max,
+                },
+            )],
+            Op::Revoke | Op::ChangeMax => Vec::new(),
         };
         let holds: Vec<HoldId> = claims
             .into_iter()
