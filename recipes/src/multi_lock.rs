@@ -18,6 +18,16 @@ pub trait InterProcessLock: Send + Sync {
     fn acquire_timeout(&self, timeout: Duration) -> Result<bool>;
     /// Releases one hold.
     fn release(&self) -> Result<()>;
+    /// Releases one hold within a call that must end by `deadline`
+    /// (`None`: as [`release`](Self::release)): what ZooKeeper has not
+    /// confirmed by then is left to the client's background, which retries
+    /// until the node is gone. [`InterProcessMultiLock`] rolls back with
+    /// it, so that a timed acquire keeps its deadline. This default
+    /// ignores `deadline` and calls [`release`](Self::release).
+    fn release_by(&self, deadline: Option<Instant>) -> Result<()> {
+        let _ = deadline;
+        self.release()
+    }
     /// Whether this process holds it.
     fn is_acquired_in_this_process(&self) -> bool;
     /// Like [`acquire_timeout`](Self::acquire_timeout) (`Duration::MAX`
@@ -41,6 +51,9 @@ impl InterProcessLock for InterProcessMutex {
     }
     fn release(&self) -> Result<()> {
         InterProcessMutex::release(self)
+    }
+    fn release_by(&self, deadline: Option<Instant>) -> Result<()> {
+        InterProcessMutex::release_by(self, deadline)
     }
     fn is_acquired_in_this_process(&self) -> bool {
         InterProcessMutex::is_acquired_in_this_process(self)
@@ -136,8 +149,14 @@ impl InterProcessMultiLock {
                 }
             };
             if !matches!(outcome, Ok(true)) {
+                // The roll-back keeps the call's deadline; a cancelled call
+                // returns at once.
+                let by = match outcome {
+                    Err(Error::Cancelled) => Some(Instant::now()),
+                    _ => deadline,
+                };
                 for held in self.locks[..taken].iter().rev() {
-                    if let Err(e) = held.release() {
+                    if let Err(e) = held.release_by(by) {
                         log::warn!("rolling back a multi-lock: {e}");
                     }
                 }
@@ -175,9 +194,15 @@ impl InterProcessMultiLock {
     /// Releases every lock in reverse order, trying each even when one
     /// fails; returns the first error.
     pub fn release(&self) -> Result<()> {
+        self.release_by(None)
+    }
+
+    /// Like [`release`](Self::release) within a call that must end by
+    /// `deadline` (see [`InterProcessLock::release_by`]).
+    pub fn release_by(&self, deadline: Option<Instant>) -> Result<()> {
         let mut first_error = None;
         for lock in self.locks.iter().rev() {
-            if let Err(e) = lock.release() {
+            if let Err(e) = lock.release_by(deadline) {
                 first_error.get_or_insert(e);
             }
         }
@@ -199,6 +224,9 @@ impl InterProcessLock for InterProcessMultiLock {
     }
     fn release(&self) -> Result<()> {
         InterProcessMultiLock::release(self)
+    }
+    fn release_by(&self, deadline: Option<Instant>) -> Result<()> {
+        InterProcessMultiLock::release_by(self, deadline)
     }
     fn is_acquired_in_this_process(&self) -> bool {
         InterProcessMultiLock::is_acquired_in_this_process(self)

@@ -268,6 +268,21 @@ impl InterProcessMutex {
         self.release_through(self.inner.internals.client())
     }
 
+    /// Like [`release`](Self::release) within a call that must end by
+    /// `deadline` (`None`: the same as `release`): if ZooKeeper has not
+    /// confirmed the delete by then, the client's background makes sure of
+    /// it, and this returns.
+    pub fn release_by(&self, deadline: Option<Instant>) -> Result<()> {
+        let client = self.inner.internals.client();
+        match deadline {
+            None => self.release(),
+            Some(d) => {
+                let d = client.deadline().map_or(d, |own| own.min(d));
+                self.release_through(&client.with_deadline(Some(d)))
+            }
+        }
+    }
+
     /// Like [`release`](Self::release), deleting the node through `client`
     /// (a timed call's bounded handle, so that the call keeps its deadline).
     pub(crate) fn release_through(&self, client: &Client) -> Result<()> {

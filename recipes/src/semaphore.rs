@@ -691,11 +691,21 @@ impl InterProcessSemaphoreMutex {
 
     /// Releases the lock, from any thread. Fails if it is not held.
     pub fn release(&self) -> Result<()> {
-        let lease = self
+        self.release_by(None)
+    }
+
+    /// Like [`release`](Self::release) within a call that must end by
+    /// `deadline` (see [`InterProcessLock::release_by`]).
+    pub fn release_by(&self, deadline: Option<Instant>) -> Result<()> {
+        let mut lease = self
             .lease
             .lock()
             .take()
             .ok_or_else(|| Error::IllegalState("the semaphore mutex is not held".into()))?;
+        if let Some(d) = deadline {
+            let d = lease.client.deadline().map_or(d, |own| own.min(d));
+            lease.client = lease.client.with_deadline(Some(d));
+        }
         lease.return_lease()
     }
 
@@ -730,6 +740,9 @@ impl InterProcessLock for InterProcessSemaphoreMutex {
     }
     fn release(&self) -> Result<()> {
         InterProcessSemaphoreMutex::release(self)
+    }
+    fn release_by(&self, deadline: Option<Instant>) -> Result<()> {
+        InterProcessSemaphoreMutex::release_by(self, deadline)
     }
     fn is_acquired_in_this_process(&self) -> bool {
         InterProcessSemaphoreMutex::is_acquired_in_this_process(self)

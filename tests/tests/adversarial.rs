@@ -385,11 +385,8 @@ fn a_cancelled_handle_abandons_a_request_under_way() {
 /// rolls the first back; with the network gone silent mid-wait, that
 /// rollback still has to fit in the call's deadline.
 #[test]
-#[ignore = "InterProcessMultiLock rolls back through InterProcessLock::release, which \
-            waits up to a connection timeout on a silent connection; the trait has no \
-            deadline to pass down (7.0 s for a 2 s timeout)"]
 fn a_multi_lock_rolls_back_within_its_deadline_during_a_partition() {
-    use latchkey_recipes::InterProcessMultiLock;
+    use latchkey_recipes::{InterProcessLock, InterProcessMultiLock, InterProcessSemaphoreMutex};
     let server = TestingServer::start().expect("start ZooKeeper");
     let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
     let holder = connect(&server.connect_string(), Duration::from_secs(30));
@@ -399,34 +396,66 @@ fn a_multi_lock_rolls_back_within_its_deadline_during_a_partition() {
     let (free, taken) = (format!("{base}/free"), format!("{base}/taken"));
     let held = InterProcessMutex::new(&holder, &taken).unwrap();
     held.acquire().unwrap();
-    let multi = InterProcessMultiLock::from_paths(&waiter, &[&free, &taken]).unwrap();
-    let timeout = Duration::from_secs(2);
-    let started = Instant::now();
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    thread::spawn(move || {
-        let _ = tx.send(multi.acquire_timeout(timeout));
-    });
-    wait_until(
-        Duration::from_secs(10),
-        || held.participant_nodes().unwrap_or_default().len() == 2,
-        || ctx.dump(),
-    );
-    proxy.pause();
-    let result = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the multi-lock did not return within 30 s");
-    let took = started.elapsed();
-    proxy.resume();
-    assert!(
-        matches!(result, Ok(false)),
-        "expected Ok(false), got {result:?}"
-    );
-    assert!(
-        took <= timeout.max(REQUEST_GRACE) + SLACK,
-        "a multi-lock acquire_timeout({timeout:?}) took {took:?} with the network silent \
-         mid-wait\n{}",
-        ctx.dump()
-    );
+    // The first lock is a mutex, then a semaphore mutex: both roll back
+    // within the deadline.
+    for first in ["mutex", "semaphore mutex"] {
+        let free = format!("{free}-{}", first.len());
+        let free_lock: Box<dyn InterProcessLock> = match first {
+            "mutex" => Box::new(InterProcessMutex::new(&waiter, &free).unwrap()),
+            _ => Box::new(InterProcessSemaphoreMutex::new(&waiter, &free).unwrap()),
+        };
+        let second: Box<dyn InterProcessLock> =
+            Box::new(InterProcessMutex::new(&waiter, &taken).unwrap());
+        let multi = InterProcessMultiLock::new(vec![free_lock, second]).unwrap();
+        let timeout = Duration::from_secs(2);
+        let started = Instant::now();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        thread::spawn(move || {
+            let _ = tx.send(multi.acquire_timeout(timeout));
+        });
+        wait_until(
+            Duration::from_secs(10),
+            || held.participant_nodes().unwrap_or_default().len() == 2,
+            || ctx.dump(),
+        );
+        proxy.pause();
+        let result = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the multi-lock did not return within 30 s");
+        let took = started.elapsed();
+        proxy.resume();
+        assert!(
+            matches!(result, Ok(false)),
+            "{first}: expected Ok(false), got {result:?}"
+        );
+        assert!(
+            took <= timeout.max(REQUEST_GRACE) + SLACK,
+            "{first}: a multi-lock acquire_timeout({timeout:?}) took {took:?} with the network \
+             silent mid-wait\n{}",
+            ctx.dump()
+        );
+        // The rolled-back node goes once the network is back.
+        let (mutex_view, sem_view) = (
+            InterProcessMutex::new(&holder, &free).unwrap(),
+            InterProcessSemaphoreMutex::new(&holder, &free).unwrap(),
+        );
+        wait_until(
+            Duration::from_secs(20),
+            || {
+                match first {
+                    "mutex" => mutex_view.participant_nodes(),
+                    _ => sem_view.participant_nodes(),
+                }
+                .is_ok_and(|nodes| nodes.is_empty())
+            },
+            || ctx.dump(),
+        );
+        wait_until(
+            Duration::from_secs(20),
+            || held.participant_nodes().unwrap_or_default().len() == 1,
+            || ctx.dump(),
+        );
+    }
     held.release().unwrap();
 }
 
