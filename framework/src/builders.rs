@@ -3,7 +3,7 @@
 //! top of the session operations in `ops`.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -255,6 +255,12 @@ impl CreateBuilder<'_> {
     }
 }
 
+/// How long a [`DeleteBuilder::in_background`] delete waits for
+/// ZooKeeper's answer before leaving the delete to the background: far
+/// above a healthy round trip, short enough that releasing a lock (a
+/// guard's drop) never stalls on a connection that has gone silent.
+pub const HANDOVER_AFTER: Duration = Duration::from_millis(200);
+
 /// Builds a delete; Curator's `client.delete()`.
 ///
 /// ```no_run
@@ -285,8 +291,13 @@ impl DeleteBuilder<'_> {
     /// Curator's `guaranteed().inBackground()`: makes one attempt only if
     /// connected right now, and otherwise leaves the delete to the
     /// background (which retries until the node is gone), so the call never
-    /// waits on a broken connection. `Ok` then means deleted or handed over;
-    /// errors that retrying cannot fix (such as `NotEmpty`) still return.
+    /// waits on a broken connection. A connection that has just gone silent
+    /// looks connected until the client notices (two thirds of the session
+    /// timeout), so the attempt waits for ZooKeeper's answer at most
+    /// [`HANDOVER_AFTER`] (a plain delete, without
+    /// [`deleting_children_if_needed`](Self::deleting_children_if_needed))
+    /// before handing over. `Ok` then means deleted or handed over; errors
+    /// that retrying cannot fix (such as `NotEmpty`) still return.
     /// Implies [`DeleteBuilder::guaranteed`].
     pub fn in_background(mut self) -> Self {
         self.guaranteed = true;
@@ -323,13 +334,15 @@ impl DeleteBuilder<'_> {
             wire_delete(s, &server_path, self.version, deadline)
         };
         let result = match self.in_background {
-            true => shared.try_once(
-                "delete",
-                path,
-                self.client.deadline,
-                self.client.cancel.as_ref(),
-                attempt,
-            ),
+            true => {
+                let handover = (!self.children).then(|| Instant::now() + HANDOVER_AFTER);
+                let deadline = match (handover, self.client.deadline) {
+                    (Some(h), Some(d)) => Some(h.min(d)),
+                    (h, d) => h.or(d),
+                };
+                let cancel = self.client.cancel.as_ref();
+                shared.try_once("delete", path, deadline, cancel, attempt)
+            }
             false => shared.with_retry(
                 "delete",
                 path,

@@ -60,7 +60,7 @@ mod wire;
 pub use crossbeam_channel::Receiver;
 
 pub use acl::{Acl, AclProvider, DefaultAclProvider, FixedAclProvider, Id, Perms};
-pub use builders::{CreateBuilder, DeleteBuilder};
+pub use builders::{CreateBuilder, DeleteBuilder, HANDOVER_AFTER};
 pub use cancel::{CancelToken, OnCancel};
 pub use client::{Client, ClientBuilder, WeakClient};
 pub use error::{Error, ErrorCode, Result};

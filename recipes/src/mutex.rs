@@ -262,7 +262,10 @@ impl InterProcessMutex {
 
     /// Releases one hold of the calling thread; the last one deletes the
     /// lock node (guaranteed: retried in the background if ZooKeeper cannot
-    /// be reached, and a lock lost with its session releases quietly).
+    /// be reached or has not answered within
+    /// [`HANDOVER_AFTER`](latchkey_framework::HANDOVER_AFTER), so a release
+    /// never stalls on a connection gone silent; a lock lost with its
+    /// session releases quietly).
     /// Fails if this thread does not hold the lock.
     pub fn release(&self) -> Result<()> {
         self.release_through(self.inner.internals.client())

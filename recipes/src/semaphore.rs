@@ -527,8 +527,10 @@ impl Lease {
     /// Gives the lease back (as dropping it does, but with the error); its
     /// [`events`](Self::events) channels disconnect. Deleting the node is
     /// guaranteed and never waits on a broken connection: if ZooKeeper
-    /// cannot be reached now, the client keeps trying in the background; a
-    /// lease lost with its session has nothing left to delete.
+    /// cannot be reached now, or has not answered within
+    /// [`HANDOVER_AFTER`](latchkey_framework::HANDOVER_AFTER), the client
+    /// keeps trying in the background; a lease lost with its session has
+    /// nothing left to delete.
     /// Errors are those retrying cannot fix, such as missing permissions.
     pub fn return_lease(mut self) -> Result<()> {
         self.returned = true;
