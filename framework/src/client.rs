@@ -602,6 +602,14 @@ impl Client {
         self.shared.counters.snapshot()
     }
 
+    /// How many watch callbacks (every kind, every path) wait for an event
+    /// on the current session, as the Java client's `getDataWatches`,
+    /// `getExistWatches` and `getChildWatches` count them: for tests and
+    /// monitoring (a number that only grows is a leak).
+    pub fn pending_watches(&self) -> usize {
+        self.shared.session().map_or(0, |s| s.pending_watches())
+    }
+
     /// Makes the server expire this client's session, as Curator's
     /// `KillSession` does: a second connection takes over the session with
     /// its id and password and closes it. For tests.

@@ -109,6 +109,7 @@ mod lock_internals;
 mod metrics;
 mod multi_lock;
 mod mutex;
+mod node_cache;
 mod revoke;
 mod rwlock;
 mod semaphore;
@@ -131,6 +132,7 @@ pub use lock_internals::{
 pub use metrics::{lock_metrics, LockMetrics};
 pub use multi_lock::{InterProcessLock, InterProcessMultiLock, MultiLockGuard};
 pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
+pub use node_cache::{ChildData, NodeCache};
 pub use revoke::{Revoker, REVOKE_MESSAGE};
 pub use rwlock::{
     InterProcessReadWriteLock, ReadGuard, WriteGuard, READ_LOCK_NAME, WRITE_LOCK_NAME,

@@ -586,6 +586,11 @@ impl WireSession {
         close_session_by_credentials(&self.inner.cfg.hosts, id, &passwd, timeout)
     }
 
+    /// How many watch callbacks wait for an event.
+    pub(crate) fn pending_watches(&self) -> usize {
+        self.inner.watches.lock().len()
+    }
+
     pub(crate) fn credentials(&self) -> (i64, Vec<u8>) {
         let c = self.inner.creds.lock();
         (c.session_id, c.passwd.clone())

@@ -85,6 +85,14 @@ impl Watches {
         (keys(&self.data), keys(&self.exist), keys(&self.child))
     }
 
+    /// How many callbacks wait, over every kind and path.
+    pub(crate) fn len(&self) -> usize {
+        [&self.data, &self.exist, &self.child]
+            .iter()
+            .map(|m| m.values().map(Vec::len).sum::<usize>())
+            .sum()
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.data.is_empty() && self.exist.is_empty() && self.child.is_empty()
     }

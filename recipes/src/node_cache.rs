@@ -1,0 +1,265 @@
+//! Curator's `NodeCache`: a local copy of one node (its data and stat, or
+//! its absence), kept current by a watch and re-read after every
+//! reconnection and new session, so that it converges to the server's
+//! state after any fault.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use latchkey_framework::{CancelToken, Client, Error, ErrorCode, ListenerHandle, Result, Stat};
+use parking_lot::Mutex;
+
+use crate::lock_internals::Signal;
+
+/// How long the cache waits before reading again after a failed read
+/// (a state change or a watch event wakes it sooner).
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// A node as a cache saw it (Curator's `ChildData`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChildData {
+    /// The node's path (relative to the client's namespace).
+    pub path: String,
+    /// Its stat when read.
+    pub stat: Stat,
+    /// Its data when read.
+    pub data: Vec<u8>,
+}
+
+/// A local copy of one node, kept current in the background (Curator's
+/// `NodeCache`): [`current_data`](Self::current_data) never waits, and
+/// [`listen`](Self::listen) tells each change.
+///
+/// The copy is re-read whenever the node changes (one watch at a time),
+/// after every reconnection (changes made while the client was
+/// disconnected are picked up) and on a new session. While the client is
+/// disconnected the copy may be stale, as in Curator. The cache stops when
+/// closed or dropped; it keeps its client open until then.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use std::time::Duration;
+/// use latchkey_recipes::NodeCache;
+///
+/// let config = NodeCache::new(client, "/config/feature-flags")?;
+/// config.start()?; // reads the node once before returning
+/// if let Some(node) = config.current_data() {
+///     println!("flags: {:?}", String::from_utf8_lossy(&node.data));
+/// }
+/// let changes = config.listen();
+/// while let Ok(node) = changes.recv_timeout(Duration::from_secs(60)) {
+///     println!("now {:?}", node.map(|n| n.data));
+/// }
+/// # Ok(()) }
+/// ```
+pub struct NodeCache {
+    inner: Arc<Inner>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Inner {
+    /// The cache's requests end at once when it is closed.
+    client: Client,
+    path: String,
+    current: Mutex<Option<ChildData>>,
+    subscribers: Mutex<Vec<Sender<Option<ChildData>>>>,
+    /// Wakes the worker: a watch fired, the state changed, or closing.
+    signal: Arc<Signal>,
+    /// The session whose watch on the node is still pending (0: none), so
+    /// that re-reads after a reconnection do not pile up watches.
+    armed: Arc<AtomicI64>,
+    closed: AtomicBool,
+    cancel: CancelToken,
+}
+
+impl NodeCache {
+    /// A cache of `path` through `client`, not started yet.
+    pub fn new(client: &Client, path: &str) -> Result<NodeCache> {
+        // Any node may be cached, `/` and `/zookeeper/config` included.
+        latchkey_framework::paths::validate_path(path).map_err(|e| Error::InvalidPath {
+            path: path.chars().take(200).collect(),
+            reason: e.kind().to_string(),
+        })?;
+        let cancel = CancelToken::new();
+        Ok(NodeCache {
+            inner: Arc::new(Inner {
+                client: client.with_cancel(Some(&cancel)),
+                path: path.to_owned(),
+                current: Mutex::new(None),
+                subscribers: Mutex::new(Vec::new()),
+                signal: Arc::default(),
+                armed: Arc::default(),
+                closed: AtomicBool::new(false),
+                cancel,
+            }),
+            worker: Mutex::new(None),
+        })
+    }
+
+    /// Reads the node (waiting for a connection as the client's retry
+    /// policy allows) and then keeps the copy current in the background,
+    /// on a thread of its own. Fails if the first read fails; starting a
+    /// started or closed cache is an error.
+    pub fn start(&self) -> Result<()> {
+        let mut worker = self.worker.lock();
+        if worker.is_some() || self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::IllegalState(format!(
+                "the node cache of {} was started already",
+                self.inner.path
+            )));
+        }
+        let wake = Arc::clone(&self.inner.signal);
+        // Registered before the first read, so no state change is missed.
+        let waker = self.inner.client.add_waker(move || wake.notify());
+        let epoch = self.inner.signal.epoch();
+        self.inner.refresh()?;
+        let weak = Arc::downgrade(&self.inner);
+        let signal = Arc::clone(&self.inner.signal);
+        *worker = Some(
+            std::thread::Builder::new()
+                .name("latchkey-node-cache".into())
+                .spawn(move || run(&weak, &signal, waker, epoch))?,
+        );
+        Ok(())
+    }
+
+    /// The node as last seen: `None` if it did not exist (or the cache has
+    /// not read it yet).
+    pub fn current_data(&self) -> Option<ChildData> {
+        self.inner.current.lock().clone()
+    }
+
+    /// The path of the cached node.
+    pub fn path(&self) -> &str {
+        &self.inner.path
+    }
+
+    /// A channel that receives the node each time the cache sees it change
+    /// (`None`: deleted), in order; changes in quick succession may arrive
+    /// as only the last one. It disconnects when the cache closes.
+    pub fn listen(&self) -> Receiver<Option<ChildData>> {
+        let (tx, rx) = unbounded();
+        self.inner.subscribers.lock().push(tx);
+        rx
+    }
+
+    /// Stops the cache: its requests end at once, its thread ends, its
+    /// channels disconnect; [`current_data`](Self::current_data) keeps the
+    /// last copy. Idempotent; dropping the cache does the same.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.cancel.cancel();
+        self.inner.signal.notify();
+        self.inner.subscribers.lock().clear();
+        if let Some(worker) = self.worker.lock().take() {
+            if worker.thread().id() != std::thread::current().id() {
+                let _ = worker.join();
+            }
+        }
+    }
+}
+
+impl Drop for NodeCache {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl std::fmt::Debug for NodeCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeCache")
+            .field("path", &self.inner.path)
+            .field("current", &self.current_data())
+            .finish()
+    }
+}
+
+/// The worker: re-reads on every wake-up until the cache closes; after a
+/// failed read it waits a little (or for the next wake-up) and tries again.
+fn run(weak: &Weak<Inner>, signal: &Signal, _waker: ListenerHandle, mut epoch: u64) {
+    loop {
+        signal.wait(epoch, None);
+        epoch = signal.epoch();
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(e) = inner.refresh() {
+            if inner.closed.load(Ordering::Acquire) {
+                return;
+            }
+            log::debug!("node cache of {}: {e}; reading again", inner.path);
+            drop(inner);
+            if !signal.wait(epoch, Some(std::time::Instant::now() + RETRY_PAUSE)) {
+                // Nothing woke us: try again anyway.
+                signal.notify();
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Reads the node, arming a watch unless one of this session is still
+    /// pending, and tells subscribers if it changed.
+    fn refresh(&self) -> Result<()> {
+        let session = self.client.session_id();
+        let arm = self.armed.load(Ordering::Acquire) != session;
+        let stat = if arm {
+            self.armed.store(session, Ordering::Release);
+            let (armed, signal) = (Arc::clone(&self.armed), Arc::downgrade(&self.signal));
+            let watched = self.client.exists_watch(&self.path, move |_event| {
+                armed.store(0, Ordering::Release);
+                if let Some(signal) = signal.upgrade() {
+                    signal.notify();
+                }
+            });
+            watched.inspect_err(|_| {
+                // Whether the watch was left is unknown: arm it again next time.
+                let _ =
+                    self.armed
+                        .compare_exchange(session, 0, Ordering::AcqRel, Ordering::Acquire);
+            })?
+        } else {
+            self.client.exists(&self.path)?
+        };
+        let now = match stat {
+            None => None,
+            Some(_) => match self.client.get_data(&self.path) {
+                Ok((data, stat)) => Some(ChildData {
+                    path: self.path.clone(),
+                    stat,
+                    data,
+                }),
+                // Deleted since: the exists watch tells us (it fires).
+                Err(e) if e.is(ErrorCode::NoNode) => None,
+                Err(e) => return Err(e),
+            },
+        };
+        let changed = {
+            let mut current = self.current.lock();
+            let changed = !same_node(current.as_ref(), now.as_ref());
+            if changed {
+                current.clone_from(&now);
+            }
+            changed
+        };
+        if changed {
+            self.subscribers
+                .lock()
+                .retain(|tx| tx.send(now.clone()).is_ok());
+        }
+        Ok(())
+    }
+}
+
+/// Whether two reads saw the same version of the node (or both no node).
+fn same_node(a: Option<&ChildData>, b: Option<&ChildData>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a.stat.czxid == b.stat.czxid && a.stat.mzxid == b.stat.mzxid,
+        _ => false,
+    }
+}

@@ -1,0 +1,255 @@
+//! `NodeCache` against a real ZooKeeper: it follows every change, and
+//! converges to the server's state after a partition, a server restart and
+//! a session expiry, with one watch at a time however often it reconnects.
+//! Every wait is bounded, so a broken cache fails within seconds.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use latchkey_recipes::{ChildData, NodeCache};
+use latchkey_test::{FaultProxy, TestingServer};
+
+fn data_of(cache: &NodeCache) -> Option<Vec<u8>> {
+    cache.current_data().map(|n| n.data)
+}
+
+/// The watches the server holds on `path` (from `wchp`).
+fn server_watches_on(server: &TestingServer, path: &str) -> usize {
+    let report = server.four_letter("wchp").unwrap_or_default();
+    let mut lines = report.lines();
+    let mut count = 0;
+    while let Some(line) = lines.next() {
+        if line.trim() == path {
+            // The sessions watching it follow, one per line, indented.
+            count += lines
+                .clone()
+                .take_while(|l| l.starts_with(char::is_whitespace))
+                .count();
+        }
+    }
+    count
+}
+
+#[test]
+fn a_node_cache_follows_creates_changes_and_deletes() {
+    let server = shared_server();
+    let (cache_client, writer) = {
+        let mut c = clients(2, Duration::from_secs(20));
+        (c.remove(0), c.remove(0))
+    };
+    let ctx = Ctx::new(server, &cache_client);
+    let path = unique("/caches/follows");
+    let cache = NodeCache::new(&cache_client, &path).unwrap();
+    cache.start().unwrap();
+    assert_eq!(cache.current_data(), None, "no node yet");
+    let changes = cache.listen();
+
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&path, b"one")
+        .unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || data_of(&cache).as_deref() == Some(b"one"),
+        || ctx.dump(),
+    );
+    for (i, value) in [b"two", b"tri"].iter().enumerate() {
+        writer.set_data(&path, *value, None).unwrap();
+        wait_until(
+            Duration::from_secs(10),
+            || data_of(&cache).as_deref() == Some(&value[..]),
+            || format!("change {i}\n{}", ctx.dump()),
+        );
+    }
+    let seen = cache.current_data().unwrap();
+    assert_eq!(seen.path, path);
+    assert_eq!(seen.stat, writer.exists(&path).unwrap().unwrap());
+    writer.delete().for_path(&path).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || cache.current_data().is_none(),
+        || ctx.dump(),
+    );
+    // The channel told every state in order (quick changes may merge, but
+    // these came one at a time).
+    let told: Vec<Option<Vec<u8>>> = changes.try_iter().map(|n| n.map(|n| n.data)).collect();
+    assert_eq!(
+        told,
+        vec![
+            Some(b"one".to_vec()),
+            Some(b"two".to_vec()),
+            Some(b"tri".to_vec()),
+            None
+        ]
+    );
+    cache.close();
+    assert!(
+        changes.recv_timeout(Duration::from_secs(5)).is_err(),
+        "the channel disconnects when the cache closes"
+    );
+}
+
+#[test]
+fn a_node_cache_converges_after_a_partition_a_restart_and_an_expiry() {
+    let mut server = TestingServer::start().expect("start ZooKeeper");
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let cache_client = connect(&proxy.connect_string(), Duration::from_secs(4));
+    let writer = connect(&server.connect_string(), Duration::from_secs(20));
+    let ctx = Ctx::new(&server, &cache_client);
+    let path = unique("/caches/converges");
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&path, b"start")
+        .unwrap();
+    let cache = NodeCache::new(&cache_client, &path).unwrap();
+    cache.start().unwrap();
+    assert_eq!(data_of(&cache).as_deref(), Some(&b"start"[..]));
+
+    // A partition shorter than the session: changes made meanwhile arrive.
+    proxy.pause();
+    writer.set_data(&path, b"during partition", None).unwrap();
+    proxy.cut();
+    proxy.resume();
+    wait_until(
+        Duration::from_secs(20),
+        || data_of(&cache).as_deref() == Some(&b"during partition"[..]),
+        || ctx.dump(),
+    );
+
+    // A server restart: the session survives, and so does the cache.
+    server.stop().unwrap();
+    server.restart().unwrap();
+    let writer = connect(&server.connect_string(), Duration::from_secs(20));
+    writer.set_data(&path, b"after restart", None).unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        || data_of(&cache).as_deref() == Some(&b"after restart"[..]),
+        || ctx.dump(),
+    );
+
+    // A partition longer than the session: the watch goes with the
+    // session; the cache reads again on the new one, and follows the node
+    // from there.
+    let old_session = cache_client.session_id();
+    let states = cache_client.listen();
+    proxy.pause();
+    writer.delete().for_path(&path).unwrap();
+    ctx.expect(
+        &states,
+        latchkey_framework::ConnectionState::Lost,
+        Duration::from_secs(30),
+    );
+    proxy.resume();
+    wait_until(
+        Duration::from_secs(30),
+        || cache_client.session_id() != old_session && cache.current_data().is_none(),
+        || ctx.dump(),
+    );
+    writer.create().for_path(&path, b"new session").unwrap();
+    wait_until(
+        Duration::from_secs(20),
+        || data_of(&cache).as_deref() == Some(&b"new session"[..]),
+        || ctx.dump(),
+    );
+}
+
+/// Reconnecting does not add watches: the cache keeps one pending watch of
+/// its session, which the client re-arms itself after a reconnection.
+#[test]
+fn a_node_cache_keeps_one_watch_however_often_it_reconnects() {
+    let server = TestingServer::start().expect("start ZooKeeper");
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let cache_client = connect(&proxy.connect_string(), Duration::from_secs(20));
+    let ctx = Ctx::new(&server, &cache_client);
+    let path = unique("/caches/one-watch");
+    cache_client
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&path, b"x")
+        .unwrap();
+    let cache = NodeCache::new(&cache_client, &path).unwrap();
+    cache.start().unwrap();
+    let reconnected = cache_client.listen();
+    let pending = |want: usize, what: &str| {
+        wait_until(
+            Duration::from_secs(5),
+            || cache_client.pending_watches() == want,
+            || {
+                format!(
+                    "{what}: {} watch callbacks wait on the client, want {want}\n{}",
+                    cache_client.pending_watches(),
+                    ctx.dump()
+                )
+            },
+        )
+    };
+    // Each reconnection makes the cache read the node again; its watch,
+    // re-armed by the client, is still pending, so it adds none.
+    for _ in 0..10 {
+        proxy.cut();
+        ctx.expect(
+            &reconnected,
+            latchkey_framework::ConnectionState::Reconnected,
+            Duration::from_secs(20),
+        );
+    }
+    pending(1, "after 10 reconnections");
+    cache_client.set_data(&path, b"changed", None).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || data_of(&cache).as_deref() == Some(&b"changed"[..]),
+        || ctx.dump(),
+    );
+    pending(1, "after the watch fired and was set again");
+    wait_until(
+        Duration::from_secs(10),
+        || server_watches_on(&server, &path) == 1,
+        || {
+            format!(
+                "watches on {path}: {}\n{}",
+                server_watches_on(&server, &path),
+                ctx.dump()
+            )
+        },
+    );
+    // Dropping the cache ends its thread and its channels.
+    let changes = cache.listen();
+    drop(cache);
+    assert!(changes.recv_timeout(Duration::from_secs(5)).is_err());
+}
+
+#[test]
+fn a_node_cache_refuses_bad_paths_and_a_second_start() {
+    let client = &clients(1, Duration::from_secs(20))[0];
+    for bad in ["", "no-slash", "/trailing/", "/a//b"] {
+        let err = NodeCache::new(client, bad).unwrap_err();
+        assert!(
+            err.to_string().contains(bad),
+            "{bad:?}: the error names the path: {err}"
+        );
+    }
+    let huge = format!("/{}", "x".repeat(2 * 1024 * 1024));
+    let cache = NodeCache::new(client, &huge).unwrap();
+    let err = cache.start().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            latchkey_framework::Error::RequestTooLarge { .. }
+                | latchkey_framework::Error::Operation { .. }
+        ),
+        "a 2 MB path fails alone with a clear error: {err}"
+    );
+    assert!(
+        client.exists("/").unwrap().is_some(),
+        "the client still works"
+    );
+    let root = NodeCache::new(client, "/").unwrap();
+    root.start().unwrap();
+    assert!(root.current_data().is_some(), "the root can be cached");
+    assert!(root.start().is_err(), "a second start is refused");
+    let _: Option<ChildData> = root.current_data();
+}
