@@ -242,13 +242,21 @@ impl Nemesis<'_> {
             }
             Fault::Expire => {
                 // The checker knows before the client does: holds are in
-                // doubt from here on.
-                session.mark_in_doubt();
+                // doubt from here on, and so are grants until the client
+                // has heard of the expiry (the server deletes the nodes
+                // first).
+                let old = session.client.session_id();
+                session.expiry_starts();
                 let r = session.client.expire_session_for_testing();
                 note(
                     history,
                     format!("expire session of {}: {r:?}", session.name),
                 );
+                let heard_by = Instant::now() + 2 * self.session_timeout;
+                while session.client.session_id() == old && Instant::now() < heard_by {
+                    thread::sleep(Duration::from_millis(10));
+                }
+                session.expiry_seen();
                 format!("expire {}", session.name)
             }
         };

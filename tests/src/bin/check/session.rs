@@ -98,9 +98,26 @@ impl Session {
         }
     }
 
-    /// Puts every current hold in doubt (before the checker expires or
-    /// closes this session on purpose).
+    /// Puts every current hold in doubt (before the checker closes this
+    /// session on purpose). Keeps the epoch even (see
+    /// [`Session::expiry_starts`]).
     pub fn mark_in_doubt(&self) {
+        self.doubt.fetch_add(2, Ordering::SeqCst);
+    }
+
+    /// Puts every current hold in doubt, and every hold granted until
+    /// [`Session::expiry_seen`], before the checker has the server expire
+    /// this session: the server may close the session (and delete its
+    /// nodes) before the client hears of it, so a grant that completes
+    /// meanwhile is in doubt too. The epoch is odd until then, and a hold
+    /// claimed with an odd epoch never counts.
+    pub fn expiry_starts(&self) {
+        self.doubt.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The client has heard of the expiry (or given up waiting): holds
+    /// granted from now on count again.
+    pub fn expiry_seen(&self) {
         self.doubt.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -137,7 +154,9 @@ impl Claim {
                 epoch,
                 client,
             } => {
-                *epoch == Some(doubt.load(Ordering::SeqCst))
+                let now = doubt.load(Ordering::SeqCst);
+                *epoch == Some(now)
+                    && now % 2 == 0
                     && client.state().is_some_and(ConnectionState::is_connected)
             }
             Claim::Quiet { faults, epoch } => {
