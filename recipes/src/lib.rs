@@ -110,6 +110,7 @@ mod metrics;
 mod multi_lock;
 mod mutex;
 mod node_cache;
+mod persistent_node;
 mod revoke;
 mod rwlock;
 mod semaphore;
@@ -133,6 +134,7 @@ pub use metrics::{lock_metrics, LockMetrics};
 pub use multi_lock::{InterProcessLock, InterProcessMultiLock, MultiLockGuard};
 pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
 pub use node_cache::{ChildData, NodeCache};
+pub use persistent_node::{GroupMember, PersistentNode};
 pub use revoke::{Revoker, REVOKE_MESSAGE};
 pub use rwlock::{
     InterProcessReadWriteLock, ReadGuard, WriteGuard, READ_LOCK_NAME, WRITE_LOCK_NAME,

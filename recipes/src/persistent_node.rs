@@ -1,0 +1,482 @@
+//! Curator's `PersistentNode`: a node that stays present while the object
+//! lives, re-created after a session loss or a delete by someone else, with
+//! data that can be updated; and `GroupMember`, membership of a group built
+//! on it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use latchkey_framework::paths;
+use latchkey_framework::{
+    CancelToken, Client, CreateMode, Error, ErrorCode, ListenerHandle, Result,
+};
+use parking_lot::{Condvar, Mutex};
+
+use crate::lock_internals::{deadline_after, Signal};
+
+/// How long the node's keeper waits before trying again after a failure
+/// (a state change or a watch event wakes it sooner).
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// A node kept present for as long as this object lives (Curator's
+/// `PersistentNode`): created when started, re-created when it goes (its
+/// session lost, deleted by someone else), its data kept to the latest
+/// [`set_data`](Self::set_data), deleted when closed or dropped.
+///
+/// With a sequential mode the server names the node the first time; it is
+/// re-created under that same name, as Curator does. With protection the
+/// name carries Curator's `_c_<uuid>-` prefix, so a create whose reply was
+/// lost is found instead of made twice. Until the client hears that its
+/// session was lost, the node of that session may still be listed; an
+/// ephemeral node is back within a round trip of the new session.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use std::time::Duration;
+/// use latchkey_framework::CreateMode;
+/// use latchkey_recipes::PersistentNode;
+///
+/// let node = PersistentNode::new(client, CreateMode::Ephemeral, false, "/services/api/host-1", b"10.0.0.1:8080")?;
+/// node.start()?;
+/// if !node.wait_for_initial_create(Duration::from_secs(10))? {
+///     eprintln!("not registered yet; it keeps trying");
+/// }
+/// // ... serve; the node comes back if the session is lost ...
+/// node.set_data(b"10.0.0.1:8081")?;
+/// node.close(); // or drop it
+/// # Ok(()) }
+/// ```
+pub struct PersistentNode {
+    inner: Arc<Inner>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Inner {
+    /// The keeper's requests; they end at once when the node is closed.
+    client: Client,
+    /// For the delete on close, which must not be cancelled.
+    plain: Client,
+    base_path: String,
+    mode: CreateMode,
+    protected: bool,
+    state: Mutex<NodeState>,
+    /// Notified when the node is created for the first time.
+    created: Condvar,
+    signal: Arc<Signal>,
+    /// The session whose watch on the node is pending (0: none).
+    armed: Arc<AtomicI64>,
+    closed: AtomicBool,
+    cancel: CancelToken,
+}
+
+struct NodeState {
+    data: Vec<u8>,
+    /// The node's full path once created; kept for re-creating it.
+    actual: Option<String>,
+    /// `data` not yet written to the node.
+    dirty: bool,
+}
+
+impl PersistentNode {
+    /// A node at `path` (the base name for a sequential `mode`) holding
+    /// `data`, not created until [`start`](Self::start). `protected`
+    /// creates it in Curator's protected mode.
+    pub fn new(
+        client: &Client,
+        mode: CreateMode,
+        protected: bool,
+        path: &str,
+        data: &[u8],
+    ) -> Result<PersistentNode> {
+        paths::validate_path(path).map_err(|e| Error::InvalidPath {
+            path: path.chars().take(200).collect(),
+            reason: e.kind().to_string(),
+        })?;
+        if path == "/" {
+            return Err(Error::InvalidPath {
+                path: path.into(),
+                reason: "the root cannot be created".into(),
+            });
+        }
+        if mode == CreateMode::Container {
+            return Err(Error::InvalidArgument(format!(
+                "a persistent node at {path} cannot be a container (the server deletes those)"
+            )));
+        }
+        let cancel = CancelToken::new();
+        Ok(PersistentNode {
+            inner: Arc::new(Inner {
+                client: client.with_cancel(Some(&cancel)),
+                plain: client.with_cancel(None),
+                base_path: path.to_owned(),
+                mode,
+                protected,
+                state: Mutex::new(NodeState {
+                    data: data.to_vec(),
+                    actual: None,
+                    dirty: false,
+                }),
+                created: Condvar::new(),
+                signal: Arc::default(),
+                armed: Arc::default(),
+                closed: AtomicBool::new(false),
+                cancel,
+            }),
+            worker: Mutex::new(None),
+        })
+    }
+
+    /// Starts keeping the node, on a thread of its own; returns at once
+    /// (see [`wait_for_initial_create`](Self::wait_for_initial_create)).
+    /// Starting twice, or after closing, is an error.
+    pub fn start(&self) -> Result<()> {
+        let mut worker = self.worker.lock();
+        if worker.is_some() || self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::IllegalState(format!(
+                "the persistent node {} was started already",
+                self.inner.base_path
+            )));
+        }
+        let wake = Arc::clone(&self.inner.signal);
+        let waker = self.inner.client.add_waker(move || wake.notify());
+        let weak = Arc::downgrade(&self.inner);
+        let signal = Arc::clone(&self.inner.signal);
+        // An epoch before the current one: the keeper works at once.
+        let epoch = signal.epoch().wrapping_sub(1);
+        *worker = Some(
+            std::thread::Builder::new()
+                .name("latchkey-persistent-node".into())
+                .spawn(move || keep(&weak, &signal, waker, epoch))?,
+        );
+        Ok(())
+    }
+
+    /// Waits until the node has been created once, at most `timeout`
+    /// (`Duration::MAX`: as long as it takes); false if it was not by then
+    /// (it keeps trying).
+    pub fn wait_for_initial_create(&self, timeout: Duration) -> Result<bool> {
+        let deadline = deadline_after(timeout);
+        let mut state = self.inner.state.lock();
+        while state.actual.is_none() {
+            if self.inner.closed.load(Ordering::Acquire) {
+                return Err(Error::IllegalState(format!(
+                    "the persistent node {} is closed",
+                    self.inner.base_path
+                )));
+            }
+            match deadline {
+                Some(d) => {
+                    if self.inner.created.wait_until(&mut state, d).timed_out() {
+                        return Ok(state.actual.is_some());
+                    }
+                }
+                None => self.inner.created.wait(&mut state),
+            }
+        }
+        Ok(true)
+    }
+
+    /// The node's full path once created (with its sequence number or
+    /// protection prefix, if any).
+    pub fn actual_path(&self) -> Option<String> {
+        self.inner.state.lock().actual.clone()
+    }
+
+    /// The data the node is kept at.
+    pub fn data(&self) -> Vec<u8> {
+        self.inner.state.lock().data.clone()
+    }
+
+    /// Sets the node's data: written now if the node exists, and used
+    /// whenever it is re-created. Fails on a closed node; a failure to
+    /// write now is retried in the background.
+    pub fn set_data(&self, data: &[u8]) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::IllegalState(format!(
+                "the persistent node {} is closed",
+                self.inner.base_path
+            )));
+        }
+        let mut state = self.inner.state.lock();
+        state.data = data.to_vec();
+        state.dirty = true;
+        drop(state);
+        self.inner.signal.notify();
+        Ok(())
+    }
+
+    /// Stops keeping the node and deletes it (guaranteed: the client
+    /// retries in the background if ZooKeeper cannot be reached). Its
+    /// requests under way end at once. Idempotent; dropping does the same.
+    pub fn close(&self) {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.inner.cancel.cancel();
+        self.inner.signal.notify();
+        self.inner.created.notify_all();
+        if let Some(worker) = self.worker.lock().take() {
+            if worker.thread().id() != std::thread::current().id() {
+                let _ = worker.join();
+            }
+        }
+        if let Some(path) = self.actual_path() {
+            if let Err(e) = self.inner.plain.delete().in_background().for_path(&path) {
+                log::warn!("deleting the persistent node {path}: {e}");
+            }
+        }
+    }
+}
+
+impl Drop for PersistentNode {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl std::fmt::Debug for PersistentNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PersistentNode")
+            .field("path", &self.inner.base_path)
+            .field("actual", &self.actual_path())
+            .finish()
+    }
+}
+
+/// The keeper: on every wake-up (a watch, a state change, new data),
+/// makes sure the node is there with the latest data.
+fn keep(weak: &Weak<Inner>, signal: &Signal, _waker: ListenerHandle, mut epoch: u64) {
+    loop {
+        signal.wait(epoch, None);
+        epoch = signal.epoch();
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(e) = inner.ensure() {
+            if inner.closed.load(Ordering::Acquire) {
+                return;
+            }
+            log::debug!("persistent node {}: {e}; trying again", inner.base_path);
+            drop(inner);
+            if !signal.wait(epoch, Some(Instant::now() + RETRY_PAUSE)) {
+                signal.notify();
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Creates the node if it is missing, watches it, and writes new data.
+    fn ensure(&self) -> Result<()> {
+        let (actual, data, dirty) = {
+            let s = self.state.lock();
+            (s.actual.clone(), s.data.clone(), s.dirty)
+        };
+        let Some(path) = actual else {
+            return self.create_first(&data);
+        };
+        match self.watch(&path)? {
+            None => self.recreate(&path, &data),
+            Some(_) if dirty => {
+                self.state.lock().dirty = false;
+                match self.client.set_data(&path, &data, None) {
+                    // Gone meanwhile: the watch fires and we create it.
+                    Err(e) if e.is(ErrorCode::NoNode) => Ok(()),
+                    Err(e) => {
+                        self.state.lock().dirty = true;
+                        Err(e)
+                    }
+                    Ok(_) => Ok(()),
+                }
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn create_first(&self, data: &[u8]) -> Result<()> {
+        let builder = self
+            .client
+            .create()
+            .creating_parent_containers_if_needed()
+            .mode(self.mode);
+        let builder = match self.protected {
+            true => builder.with_protection(),
+            false => builder,
+        };
+        let path = match builder.for_path(&self.base_path, data) {
+            // A plain node that is there already (ours from an earlier
+            // session, or someone's): keep it, with our data.
+            Err(e) if e.is(ErrorCode::NodeExists) => {
+                self.state.lock().dirty = true;
+                self.base_path.clone()
+            }
+            other => other?,
+        };
+        {
+            let mut state = self.state.lock();
+            state.actual = Some(path.clone());
+        }
+        self.created.notify_all();
+        self.watch(&path).map(|_| ())
+    }
+
+    /// Creates the node again under its first name.
+    fn recreate(&self, path: &str, data: &[u8]) -> Result<()> {
+        let mode = match self.mode {
+            CreateMode::EphemeralSequential => CreateMode::Ephemeral,
+            CreateMode::PersistentSequential => CreateMode::Persistent,
+            other => other,
+        };
+        self.state.lock().dirty = false;
+        let created = self
+            .client
+            .create()
+            .creating_parent_containers_if_needed()
+            .mode(mode)
+            .for_path(path, data);
+        match created {
+            // Someone (or our previous session) made it meanwhile: write
+            // our data to it.
+            Err(e) if e.is(ErrorCode::NodeExists) => {
+                self.state.lock().dirty = true;
+                self.signal.notify();
+                Ok(())
+            }
+            Err(e) => {
+                self.state.lock().dirty = true;
+                Err(e)
+            }
+            Ok(_) => self.watch(path).map(|_| ()),
+        }
+    }
+
+    /// Whether the node exists, leaving a watch on it unless one of this
+    /// session is pending already.
+    fn watch(&self, path: &str) -> Result<Option<latchkey_framework::Stat>> {
+        let session = self.client.session_id();
+        if self.armed.load(Ordering::Acquire) == session {
+            return self.client.exists(path);
+        }
+        self.armed.store(session, Ordering::Release);
+        let (armed, signal) = (Arc::clone(&self.armed), Arc::downgrade(&self.signal));
+        self.client
+            .exists_watch(path, move |_event| {
+                armed.store(0, Ordering::Release);
+                if let Some(signal) = signal.upgrade() {
+                    signal.notify();
+                }
+            })
+            .inspect_err(|_| {
+                let _ =
+                    self.armed
+                        .compare_exchange(session, 0, Ordering::AcqRel, Ordering::Acquire);
+            })
+    }
+}
+
+/// Membership of a group (Curator's `GroupMember`): an ephemeral
+/// [`PersistentNode`] named by this member's id under the group's path,
+/// holding its payload, and the current members read from ZooKeeper.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use latchkey_recipes::GroupMember;
+///
+/// let me = GroupMember::new(client, "/groups/workers", "worker-1", b"10.0.0.1")?;
+/// me.start()?;
+/// for (id, payload) in me.current_members()? {
+///     println!("{id}: {}", String::from_utf8_lossy(&payload));
+/// }
+/// # Ok(()) }
+/// ```
+pub struct GroupMember {
+    client: Client,
+    group: String,
+    id: String,
+    node: PersistentNode,
+}
+
+impl GroupMember {
+    /// Member `id` of the group at `group_path`, with `payload` as its
+    /// node's data; not a member until [`start`](Self::start).
+    pub fn new(client: &Client, group_path: &str, id: &str, payload: &[u8]) -> Result<Self> {
+        if id.is_empty() || id.contains('/') {
+            return Err(Error::InvalidArgument(format!(
+                "a member id of group {group_path} must be a non-empty name without '/', not {id:?}"
+            )));
+        }
+        let node = PersistentNode::new(
+            client,
+            CreateMode::Ephemeral,
+            false,
+            &paths::make_path(group_path, id),
+            payload,
+        )?;
+        Ok(GroupMember {
+            client: client.clone(),
+            group: group_path.to_owned(),
+            id: id.to_owned(),
+            node,
+        })
+    }
+
+    /// Joins the group (in the background; see
+    /// [`PersistentNode::wait_for_initial_create`] through
+    /// [`wait_joined`](Self::wait_joined)).
+    pub fn start(&self) -> Result<()> {
+        self.node.start()
+    }
+
+    /// Waits at most `timeout` until this member's node was created once.
+    pub fn wait_joined(&self, timeout: Duration) -> Result<bool> {
+        self.node.wait_for_initial_create(timeout)
+    }
+
+    /// This member's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Changes this member's payload.
+    pub fn set_this_data(&self, payload: &[u8]) -> Result<()> {
+        self.node.set_data(payload)
+    }
+
+    /// The members now, by id, with their payloads (read from ZooKeeper:
+    /// a member whose node goes while being read is left out).
+    pub fn current_members(&self) -> Result<BTreeMap<String, Vec<u8>>> {
+        let children = match self.client.get_children(&self.group) {
+            Err(e) if e.is(ErrorCode::NoNode) => Vec::new(),
+            other => other?,
+        };
+        let mut members = BTreeMap::new();
+        for child in children {
+            match self.client.get_data(&paths::make_path(&self.group, &child)) {
+                Ok((data, _)) => {
+                    members.insert(child, data);
+                }
+                Err(e) if e.is(ErrorCode::NoNode) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(members)
+    }
+
+    /// Leaves the group (deletes this member's node). Dropping does the same.
+    pub fn close(&self) {
+        self.node.close();
+    }
+}
+
+impl std::fmt::Debug for GroupMember {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupMember")
+            .field("group", &self.group)
+            .field("id", &self.id)
+            .finish()
+    }
+}

@@ -1,0 +1,191 @@
+//! `PersistentNode` and `GroupMember` against a real ZooKeeper: the node
+//! stays present through a lost session and a delete by someone else,
+//! keeps its latest data and its first name, and goes when closed. Every
+//! wait is bounded, so a broken recipe fails within seconds.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use latchkey_framework::{ConnectionState, CreateMode};
+use latchkey_recipes::{GroupMember, PersistentNode};
+use latchkey_test::{FaultProxy, TestingServer};
+
+#[test]
+fn an_ephemeral_node_comes_back_after_its_session_is_lost_and_after_a_delete() {
+    let server = TestingServer::start().expect("start ZooKeeper");
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let owner = connect(&proxy.connect_string(), Duration::from_secs(4));
+    let other = connect(&server.connect_string(), Duration::from_secs(20));
+    let ctx = Ctx::new(&server, &owner);
+    let base = unique("/persistent/comes-back");
+    for (mode, protected) in [
+        (CreateMode::Ephemeral, false),
+        (CreateMode::EphemeralSequential, true),
+    ] {
+        let path = format!("{base}/{mode:?}-{protected}");
+        let node = PersistentNode::new(&owner, mode, protected, &path, b"first").unwrap();
+        node.start().unwrap();
+        assert!(
+            node.wait_for_initial_create(Duration::from_secs(10))
+                .unwrap(),
+            "{mode:?}: not created within 10 s\n{}",
+            ctx.dump()
+        );
+        let actual = node.actual_path().unwrap();
+        if protected {
+            let name = actual.rsplit('/').next().unwrap();
+            assert!(name.starts_with("_c_"), "protected name: {actual}");
+        }
+        assert_eq!(other.get_data(&actual).unwrap().0, b"first");
+
+        // Someone deletes it: it is back, under the same name.
+        other.delete().for_path(&actual).unwrap();
+        wait_until(
+            Duration::from_secs(10),
+            || other.exists(&actual).unwrap().is_some(),
+            || format!("{mode:?}: not back after a delete\n{}", ctx.dump()),
+        );
+
+        // New data, then the session goes (a partition longer than it):
+        // back on the new session, with the new data.
+        node.set_data(b"second").unwrap();
+        wait_until(
+            Duration::from_secs(10),
+            || other.get_data(&actual).is_ok_and(|(d, _)| d == b"second"),
+            || ctx.dump(),
+        );
+        let old_session = owner.session_id();
+        let states = owner.listen();
+        proxy.pause();
+        ctx.expect(&states, ConnectionState::Lost, Duration::from_secs(30));
+        wait_until(
+            Duration::from_secs(20),
+            || other.exists(&actual).unwrap().is_none(),
+            || "the server did not expire the session".to_string(),
+        );
+        proxy.resume();
+        wait_until(
+            Duration::from_secs(20),
+            || {
+                owner.session_id() != old_session
+                    && other
+                        .exists(&actual)
+                        .ok()
+                        .flatten()
+                        .is_some_and(|stat| stat.ephemeral_owner == owner.session_id())
+            },
+            || format!("{mode:?}: not back on the new session\n{}", ctx.dump()),
+        );
+        assert_eq!(other.get_data(&actual).unwrap().0, b"second");
+        assert_eq!(node.actual_path().as_deref(), Some(actual.as_str()));
+
+        // Closing deletes it for good.
+        node.close();
+        wait_until(
+            Duration::from_secs(10),
+            || other.exists(&actual).unwrap().is_none(),
+            || ctx.dump(),
+        );
+        assert!(node.set_data(b"late").is_err(), "set_data after close");
+        assert!(node.start().is_err(), "start after close");
+    }
+}
+
+#[test]
+fn waiting_for_the_first_create_keeps_its_deadline_while_zookeeper_is_down() {
+    let mut server = TestingServer::start().expect("start ZooKeeper");
+    let client = connect(&server.connect_string(), Duration::from_secs(20));
+    let ctx = Ctx::new(&server, &client);
+    let path = unique("/persistent/down");
+    server.stop().unwrap();
+    let node = PersistentNode::new(&client, CreateMode::Persistent, false, &path, b"x").unwrap();
+    node.start().unwrap();
+    let started = Instant::now();
+    let created = node
+        .wait_for_initial_create(Duration::from_secs(1))
+        .unwrap();
+    let took = started.elapsed();
+    assert!(!created, "created with the server down?");
+    assert!(
+        took < Duration::from_millis(1500),
+        "waited {took:?} for a 1 s timeout"
+    );
+    server.restart().unwrap();
+    assert!(
+        node.wait_for_initial_create(Duration::from_secs(30))
+            .unwrap(),
+        "not created within 30 s of the restart\n{}",
+        ctx.dump()
+    );
+    // Dropping closes: the node is deleted, also a persistent one.
+    drop(node);
+    wait_until(
+        Duration::from_secs(10),
+        || client.exists(&path).unwrap().is_none(),
+        || ctx.dump(),
+    );
+}
+
+#[test]
+fn bad_arguments_are_refused_naming_the_path() {
+    let client = &clients(1, Duration::from_secs(20))[0];
+    for bad in ["", "x", "/a/", "/"] {
+        let err = PersistentNode::new(client, CreateMode::Ephemeral, false, bad, b"").unwrap_err();
+        assert!(err.to_string().contains(bad), "{bad:?}: {err}");
+    }
+    let err = PersistentNode::new(client, CreateMode::Container, false, "/c", b"").unwrap_err();
+    assert!(err.to_string().contains("/c"), "{err}");
+    for id in ["", "a/b"] {
+        let err = GroupMember::new(client, "/g", id, b"").unwrap_err();
+        assert!(err.to_string().contains("/g"), "{id:?}: {err}");
+    }
+    let node = PersistentNode::new(client, CreateMode::Ephemeral, false, "/p", b"").unwrap();
+    node.start().unwrap();
+    assert!(node.start().is_err(), "a second start is refused");
+    assert!(
+        node.wait_for_initial_create(Duration::MAX).unwrap(),
+        "Duration::MAX waits as long as it takes"
+    );
+}
+
+#[test]
+fn group_members_see_each_other_join_change_and_leave() {
+    let server = shared_server();
+    let cs = clients(3, Duration::from_secs(20));
+    let ctx = Ctx::new(server, &cs[0]);
+    let group = unique("/persistent/group");
+    let members: Vec<GroupMember> = cs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let m =
+                GroupMember::new(c, &group, &format!("m{i}"), format!("p{i}").as_bytes()).unwrap();
+            m.start().unwrap();
+            assert!(m.wait_joined(Duration::from_secs(10)).unwrap());
+            m
+        })
+        .collect();
+    let ids =
+        |m: &GroupMember| -> Vec<String> { m.current_members().unwrap().into_keys().collect() };
+    for m in &members {
+        assert_eq!(ids(m), ["m0", "m1", "m2"]);
+    }
+    members[1].set_this_data(b"changed").unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || {
+            members[0]
+                .current_members()
+                .unwrap()
+                .get("m1")
+                .map(Vec::as_slice)
+                == Some(&b"changed"[..])
+        },
+        || ctx.dump(),
+    );
+    members[2].close();
+    assert_eq!(ids(&members[0]), ["m0", "m1"]);
+    assert_eq!(members[0].id(), "m0");
+}
