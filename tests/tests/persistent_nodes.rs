@@ -141,7 +141,8 @@ fn bad_arguments_are_refused_naming_the_path() {
         let err = GroupMember::new(client, "/g", id, b"").unwrap_err();
         assert!(err.to_string().contains("/g"), "{id:?}: {err}");
     }
-    let node = PersistentNode::new(client, CreateMode::Ephemeral, false, "/p", b"").unwrap();
+    let path = unique("/persistent/twice");
+    let node = PersistentNode::new(client, CreateMode::Ephemeral, false, &path, b"").unwrap();
     node.start().unwrap();
     assert!(node.start().is_err(), "a second start is refused");
     assert!(
