@@ -103,7 +103,9 @@
 //! (`recipe`, `path`, `waited_ms`, `outcome`, `error`), around the
 //! framework's `operation` spans of its requests.
 
+mod armed;
 mod cancel;
+mod curator_cache;
 mod hold;
 mod lock_internals;
 mod metrics;
@@ -126,6 +128,7 @@ pub use crossbeam_channel::Receiver;
 pub use crossbeam_channel::select;
 
 pub use cancel::CancelToken;
+pub use curator_cache::{CacheEvent, CuratorCache};
 pub use hold::HoldEvent;
 pub use lock_internals::{
     Decision, LockDriver, LockInternals, LockNode, StandardDriver, REQUEST_GRACE,

@@ -3,7 +3,7 @@
 //! reconnection and new session, so that it converges to the server's
 //! state after any fault.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -12,6 +12,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use latchkey_framework::{CancelToken, Client, Error, ErrorCode, ListenerHandle, Result, Stat};
 use parking_lot::Mutex;
 
+use crate::armed::WatchArms;
 use crate::lock_internals::Signal;
 
 /// How long the cache waits before reading again after a failed read
@@ -68,9 +69,9 @@ struct Inner {
     subscribers: Mutex<Vec<Sender<Option<ChildData>>>>,
     /// Wakes the worker: a watch fired, the state changed, or closing.
     signal: Arc<Signal>,
-    /// The session whose watch on the node is still pending (0: none), so
-    /// that re-reads after a reconnection do not pile up watches.
-    armed: Arc<AtomicI64>,
+    /// The watch on the node still pending, so that re-reads after a
+    /// reconnection do not pile up watches.
+    armed: Arc<WatchArms<()>>,
     closed: AtomicBool,
     cancel: CancelToken,
 }
@@ -206,24 +207,26 @@ impl Inner {
     /// pending, and tells subscribers if it changed.
     fn refresh(&self) -> Result<()> {
         let session = self.client.session_id();
-        let arm = self.armed.load(Ordering::Acquire) != session;
-        let stat = if arm {
-            self.armed.store(session, Ordering::Release);
-            let (armed, signal) = (Arc::clone(&self.armed), Arc::downgrade(&self.signal));
-            let watched = self.client.exists_watch(&self.path, move |_event| {
-                armed.store(0, Ordering::Release);
-                if let Some(signal) = signal.upgrade() {
-                    signal.notify();
-                }
-            });
-            watched.inspect_err(|_| {
-                // Whether the watch was left is unknown: arm it again next time.
-                let _ =
-                    self.armed
-                        .compare_exchange(session, 0, Ordering::AcqRel, Ordering::Acquire);
-            })?
-        } else {
-            self.client.exists(&self.path)?
+        let stat = match self.armed.is_armed(&(), session) {
+            true => self.client.exists(&self.path)?,
+            false => {
+                let token = self.armed.arm(&());
+                let (armed, signal) = (Arc::downgrade(&self.armed), Arc::downgrade(&self.signal));
+                let stat = self
+                    .client
+                    .exists_watch(&self.path, move |_event| {
+                        if let Some(armed) = armed.upgrade() {
+                            armed.fired(&(), token);
+                        }
+                        if let Some(signal) = signal.upgrade() {
+                            signal.notify();
+                        }
+                    })
+                    // Whether the watch was left is unknown: set it again.
+                    .inspect_err(|_| self.armed.fired(&(), token))?;
+                self.armed.confirm(&(), token, self.client.session_id());
+                stat
+            }
         };
         let now = match stat {
             None => None,

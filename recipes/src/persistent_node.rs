@@ -4,7 +4,7 @@
 //! on it.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -15,6 +15,7 @@ use latchkey_framework::{
 };
 use parking_lot::{Condvar, Mutex};
 
+use crate::armed::WatchArms;
 use crate::lock_internals::{deadline_after, Signal};
 
 /// How long the node's keeper waits before trying again after a failure
@@ -66,8 +67,8 @@ struct Inner {
     /// Notified when the node is created for the first time.
     created: Condvar,
     signal: Arc<Signal>,
-    /// The session whose watch on the node is pending (0: none).
-    armed: Arc<AtomicI64>,
+    /// The watch on the node still pending.
+    armed: Arc<WatchArms<()>>,
     closed: AtomicBool,
     cancel: CancelToken,
 }
@@ -358,23 +359,24 @@ impl Inner {
     /// session is pending already.
     fn watch(&self, path: &str) -> Result<Option<latchkey_framework::Stat>> {
         let session = self.client.session_id();
-        if self.armed.load(Ordering::Acquire) == session {
+        if self.armed.is_armed(&(), session) {
             return self.client.exists(path);
         }
-        self.armed.store(session, Ordering::Release);
-        let (armed, signal) = (Arc::clone(&self.armed), Arc::downgrade(&self.signal));
-        self.client
+        let token = self.armed.arm(&());
+        let (armed, signal) = (Arc::downgrade(&self.armed), Arc::downgrade(&self.signal));
+        let stat = self
+            .client
             .exists_watch(path, move |_event| {
-                armed.store(0, Ordering::Release);
+                if let Some(armed) = armed.upgrade() {
+                    armed.fired(&(), token);
+                }
                 if let Some(signal) = signal.upgrade() {
                     signal.notify();
                 }
             })
-            .inspect_err(|_| {
-                let _ =
-                    self.armed
-                        .compare_exchange(session, 0, Ordering::AcqRel, Ordering::Acquire);
-            })
+            .inspect_err(|_| self.armed.fired(&(), token))?;
+        self.armed.confirm(&(), token, self.client.session_id());
+        Ok(stat)
     }
 }
 

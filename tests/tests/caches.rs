@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use latchkey_recipes::{ChildData, NodeCache};
+use latchkey_recipes::{CacheEvent, ChildData, CuratorCache, NodeCache};
 use latchkey_test::{FaultProxy, TestingServer};
 
 fn data_of(cache: &NodeCache) -> Option<Vec<u8>> {
@@ -252,4 +252,212 @@ fn a_node_cache_refuses_bad_paths_and_a_second_start() {
     assert!(root.current_data().is_some(), "the root can be cached");
     assert!(root.start().is_err(), "a second start is refused");
     let _: Option<ChildData> = root.current_data();
+}
+
+/// A snapshot of a `CuratorCache`: path → data.
+fn tree(cache: &CuratorCache) -> Vec<(String, Vec<u8>)> {
+    cache
+        .entries()
+        .into_iter()
+        .map(|n| (n.path, n.data))
+        .collect()
+}
+
+/// The subtree as the server has it, path → data, sorted by path.
+fn server_tree(client: &latchkey_framework::Client, root: &str) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.to_string()];
+    while let Some(path) = todo.pop() {
+        let Ok((data, _)) = client.get_data(&path) else {
+            continue;
+        };
+        out.push((path.clone(), data));
+        for child in client.get_children(&path).unwrap_or_default() {
+            todo.push(format!("{path}/{child}"));
+        }
+    }
+    out.sort();
+    out
+}
+
+fn short(event: &CacheEvent) -> String {
+    match event {
+        CacheEvent::Created(n) => format!("+{}", n.path.rsplit('/').next().unwrap()),
+        CacheEvent::Changed { new, .. } => format!("~{}", new.path.rsplit('/').next().unwrap()),
+        CacheEvent::Deleted(n) => format!("-{}", n.path.rsplit('/').next().unwrap()),
+    }
+}
+
+#[test]
+fn a_curator_cache_follows_a_subtree_parents_first() {
+    let server = shared_server();
+    let (cache_client, writer) = {
+        let mut c = clients(2, Duration::from_secs(20));
+        (c.remove(0), c.remove(0))
+    };
+    let ctx = Ctx::new(server, &cache_client);
+    let root = unique("/caches/tree");
+    // The root does not exist yet: the cache waits for it.
+    let cache = CuratorCache::new(&cache_client, &root).unwrap();
+    cache.start().unwrap();
+    assert_eq!(cache.size(), 0);
+    let events = cache.listen();
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&format!("{root}/a/b"), b"b1")
+        .unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || cache.size() == 3,
+        || format!("{:?}\n{}", tree(&cache), ctx.dump()),
+    );
+    writer
+        .set_data(&format!("{root}/a/b"), b"b2", None)
+        .unwrap();
+    writer
+        .create()
+        .for_path(&format!("{root}/c"), b"c1")
+        .unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || tree(&cache) == server_tree(&writer, &root),
+        || format!("{:?}\n{}", tree(&cache), ctx.dump()),
+    );
+    writer
+        .delete()
+        .deleting_children_if_needed()
+        .for_path(&format!("{root}/a"))
+        .unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || cache.size() == 2,
+        || format!("{:?}\n{}", tree(&cache), ctx.dump()),
+    );
+    let told: Vec<String> = events.try_iter().map(|e| short(&e)).collect();
+    let name = root.rsplit('/').next().unwrap().to_string();
+    assert_eq!(
+        told,
+        [
+            format!("+{name}"),
+            "+a".into(),
+            "+b".into(),
+            "~b".into(),
+            "+c".into(),
+            "-b".into(),
+            "-a".into()
+        ],
+        "events in order, parents created first and deleted last"
+    );
+    assert_eq!(cache.get(&format!("{root}/c")).unwrap().data, b"c1");
+}
+
+#[test]
+fn a_curator_cache_converges_after_a_partition_and_a_lost_session() {
+    let server = TestingServer::start().expect("start ZooKeeper");
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let cache_client = connect(&proxy.connect_string(), Duration::from_secs(4));
+    let writer = connect(&server.connect_string(), Duration::from_secs(20));
+    let ctx = Ctx::new(&server, &cache_client);
+    let root = unique("/caches/tree-faults");
+    for p in ["x/1", "x/2", "y"] {
+        writer
+            .create()
+            .creating_parents_if_needed()
+            .for_path(&format!("{root}/{p}"), p.as_bytes())
+            .unwrap();
+    }
+    let cache = CuratorCache::new(&cache_client, &root).unwrap();
+    cache.start().unwrap();
+    assert_eq!(tree(&cache), server_tree(&writer, &root));
+    let events = cache.listen();
+
+    // Changes during a short partition arrive once it heals.
+    proxy.pause();
+    writer
+        .set_data(&format!("{root}/x/1"), b"changed", None)
+        .unwrap();
+    writer
+        .create()
+        .for_path(&format!("{root}/x/3"), b"3")
+        .unwrap();
+    writer.delete().for_path(&format!("{root}/y")).unwrap();
+    proxy.cut();
+    proxy.resume();
+    wait_until(
+        Duration::from_secs(20),
+        || tree(&cache) == server_tree(&writer, &root),
+        || format!("{:?}\n{}", tree(&cache), ctx.dump()),
+    );
+
+    // Changes while the session is lost: the cache reads everything on
+    // the new session and tells the differences.
+    let states = cache_client.listen();
+    proxy.pause();
+    writer.delete().for_path(&format!("{root}/x/2")).unwrap();
+    writer
+        .create()
+        .for_path(&format!("{root}/z"), b"z")
+        .unwrap();
+    writer
+        .set_data(&format!("{root}/x/3"), b"33", None)
+        .unwrap();
+    ctx.expect(
+        &states,
+        latchkey_framework::ConnectionState::Lost,
+        Duration::from_secs(30),
+    );
+    proxy.resume();
+    wait_until(
+        Duration::from_secs(30),
+        || tree(&cache) == server_tree(&writer, &root),
+        || format!("{:?}\n{}", tree(&cache), ctx.dump()),
+    );
+    let mut told: Vec<String> = events.try_iter().map(|e| short(&e)).collect();
+    told.sort();
+    let mut want = vec!["~1", "+3", "-y", "-2", "+z", "~3"];
+    want.sort();
+    assert_eq!(told, want, "one event per change, none twice");
+    // The watches: a data and a child watch per node, after all that.
+    let nodes = cache.size();
+    wait_until(
+        Duration::from_secs(10),
+        || cache_client.pending_watches() == 2 * nodes,
+        || {
+            format!(
+                "{} watch callbacks for {nodes} nodes\n{}",
+                cache_client.pending_watches(),
+                ctx.dump()
+            )
+        },
+    );
+    for _ in 0..5 {
+        proxy.cut();
+        ctx.expect(
+            &states,
+            latchkey_framework::ConnectionState::Reconnected,
+            Duration::from_secs(20),
+        );
+    }
+    writer.set_data(&format!("{root}/z"), b"zz", None).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || {
+            cache
+                .get(&format!("{root}/z"))
+                .is_some_and(|n| n.data == b"zz")
+        },
+        || ctx.dump(),
+    );
+    wait_until(
+        Duration::from_secs(10),
+        || cache_client.pending_watches() == 2 * nodes,
+        || {
+            format!(
+                "after 5 reconnections: {} watch callbacks for {nodes} nodes\n{}",
+                cache_client.pending_watches(),
+                ctx.dump()
+            )
+        },
+    );
 }

@@ -1,0 +1,108 @@
+//! Which one-shot watches a recipe has pending, and on which session, so
+//! that reading a node again (after a reconnection, or for fresh data)
+//! does not pile up watches, and a new session sets them again.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+/// A session id no session has: a watch whose read has not returned yet.
+const UNCONFIRMED: i64 = 0;
+
+/// Pending watches by key (a node, or a node and what is watched on it).
+///
+/// Each watch gets a token when set: its callback clears only its own
+/// entry, so a watch of an ended session that fires late cannot clear the
+/// next session's. The session is the one seen once the watched read
+/// returned: a read retried across a session change leaves its watch on
+/// the new session.
+pub(crate) struct WatchArms<K> {
+    next: AtomicU64,
+    pending: Mutex<BTreeMap<K, (u64, i64)>>,
+}
+
+impl<K: Ord + Clone> Default for WatchArms<K> {
+    fn default() -> Self {
+        WatchArms {
+            next: AtomicU64::new(1),
+            pending: Mutex::new(BTreeMap::new()),
+        }
+    }
+}
+
+impl<K: Ord + Clone> WatchArms<K> {
+    /// Whether a watch on `key` set on `session` is still pending.
+    pub(crate) fn is_armed(&self, key: &K, session: i64) -> bool {
+        session != UNCONFIRMED
+            && self
+                .pending
+                .lock()
+                .get(key)
+                .is_some_and(|(_, s)| *s == session)
+    }
+
+    /// Records a watch about to be set on `key`; its token goes to the
+    /// callback ([`WatchArms::fired`]) and to [`WatchArms::confirm`].
+    pub(crate) fn arm(&self, key: &K) -> u64 {
+        let token = self.next.fetch_add(1, Ordering::Relaxed);
+        self.pending
+            .lock()
+            .insert(key.clone(), (token, UNCONFIRMED));
+        token
+    }
+
+    /// The watched read returned: its watch is pending on `session`.
+    pub(crate) fn confirm(&self, key: &K, token: u64, session: i64) {
+        if let Some((t, s)) = self.pending.lock().get_mut(key) {
+            if *t == token {
+                *s = session;
+            }
+        }
+    }
+
+    /// The watch fired (or its read failed): set it again next time.
+    pub(crate) fn fired(&self, key: &K, token: u64) {
+        let mut pending = self.pending.lock();
+        if pending.get(key).is_some_and(|(t, _)| *t == token) {
+            pending.remove(key);
+        }
+    }
+
+    /// Forgets every watch not of `session` (their session ended).
+    pub(crate) fn keep_only(&self, session: i64) {
+        self.pending.lock().retain(|_, (_, s)| *s == session);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_late_callback_clears_only_its_own_watch() {
+        let arms = WatchArms::<&str>::default();
+        let old = arms.arm(&"a");
+        arms.confirm(&"a", old, 7);
+        assert!(arms.is_armed(&"a", 7));
+        assert!(!arms.is_armed(&"a", 8), "another session's watch");
+        let new = arms.arm(&"a");
+        assert!(!arms.is_armed(&"a", 8), "not confirmed yet");
+        arms.confirm(&"a", new, 8);
+        arms.fired(&"a", old);
+        assert!(arms.is_armed(&"a", 8), "the old watch's callback left it");
+        arms.fired(&"a", new);
+        assert!(!arms.is_armed(&"a", 8));
+    }
+
+    #[test]
+    fn a_new_session_keeps_only_its_own() {
+        let arms = WatchArms::<u8>::default();
+        let (a, b) = (arms.arm(&1), arms.arm(&2));
+        arms.confirm(&1, a, 5);
+        arms.confirm(&2, b, 6);
+        arms.keep_only(6);
+        assert!(!arms.is_armed(&1, 5));
+        assert!(arms.is_armed(&2, 6));
+    }
+}

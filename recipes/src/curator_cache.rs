@@ -1,0 +1,425 @@
+//! Curator's `CuratorCache` on classic watches (Curator's `TreeCache`
+//! way): a local copy of a node and its whole subtree, with events for
+//! what is created, changed and deleted, kept current across reconnections
+//! and rebuilt (with events for what changed meanwhile) on a new session.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use latchkey_framework::paths;
+use latchkey_framework::{
+    CancelToken, Client, Error, ErrorCode, ListenerHandle, Result, WatchedEvent,
+};
+use parking_lot::Mutex;
+
+use crate::armed::WatchArms;
+use crate::lock_internals::Signal;
+use crate::node_cache::ChildData;
+
+/// How long the cache waits before reading again after a failed read.
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// A change a [`CuratorCache`] saw (Curator's `CuratorCacheListener`
+/// events).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CacheEvent {
+    /// A node appeared.
+    Created(ChildData),
+    /// A node's data changed: before and after.
+    Changed {
+        /// The node as it was.
+        old: ChildData,
+        /// The node as it is.
+        new: ChildData,
+    },
+    /// A node went (as last seen).
+    Deleted(ChildData),
+}
+
+/// A local copy of a node and its subtree (Curator's `CuratorCache`),
+/// kept current in the background with a data watch and a child watch on
+/// every node: [`get`](Self::get) and [`entries`](Self::entries) never
+/// wait, and [`listen`](Self::listen) tells every creation, change and
+/// deletion, parents' creations before their children's.
+///
+/// After a reconnection the client re-arms the watches, so changes made
+/// meanwhile arrive as events; on a new session the cache reads the whole
+/// subtree again and tells the differences. While the client is
+/// disconnected the copy may be stale, as in Curator.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use latchkey_recipes::{CacheEvent, CuratorCache};
+///
+/// let cache = CuratorCache::new(client, "/services")?;
+/// cache.start()?; // the whole subtree is read before this returns
+/// for node in cache.entries() {
+///     println!("{} = {:?}", node.path, node.data);
+/// }
+/// for event in cache.listen().iter().take(10) {
+///     match event {
+///         CacheEvent::Created(n) => println!("+ {}", n.path),
+///         CacheEvent::Changed { new, .. } => println!("~ {}", new.path),
+///         CacheEvent::Deleted(n) => println!("- {}", n.path),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+pub struct CuratorCache {
+    inner: Arc<Inner>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What is watched on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Watch {
+    Data,
+    Children,
+}
+
+struct Inner {
+    client: Client,
+    root: String,
+    nodes: Mutex<BTreeMap<String, ChildData>>,
+    subscribers: Mutex<Vec<Sender<CacheEvent>>>,
+    /// What to read again: a watch fired, or the copy is being built.
+    dirty: Arc<Mutex<BTreeSet<(String, Watch)>>>,
+    /// The watches pending.
+    armed: Arc<WatchArms<(String, Watch)>>,
+    /// The session the copy was built on: a new one reads everything.
+    session: AtomicI64,
+    signal: Arc<Signal>,
+    closed: AtomicBool,
+    cancel: CancelToken,
+}
+
+impl CuratorCache {
+    /// A cache of `root` and its subtree through `client`, not started.
+    pub fn new(client: &Client, root: &str) -> Result<CuratorCache> {
+        paths::validate_path(root).map_err(|e| Error::InvalidPath {
+            path: root.chars().take(200).collect(),
+            reason: e.kind().to_string(),
+        })?;
+        let cancel = CancelToken::new();
+        Ok(CuratorCache {
+            inner: Arc::new(Inner {
+                client: client.with_cancel(Some(&cancel)),
+                root: root.to_owned(),
+                nodes: Mutex::new(BTreeMap::new()),
+                subscribers: Mutex::new(Vec::new()),
+                dirty: Arc::default(),
+                armed: Arc::default(),
+                session: AtomicI64::new(0),
+                signal: Arc::default(),
+                closed: AtomicBool::new(false),
+                cancel,
+            }),
+            worker: Mutex::new(None),
+        })
+    }
+
+    /// Reads the subtree (waiting for a connection as the client's retry
+    /// policy allows) and then keeps the copy current on a thread of its
+    /// own. Fails if the first read fails; starting twice is an error.
+    pub fn start(&self) -> Result<()> {
+        let mut worker = self.worker.lock();
+        if worker.is_some() || self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::IllegalState(format!(
+                "the cache of {} was started already",
+                self.inner.root
+            )));
+        }
+        let wake = Arc::clone(&self.inner.signal);
+        let waker = self.inner.client.add_waker(move || wake.notify());
+        let epoch = self.inner.signal.epoch();
+        while !self.inner.sync()? {}
+        let weak = Arc::downgrade(&self.inner);
+        let signal = Arc::clone(&self.inner.signal);
+        *worker = Some(
+            std::thread::Builder::new()
+                .name("latchkey-curator-cache".into())
+                .spawn(move || run(&weak, &signal, waker, epoch))?,
+        );
+        Ok(())
+    }
+
+    /// The node at `path` as last seen, if it is in the subtree.
+    pub fn get(&self, path: &str) -> Option<ChildData> {
+        self.inner.nodes.lock().get(path).cloned()
+    }
+
+    /// Every node as last seen, sorted by path.
+    pub fn entries(&self) -> Vec<ChildData> {
+        self.inner.nodes.lock().values().cloned().collect()
+    }
+
+    /// How many nodes the copy has.
+    pub fn size(&self) -> usize {
+        self.inner.nodes.lock().len()
+    }
+
+    /// A channel that receives every change the cache sees, in order. It
+    /// disconnects when the cache closes.
+    pub fn listen(&self) -> Receiver<CacheEvent> {
+        let (tx, rx) = unbounded();
+        self.inner.subscribers.lock().push(tx);
+        rx
+    }
+
+    /// Stops the cache: its requests end at once, its thread ends, its
+    /// channels disconnect; the copy stays as last seen. Idempotent;
+    /// dropping the cache does the same.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.cancel.cancel();
+        self.inner.signal.notify();
+        self.inner.subscribers.lock().clear();
+        if let Some(worker) = self.worker.lock().take() {
+            if worker.thread().id() != std::thread::current().id() {
+                let _ = worker.join();
+            }
+        }
+    }
+}
+
+impl Drop for CuratorCache {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl std::fmt::Debug for CuratorCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CuratorCache")
+            .field("root", &self.inner.root)
+            .field("size", &self.size())
+            .finish()
+    }
+}
+
+fn run(weak: &Weak<Inner>, signal: &Signal, _waker: ListenerHandle, mut epoch: u64) {
+    loop {
+        signal.wait(epoch, None);
+        epoch = signal.epoch();
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(e) = inner.sync().map(|_| ()) {
+            if inner.closed.load(Ordering::Acquire) {
+                return;
+            }
+            log::debug!("cache of {}: {e}; reading again", inner.root);
+            drop(inner);
+            if !signal.wait(epoch, Some(Instant::now() + RETRY_PAUSE)) {
+                signal.notify();
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Reads what is dirty until nothing is (parents before children: the
+    /// set is ordered by path); on a new session, everything. False if a
+    /// new session began meanwhile (the worker is woken to go on).
+    fn sync(&self) -> Result<bool> {
+        let session = self.client.session_id();
+        if self.session.swap(session, Ordering::AcqRel) != session {
+            // Watches went with the old session: read the whole subtree.
+            self.armed.keep_only(session);
+            let mut dirty = self.dirty.lock();
+            for path in std::iter::once(&self.root).chain(self.nodes.lock().keys()) {
+                dirty.insert((path.clone(), Watch::Data));
+                dirty.insert((path.clone(), Watch::Children));
+            }
+        }
+        loop {
+            if self.client.session_id() != session {
+                // A read went on in a new session: start over on it (its
+                // watches are kept, the rest is read again).
+                self.signal.notify();
+                return Ok(false);
+            }
+            let next = self.dirty.lock().pop_first();
+            let Some((path, what)) = next else {
+                return Ok(true);
+            };
+            let read = match what {
+                Watch::Data => self.read_data(&path, session),
+                Watch::Children => self.read_children(&path, session),
+            };
+            if let Err(e) = read {
+                self.dirty.lock().insert((path, what));
+                return Err(e);
+            }
+        }
+    }
+
+    /// Runs a watched read whose watcher marks `key` to be read again
+    /// when it fires. The watch counts as pending on the session seen once
+    /// the read returned; if the read failed, it is set again next time.
+    fn watched<T>(
+        &self,
+        key: &(String, Watch),
+        read: impl FnOnce(Box<dyn FnOnce(WatchedEvent) + Send>) -> Result<T>,
+    ) -> Result<T> {
+        let token = self.armed.arm(key);
+        let (armed, dirty, signal) = (
+            Arc::downgrade(&self.armed),
+            Arc::downgrade(&self.dirty),
+            Arc::downgrade(&self.signal),
+        );
+        let owned = key.clone();
+        let got = read(Box::new(move |_event| {
+            if let Some(armed) = armed.upgrade() {
+                armed.fired(&owned, token);
+            }
+            if let Some(dirty) = dirty.upgrade() {
+                dirty.lock().insert(owned);
+            }
+            if let Some(signal) = signal.upgrade() {
+                signal.notify();
+            }
+        }));
+        match &got {
+            Ok(_) => self.armed.confirm(key, token, self.client.session_id()),
+            Err(_) => self.armed.fired(key, token),
+        }
+        got
+    }
+
+    fn read_data(&self, path: &str, session: i64) -> Result<()> {
+        let key = (path.to_owned(), Watch::Data);
+        let got = match self.armed.is_armed(&key, session) {
+            true => self.client.get_data(path),
+            false => self.watched(&key, |w| self.client.get_data_watch(path, w)),
+        };
+        match got {
+            Ok((data, stat)) => {
+                self.seen(ChildData {
+                    path: path.to_owned(),
+                    stat,
+                    data,
+                });
+                Ok(())
+            }
+            Err(e) if e.is(ErrorCode::NoNode) => {
+                self.gone(path);
+                if path == self.root && !self.armed.is_armed(&key, session) {
+                    // Watch for the root's creation.
+                    let exists = self.watched(&key, |w| self.client.exists_watch(path, w))?;
+                    if exists.is_some() {
+                        // Created meanwhile: read it now.
+                        self.dirty.lock().insert(key);
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn read_children(&self, path: &str, session: i64) -> Result<()> {
+        let key = (path.to_owned(), Watch::Children);
+        let listed = match self.armed.is_armed(&key, session) {
+            true => self.client.get_children(path),
+            false => self.watched(&key, |w| self.client.get_children_watch(path, w)),
+        };
+        let children = match listed {
+            // No watch is left on a missing node; its data read tells.
+            Err(e) if e.is(ErrorCode::NoNode) => return Ok(()),
+            other => other?,
+        };
+        let children: BTreeSet<String> = children
+            .into_iter()
+            .map(|c| paths::make_path(path, &c))
+            .collect();
+        for child in self.known_children(path) {
+            if !children.contains(&child) {
+                self.gone(&child);
+            }
+        }
+        let mut dirty = self.dirty.lock();
+        let nodes = self.nodes.lock();
+        for child in children {
+            if !nodes.contains_key(&child) {
+                dirty.insert((child.clone(), Watch::Data));
+                dirty.insert((child, Watch::Children));
+            }
+        }
+        Ok(())
+    }
+
+    /// The children of `path` in the copy.
+    fn known_children(&self, path: &str) -> Vec<String> {
+        let prefix = match path {
+            "/" => "/".to_owned(),
+            _ => format!("{path}/"),
+        };
+        self.nodes
+            .lock()
+            .range(prefix.clone()..)
+            .take_while(|(p, _)| p.starts_with(&prefix))
+            .filter(|(p, _)| !p[prefix.len()..].contains('/'))
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    /// Records a node as read, telling what changed.
+    fn seen(&self, node: ChildData) {
+        let event = {
+            let mut nodes = self.nodes.lock();
+            match nodes.insert(node.path.clone(), node.clone()) {
+                None => Some(CacheEvent::Created(node)),
+                Some(old)
+                    if old.stat.mzxid != node.stat.mzxid || old.stat.czxid != node.stat.czxid =>
+                {
+                    Some(CacheEvent::Changed { old, new: node })
+                }
+                Some(_) => None,
+            }
+        };
+        if let Some(event) = event {
+            if let CacheEvent::Created(node) = &event {
+                // A node new to the copy: its children are to be read too
+                // (a root that appears, or a child whose listing failed).
+                self.dirty
+                    .lock()
+                    .insert((node.path.clone(), Watch::Children));
+            }
+            self.tell(event);
+        }
+    }
+
+    /// Removes a node and its subtree from the copy, deepest first.
+    fn gone(&self, path: &str) {
+        let removed: Vec<ChildData> = {
+            let mut nodes = self.nodes.lock();
+            // The node, then its subtree (contiguous: one prefix).
+            let prefix = format!("{}/", path.trim_end_matches('/'));
+            let under: Vec<String> = std::iter::once(path.to_owned())
+                .filter(|p| nodes.contains_key(p))
+                .chain(
+                    nodes
+                        .range(prefix.clone()..)
+                        .take_while(|(p, _)| p.starts_with(&prefix))
+                        .map(|(p, _)| p.clone()),
+                )
+                .collect();
+            under.iter().rev().filter_map(|p| nodes.remove(p)).collect()
+        };
+        for node in removed {
+            self.tell(CacheEvent::Deleted(node));
+        }
+    }
+
+    fn tell(&self, event: CacheEvent) {
+        self.subscribers
+            .lock()
+            .retain(|tx| tx.send(event.clone()).is_ok());
+    }
+}
