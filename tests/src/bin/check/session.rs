@@ -2,7 +2,7 @@
 //! proxies), the count of times its locks fell in doubt, and when it last
 //! got a lock.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +27,9 @@ pub struct Session {
     /// expires or closes the session itself: a hold granted at another
     /// value is in doubt (Curator's rule) and no longer counts.
     doubt: Arc<AtomicU64>,
+    /// While the checker has the server expire the session: holds granted
+    /// meanwhile never count (see [`Session::expiry_starts`]).
+    expiring: AtomicBool,
     /// Milliseconds since the run started of the latest counted grant.
     last_grant_ms: AtomicU64,
     _listener: ListenerHandle,
@@ -78,6 +81,7 @@ impl Session {
             client,
             proxies,
             doubt,
+            expiring: AtomicBool::new(false),
             last_grant_ms: AtomicU64::new(0),
             _listener: listener,
         })
@@ -91,34 +95,36 @@ impl Session {
     /// A handle the oracle keeps to tell whether a hold still counts;
     /// `None`: a hold already in doubt when granted, which never counts.
     pub fn claim(&self, epoch: Option<u64>) -> Claim {
+        let expiring = self.expiring.load(Ordering::SeqCst);
         Claim::Client {
             doubt: Arc::clone(&self.doubt),
-            epoch,
+            epoch: epoch.filter(|_| !expiring),
             client: self.client.clone(),
         }
     }
 
     /// Puts every current hold in doubt (before the checker closes this
-    /// session on purpose). Keeps the epoch even (see
-    /// [`Session::expiry_starts`]).
+    /// session on purpose).
     pub fn mark_in_doubt(&self) {
-        self.doubt.fetch_add(2, Ordering::SeqCst);
+        self.doubt.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Puts every current hold in doubt, and every hold granted until
     /// [`Session::expiry_seen`], before the checker has the server expire
     /// this session: the server may close the session (and delete its
     /// nodes) before the client hears of it, so a grant that completes
-    /// meanwhile is in doubt too. The epoch is odd until then, and a hold
-    /// claimed with an odd epoch never counts.
+    /// meanwhile is in doubt too, until [`Session::expiry_seen`].
     pub fn expiry_starts(&self) {
+        self.expiring.store(true, Ordering::SeqCst);
         self.doubt.fetch_add(1, Ordering::SeqCst);
     }
 
     /// The client has heard of the expiry (or given up waiting): holds
-    /// granted from now on count again.
+    /// granted from now on count again. A grant whose epoch was read
+    /// before this (while expiring) is in doubt: the epoch moves on first.
     pub fn expiry_seen(&self) {
         self.doubt.fetch_add(1, Ordering::SeqCst);
+        self.expiring.store(false, Ordering::SeqCst);
     }
 
     pub fn note_grant(&self, at: Duration) {
@@ -154,9 +160,7 @@ impl Claim {
                 epoch,
                 client,
             } => {
-                let now = doubt.load(Ordering::SeqCst);
-                *epoch == Some(now)
-                    && now % 2 == 0
+                *epoch == Some(doubt.load(Ordering::SeqCst))
                     && client.state().is_some_and(ConnectionState::is_connected)
             }
             Claim::Quiet { faults, epoch } => {
