@@ -338,6 +338,13 @@ impl TestingCluster {
         self.stop(i)?;
         let mut last_err = None;
         for attempt in 1..=START_ATTEMPTS {
+            let data = self.member(i)?.dir.join("data");
+            for log in jvm::remove_headerless_logs(&data)? {
+                eprintln!(
+                    "latchkey-test: member {i}: removed {} (killed before its header was written)",
+                    log.display()
+                );
+            }
             self.spawn_member(i, &format!("restart, attempt {attempt}"))?;
             let m = self.member(i)?;
             let waited = jvm::wait_until_serving(

@@ -533,3 +533,67 @@ pub(crate) fn wait_until_serving(
     }
     Err(WaitError::TimedOut)
 }
+
+/// Removes transaction logs under `data_dir` that lack a whole header.
+///
+/// A server killed (SIGKILL) right after it created a new transaction log
+/// leaves the file without its 16-byte header (magic `ZKLG`, version,
+/// database id), and ZooKeeper 3.8 then refuses to start ("Unable to run
+/// quorum server", an `EOFException` in `FileHeader.deserialize`; the
+/// ZOOKEEPER-1621 family). Such a file holds no transaction, so removing it
+/// before a restart loses nothing; it is what an operator does. Returns the
+/// files removed.
+pub(crate) fn remove_headerless_logs(data_dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let dir = data_dir.join("version-2");
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut removed = Vec::new();
+    for entry in entries {
+        let path = entry?.path();
+        let is_log = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("log."));
+        if !is_log {
+            continue;
+        }
+        let mut header = [0u8; 16];
+        let whole = std::fs::File::open(&path)
+            .and_then(|mut f| f.read_exact(&mut header))
+            .is_ok();
+        if !whole || &header[..4] != b"ZKLG" {
+            std::fs::remove_file(&path)?;
+            removed.push(path);
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::*;
+
+    #[test]
+    fn only_logs_without_a_whole_header_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let v2 = dir.path().join("version-2");
+        std::fs::create_dir_all(&v2).unwrap();
+        let mut good = b"ZKLG".to_vec();
+        good.extend([0u8; 12]);
+        good.extend(b"transactions");
+        std::fs::write(v2.join("log.1"), &good).unwrap();
+        std::fs::write(v2.join("log.2"), b"").unwrap();
+        std::fs::write(v2.join("log.3"), [0u8; 64]).unwrap();
+        std::fs::write(v2.join("snapshot.1"), b"").unwrap();
+        let mut removed = remove_headerless_logs(dir.path()).unwrap();
+        removed.sort();
+        assert_eq!(removed, [v2.join("log.2"), v2.join("log.3")]);
+        assert!(v2.join("log.1").exists() && v2.join("snapshot.1").exists());
+        assert!(remove_headerless_logs(&dir.path().join("none"))
+            .unwrap()
+            .is_empty());
+    }
+}

@@ -354,6 +354,12 @@ impl TestingServer {
         self.stop()?;
         let mut last_err = None;
         for attempt in 1..=START_ATTEMPTS {
+            for log in jvm::remove_headerless_logs(&self.data_dir())? {
+                eprintln!(
+                    "latchkey-test: removed {} (killed before its header was written)",
+                    log.display()
+                );
+            }
             match self.launch(&format!("restart, attempt {attempt}")) {
                 Ok(()) => return Ok(()),
                 Err((e, true)) => {
