@@ -107,6 +107,8 @@ mod cancel;
 mod hold;
 mod lock_internals;
 mod metrics;
+#[doc(hidden)]
+pub mod model_support;
 mod multi_lock;
 mod mutex;
 mod revoke;
