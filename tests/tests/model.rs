@@ -1,30 +1,31 @@
-//! An exhaustive model check of the lock protocol (`stateright`).
+//! An exhaustive model check of the lock protocol (`stateright`); see
+//! docs/RELIABILITY.md, "Model checking".
 //!
 //! The model is ZooKeeper as the recipes see it: a lock path whose children
 //! carry a sequence from the path's counter, ephemeral nodes that go with
 //! their session, one-shot data watches (and the semaphore's children
-//! watch), and sessions that may expire between any two steps (their nodes
-//! vanish, the watches on those nodes fire, the client is woken and goes on
-//! in a new session). Every request is one atomic step; between steps any
-//! client, or an expiry, may go next.
+//! watch), and sessions that may end on the server between any two steps
+//! (their nodes vanish, the watches on those nodes fire; the client learns
+//! of it later and goes on in a new session). Every request is one atomic
+//! step; between steps any client, or an expiry, may go next.
 //!
 //! What each client decides is the recipes' own code, called from here:
 //! the queue order (`sort_children`), `LockDriver::decide` of the mutex's
 //! `StandardDriver` and the read-write lock's `ReadDriver`, the downgrade's
 //! `LockDriver::sorting_sequence`, and the semaphore's `lease_granted`. The
-//! waiter's loop itself (`LockInternals::wait_for_lock`) blocks on a real
-//! client, so the model takes its steps: list the children with the create,
-//! decide, watch the node the driver names (a node already gone means list
-//! again), wait for a wake-up, and after ANY wake-up list again and decide;
-//! a waiter whose session was replaced queues again.
+//! waiter's loops (`wait_for_lock`, the semaphore's `wait_for_room`) block
+//! on a real client, so the model takes their steps: list the children
+//! with the create, decide, watch the node the driver names (a node already
+//! gone means list again), wait for a wake-up, and after ANY wake-up list
+//! again and decide; a waiter whose session was replaced queues again.
 //!
-//! Two variants revert this week's fixes inside the model only, and must
-//! give counterexamples: a read driver whose downgrade node queues at the
-//! end (no `sorting_sequence`), and a waiter that takes the lock when the
+//! Variants revert this week's fixes inside the model only, and must give
+//! counterexamples: a read driver whose downgrade node queues at the end
+//! (no `sorting_sequence`), and a waiter that takes the lock when the
 //! deletion of its only blocker wakes it, without listing.
 //!
 //! The CI configurations run in seconds; bigger ones are `#[ignore]`d:
-//! `cargo test --release -p latchkey-test --test model -- --ignored --nocapture`.
+//! `cargo test --release -p latchkey-test --test model -- --ignored --nocapture bigger`.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
