@@ -109,6 +109,8 @@ mod curator_cache;
 mod hold;
 mod lock_internals;
 mod metrics;
+#[doc(hidden)]
+pub mod model_support;
 mod multi_lock;
 mod mutex;
 mod node_cache;

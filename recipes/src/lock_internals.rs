@@ -84,7 +84,7 @@ pub(crate) fn our_index(children: &[String], ours: &str) -> Result<usize> {
 /// for each of `names` in turn, as the read-write lock's sorter does): what
 /// follows the last occurrence of the name, or the whole child when the
 /// name does not occur.
-pub(crate) fn sort_key<'a>(child: &'a str, names: &[&str]) -> &'a str {
+pub fn sort_key<'a>(child: &'a str, names: &[&str]) -> &'a str {
     names
         .iter()
         .fold(child, |rest, name| match rest.rfind(name) {
@@ -106,7 +106,7 @@ pub(crate) fn sort_key<'a>(child: &'a str, names: &[&str]) -> &'a str {
 /// more than with arithmetic. (The counter wraps only on a lock path that
 /// was never empty for 2^31 creations; an empty container node goes, and
 /// its counter with it.)
-pub(crate) fn sort_children(children: &mut [String], names: &[&str]) {
+pub fn sort_children(children: &mut [String], names: &[&str]) {
     children.sort_by(|a, b| sort_key(a, names).cmp(sort_key(b, names)));
 }
 

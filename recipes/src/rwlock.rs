@@ -107,9 +107,7 @@ impl InterProcessReadWriteLock {
             READ_LOCK_NAME,
             &names,
             usize::MAX,
-            Arc::new(ReadDriver {
-                write: write.clone(),
-            }),
+            Arc::new(ReadDriver::new(write.clone())),
             data,
         )?;
         Ok(InterProcessReadWriteLock { read, write })
@@ -265,36 +263,66 @@ impl WriteGuard<'_> {
     hold_methods!();
 }
 
-/// Readers hold the lock unless a writer queues before them.
-struct ReadDriver {
-    write: InterProcessMutex,
+/// The calling thread's write lock, as the read side sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteHold {
+    /// The write node's path.
+    pub path: String,
+    /// Whether the hold was lost with its session.
+    pub lost: bool,
 }
 
-impl ReadDriver {
-    /// Whether the calling thread holds the write lock, and still does: a
-    /// hold lost with its session is no reason to read past the writer
-    /// that may hold now (Curator asks only the first).
-    fn holds_the_write_lock(&self) -> bool {
-        self.write.is_owned_by_current_thread() && !self.write.is_lost()
+/// Where the read side learns whether the calling thread holds the write
+/// lock: the read-write lock's write mutex, or a model of it.
+pub trait WriteSide: Send + Sync {
+    /// The write lock the calling thread holds, if any.
+    fn write_hold(&self) -> Option<WriteHold>;
+}
+
+impl WriteSide for InterProcessMutex {
+    fn write_hold(&self) -> Option<WriteHold> {
+        Some(WriteHold {
+            path: self.lock_node_path()?,
+            lost: self.is_lost(),
+        })
     }
 }
 
-impl LockDriver for ReadDriver {
+/// Readers hold the lock unless a writer queues before them.
+pub struct ReadDriver<W = InterProcessMutex> {
+    write: W,
+}
+
+impl<W: WriteSide> ReadDriver<W> {
+    /// The read side's driver, asking `write` about the write lock.
+    pub fn new(write: W) -> Self {
+        ReadDriver { write }
+    }
+
+    /// The write node of the calling thread, if it holds the write lock and
+    /// still does: a hold lost with its session is no reason to read past
+    /// the writer that may hold now (Curator asks only the first).
+    fn live_write_node(&self) -> Option<String> {
+        self.write
+            .write_hold()
+            .filter(|hold| !hold.lost)
+            .map(|hold| hold.path)
+    }
+}
+
+impl<W: WriteSide> LockDriver for ReadDriver<W> {
     /// Under our own write lock, Curator 5.5+'s downgrade: the read node
     /// takes the write node's sequence, so it sorts with the write node and
     /// ahead of every writer that queued meanwhile (CURATOR-621).
     fn sorting_sequence(&self) -> Option<String> {
-        if !self.holds_the_write_lock() {
-            return None;
-        }
-        let write_node = self.write.lock_node_path()?;
+        let write_node = self.live_write_node()?;
         let at = write_node.rfind(WRITE_LOCK_NAME)? + WRITE_LOCK_NAME.len();
         Some(write_node[at..].to_owned())
     }
 
     fn decide(&self, children: &[String], ours: &str, _max: usize) -> Result<Decision> {
         let index = our_index(children, ours)?;
-        if self.holds_the_write_lock() {
+        if self.live_write_node().is_some() {
             return Ok(Decision::Acquired);
         }
         let nearest_writer = children[..index]

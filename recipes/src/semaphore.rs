@@ -453,7 +453,7 @@ impl InterProcessSemaphoreV2 {
             }
             // Read after `epoch`: a change from now on wakes the wait below.
             let max = self.max_leases.current();
-            if i64::try_from(children.len()).is_ok_and(|len| len <= max) {
+            if lease_granted(children.len(), max) {
                 let mut lease = lease;
                 lease.held = Some(Held::new());
                 return Ok(Attempt::Got(lease));
@@ -463,6 +463,13 @@ impl InterProcessSemaphoreV2 {
             }
         }
     }
+}
+
+/// Curator's rule for the waiter that holds the internal lock: its lease is
+/// granted once the lease nodes (holders, and its own) number no more than
+/// the maximum now.
+pub fn lease_granted(lease_nodes: usize, max_leases: i64) -> bool {
+    i64::try_from(lease_nodes).is_ok_and(|len| len <= max_leases)
 }
 
 /// Hands `leases` over for their give-back as a call that fails with `e`

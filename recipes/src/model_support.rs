@@ -1,0 +1,21 @@
+//! The lock protocol's decisions, for an exhaustive model check of the
+//! protocol (`tests/tests/model.rs`). Not a stable API.
+//!
+//! A model of ZooKeeper (sequential and ephemeral nodes, one-shot watches,
+//! sessions that expire) calls these to decide what each client does, so
+//! that it checks the rules that ship rather than a copy of them:
+//!
+//! - [`sort_children`] / [`sort_key`]: the queue order of a lock's children;
+//! - [`StandardDriver`] and [`ReadDriver`]: who holds and whom a waiter
+//!   watches ([`LockDriver::decide`]), and where a downgrade read node sorts
+//!   ([`LockDriver::sorting_sequence`]); a model gives the read driver its
+//!   own [`WriteSide`];
+//! - [`lease_granted`]: when the semaphore grants a lease.
+//!
+//! [`StandardDriver`]: crate::StandardDriver
+//! [`LockDriver::decide`]: crate::LockDriver::decide
+//! [`LockDriver::sorting_sequence`]: crate::LockDriver::sorting_sequence
+
+pub use crate::lock_internals::{sort_children, sort_key};
+pub use crate::rwlock::{ReadDriver, WriteHold, WriteSide};
+pub use crate::semaphore::lease_granted;
