@@ -646,6 +646,12 @@ impl Worker<'_> {
                 }
                 self.released("reentrant", path, m.release());
             }
+            // A hold lost with its session (or its client closed under
+            // it, as close-while-waiting does) is refused again on
+            // purpose: the lock may be someone else's by now.
+            Err(e) if m.is_lost() || self.session.client.is_closed() => self.record(format!(
+                "reentrant acquire of {path} refused, the hold being lost: {e}"
+            )),
             other => self.world.oracle.violation(format!(
                 "{}: reentrant acquire of {path} by the holder returned {other:?}",
                 self.who
