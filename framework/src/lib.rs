@@ -52,6 +52,7 @@ pub mod paths;
 pub mod retry;
 mod state;
 mod trace;
+mod transaction;
 mod types;
 mod wire;
 
@@ -68,4 +69,5 @@ pub use retry::{
     RetryOneTime, RetryPolicy, RetryUntilElapsed, SessionFailedRetryPolicy,
 };
 pub use state::{ConnectionState, ListenerHandle};
+pub use transaction::{MultiRead, OperationType, ReadResult, Transaction, TransactionResult};
 pub use types::{CreateMode, EventType, Stat, WatchedEvent};

@@ -3,6 +3,7 @@
 //! watches re-armed, silence detected) and reports when the session ends.
 
 pub(crate) mod jute;
+pub(crate) mod multi;
 pub(crate) mod proto;
 pub(crate) mod session;
 pub(crate) mod watches;

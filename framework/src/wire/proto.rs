@@ -18,11 +18,16 @@ pub(crate) mod op {
     pub const SYNC: i32 = 9;
     pub const PING: i32 = 11;
     pub const GET_CHILDREN2: i32 = 12;
+    pub const CHECK: i32 = 13;
+    pub const MULTI: i32 = 14;
     pub const CREATE2: i32 = 15;
     pub const CREATE_CONTAINER: i32 = 19;
+    pub const MULTI_READ: i32 = 22;
     pub const AUTH: i32 = 100;
     pub const SET_WATCHES: i32 = 101;
     pub const CLOSE_SESSION: i32 = -11;
+    /// A failed operation's slot in a multi reply.
+    pub const ERROR: i32 = -1;
 }
 
 /// ZooKeeper's name of an operation, for messages.
@@ -38,6 +43,9 @@ pub(crate) fn op_name(opcode: i32) -> &'static str {
         op::CREATE2 => "create",
         op::CREATE_CONTAINER => "createContainer",
         op::SET_WATCHES => "setWatches",
+        op::CHECK => "check",
+        op::MULTI => "multi",
+        op::MULTI_READ => "multiRead",
         _ => "request",
     }
 }
