@@ -45,6 +45,7 @@ impl Shared {
                     }
                 }),
                 waker,
+                persistent: None,
             },
         }
     }

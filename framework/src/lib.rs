@@ -54,6 +54,7 @@ mod state;
 mod trace;
 mod transaction;
 mod types;
+mod watchers;
 mod wire;
 
 /// The channel end [`Client::listen`] returns (from `crossbeam-channel`).
@@ -71,3 +72,4 @@ pub use retry::{
 pub use state::{ConnectionState, ListenerHandle};
 pub use transaction::{MultiRead, OperationType, ReadResult, Transaction, TransactionResult};
 pub use types::{CreateMode, EventType, Stat, WatchedEvent};
+pub use watchers::{AddWatchMode, WatcherType};

@@ -84,6 +84,13 @@ pub enum EventType {
     NodeDataChanged,
     /// The node's children changed.
     NodeChildrenChanged,
+    /// The watch was removed (`Client::remove_watches`) before it fired:
+    /// a data or exists watch.
+    DataWatchRemoved,
+    /// A children watch was removed before it fired.
+    ChildWatchRemoved,
+    /// A persistent watch was removed; it fires no more.
+    PersistentWatchRemoved,
     /// The session that set the watch is gone, so the watch will never fire
     /// for a node event; re-read and watch again.
     SessionExpired,
@@ -98,6 +105,9 @@ impl EventType {
             2 => EventType::NodeDeleted,
             3 => EventType::NodeDataChanged,
             4 => EventType::NodeChildrenChanged,
+            5 => EventType::DataWatchRemoved,
+            6 => EventType::ChildWatchRemoved,
+            7 => EventType::PersistentWatchRemoved,
             other => EventType::Other(other),
         }
     }

@@ -9,4 +9,4 @@ pub(crate) mod session;
 pub(crate) mod watches;
 
 pub(crate) use session::{WireConfig, WireEvent, WireSession, DEFAULT_MAX_REPLY, JUTE_MAXBUFFER};
-pub(crate) use watches::{WatchKind, WatchRegistration, Watcher};
+pub(crate) use watches::{RemoveKind, WatchKind, WatchRegistration, Watcher};

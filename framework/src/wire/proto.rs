@@ -25,6 +25,9 @@ pub(crate) mod op {
     pub const MULTI_READ: i32 = 22;
     pub const AUTH: i32 = 100;
     pub const SET_WATCHES: i32 = 101;
+    pub const REMOVE_WATCHES: i32 = 18;
+    pub const SET_WATCHES2: i32 = 105;
+    pub const ADD_WATCH: i32 = 106;
     pub const CLOSE_SESSION: i32 = -11;
     /// A failed operation's slot in a multi reply.
     pub const ERROR: i32 = -1;
@@ -44,6 +47,9 @@ pub(crate) fn op_name(opcode: i32) -> &'static str {
         op::CREATE_CONTAINER => "createContainer",
         op::SET_WATCHES => "setWatches",
         op::CHECK => "check",
+        op::ADD_WATCH => "addWatch",
+        op::REMOVE_WATCHES => "removeWatches",
+        op::SET_WATCHES2 => "setWatches2",
         op::MULTI => "multi",
         op::MULTI_READ => "multiRead",
         _ => "request",

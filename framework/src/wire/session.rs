@@ -21,7 +21,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::jute::{Reader, Writer};
 use super::proto::{self, op, xid, ConnectRequest, ConnectResponse, ReplyHeader, WatcherEvent};
-use super::watches::{WatchFn, WatchRegistration, Watches};
+use super::watches::{RemoveKind, WatchFn, WatchRegistration, Watches};
 use crate::error::{Error, ErrorCode};
 use crate::metrics::{self, Counters};
 use crate::{EventType, WatchedEvent};
@@ -619,6 +619,24 @@ impl WireSession {
         self.inner.shut_down();
     }
 
+    /// Whether this session holds a watch of `kind` at `path`.
+    pub(crate) fn has_watches(&self, path: &str, kind: RemoveKind) -> bool {
+        self.inner.watches.lock().has(path, kind)
+    }
+
+    /// Drops this session's watches of `kind` at `path` (the server has
+    /// removed them); each runs once with its `*WatchRemoved` event.
+    pub(crate) fn remove_local_watches(&self, path: &str, kind: RemoveKind) {
+        let removed = self.inner.watches.lock().remove(path, kind);
+        for (w, event_type) in removed {
+            let ev = WatchedEvent {
+                event_type,
+                path: path.to_owned(),
+            };
+            let _ = self.inner.watch_events.send((vec![w.run], ev));
+        }
+    }
+
     /// Gives the session up without telling the server (the client declared
     /// it lost): pending watchers fire once with `SessionExpired`, as on a
     /// real expiry, so nobody waits on a watch that can no longer fire.
@@ -959,17 +977,9 @@ impl Inner {
             w.i32(0).string(scheme).bytes(auth);
             s.write_all(&w.finish_frame())?;
         }
-        let watches = self.watches.lock();
-        if !watches.is_empty() {
-            let last_zxid = self.last_zxid.load(Ordering::Acquire);
-            for [data, exist, child] in set_watches_batches(watches.paths()) {
-                let mut w = proto::request(xid::SET_WATCHES, op::SET_WATCHES);
-                w.i64(last_zxid)
-                    .strings(&data)
-                    .strings(&exist)
-                    .strings(&child);
-                s.write_all(&w.finish_frame())?;
-            }
+        let last_zxid = self.last_zxid.load(Ordering::Acquire);
+        for frame in self.watches.lock().set_watches_frames(last_zxid) {
+            s.write_all(&frame)?;
         }
         Ok(())
     }
@@ -1195,37 +1205,6 @@ enum HandshakeError {
     Failed(ConnectFailure),
 }
 
-/// Paths per SetWatches frame: a batch closes once its paths add up to
-/// this many bytes, as in the Java client (`SET_WATCHES_MAX_LENGTH`), so a
-/// frame stays far below the server's jute.maxbuffer (1 MiB).
-const SET_WATCHES_BATCH: usize = 128 * 1024;
-
-/// Splits the watched paths (data, exist, child) into SetWatches batches,
-/// the Java client's way: paths are taken in that order and a batch closes
-/// once its paths reach [`SET_WATCHES_BATCH`] bytes (so the last path may
-/// overshoot it a little).
-fn set_watches_batches(
-    (data, exist, child): (Vec<String>, Vec<String>, Vec<String>),
-) -> Vec<[Vec<String>; 3]> {
-    let mut batches = Vec::new();
-    let mut batch: [Vec<String>; 3] = Default::default();
-    let mut length = 0;
-    for (table, paths) in [data, exist, child].into_iter().enumerate() {
-        for path in paths {
-            length += path.len();
-            batch[table].push(path);
-            if length >= SET_WATCHES_BATCH {
-                batches.push(std::mem::take(&mut batch));
-                length = 0;
-            }
-        }
-    }
-    if batch.iter().any(|b| !b.is_empty()) {
-        batches.push(batch);
-    }
-    batches
-}
-
 /// How often the reader wakes when the socket is idle, to ping and to judge silence.
 fn tick(negotiated: Duration) -> Duration {
     (negotiated / 12).clamp(Duration::from_millis(10), Duration::from_millis(500))
@@ -1252,22 +1231,6 @@ pub(crate) fn random_below(n: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn set_watches_batches_stay_near_128_kb() {
-        let paths = |n: usize, tag: &str| -> Vec<String> {
-            (0..n).map(|i| format!("/{tag}/{i:0100}")).collect()
-        };
-        let batches = set_watches_batches((paths(3000, "d"), paths(3000, "e"), paths(10, "c")));
-        let total: usize = batches.iter().flatten().map(Vec::len).sum();
-        assert_eq!(total, 6010);
-        for b in &batches {
-            let bytes: usize = b.iter().flatten().map(String::len).sum();
-            assert!(bytes < SET_WATCHES_BATCH + 200, "{bytes}");
-        }
-        assert!(batches.len() >= 5, "{}", batches.len());
-        assert!(set_watches_batches(Default::default()).is_empty());
-    }
 
     fn session_to(host: String) -> WireSession {
         let cfg = WireConfig {
