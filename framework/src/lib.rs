@@ -46,6 +46,7 @@ mod builders;
 mod client;
 mod deadline;
 mod error;
+mod extended;
 mod metrics;
 mod ops;
 pub mod paths;
@@ -64,6 +65,7 @@ pub use acl::{Acl, AclProvider, DefaultAclProvider, FixedAclProvider, Id, Perms}
 pub use builders::{CreateBuilder, DeleteBuilder};
 pub use client::{Client, ClientBuilder, WeakClient};
 pub use error::{Error, ErrorCode, Result};
+pub use extended::ClientInfo;
 pub use metrics::ClientMetrics;
 pub use retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,

@@ -276,6 +276,13 @@ fn validate(shared: &Shared, index: usize, path: &str, op: &Op) -> Result<String
         ),
     };
     valid.map_err(|e| bad(e.to_string()))?;
+    if let Op::Create { mode, .. } = op {
+        mode.ttl_ms().map_err(|why| {
+            Error::InvalidArgument(format!(
+                "transaction operation {index} (create {path}): {why}"
+            ))
+        })?;
+    }
     let server_path = paths::fix_for_namespace(shared.cfg.namespace.as_deref(), path);
     if server_path == "/" && matches!(op, Op::Create { .. } | Op::Delete { .. }) {
         return Err(bad("cannot create or delete the root".into()));

@@ -1,5 +1,7 @@
 //! Plain data types of the API: node stats, create modes, watch events.
 
+use std::time::Duration;
+
 /// A node's metadata (ZooKeeper's `Stat`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Stat {
@@ -42,6 +44,14 @@ pub enum CreateMode {
     EphemeralSequential,
     /// Deleted by the server some time after its last child goes.
     Container,
+    /// Persistent, but deleted by the server once it has had no children
+    /// and no change for the given time (ZooKeeper 3.5.3+, servers with
+    /// `zookeeper.extendedTypesEnabled=true`). Curator's
+    /// `withTtl(ms).withMode(PERSISTENT_WITH_TTL)`. The TTL is whole
+    /// milliseconds from 1 ms to 2^40 - 1 ms.
+    PersistentWithTtl(Duration),
+    /// [`CreateMode::PersistentWithTtl`] with a sequence number appended.
+    PersistentSequentialWithTtl(Duration),
 }
 
 impl CreateMode {
@@ -52,6 +62,23 @@ impl CreateMode {
             CreateMode::PersistentSequential => 2,
             CreateMode::EphemeralSequential => 3,
             CreateMode::Container => 4,
+            CreateMode::PersistentWithTtl(_) => 5,
+            CreateMode::PersistentSequentialWithTtl(_) => 6,
+        }
+    }
+
+    /// The TTL in milliseconds of a TTL mode; an error says why a TTL is
+    /// out of ZooKeeper's range (1 ms to 2^40 - 1 ms).
+    pub(crate) fn ttl_ms(self) -> Result<Option<i64>, String> {
+        const MAX_TTL_MS: u128 = (1 << 40) - 1;
+        let ttl = match self {
+            CreateMode::PersistentWithTtl(t) | CreateMode::PersistentSequentialWithTtl(t) => t,
+            _ => return Ok(None),
+        };
+        match ttl.as_millis() {
+            0 => Err(format!("a TTL of {ttl:?} is under 1 ms")),
+            ms if ms > MAX_TTL_MS => Err(format!("a TTL of {ttl:?} is over 2^40 - 1 ms")),
+            ms => Ok(Some(ms as i64)),
         }
     }
 
@@ -59,7 +86,9 @@ impl CreateMode {
     pub fn is_sequential(self) -> bool {
         matches!(
             self,
-            CreateMode::PersistentSequential | CreateMode::EphemeralSequential
+            CreateMode::PersistentSequential
+                | CreateMode::EphemeralSequential
+                | CreateMode::PersistentSequentialWithTtl(_)
         )
     }
 

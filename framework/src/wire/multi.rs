@@ -46,6 +46,9 @@ impl SubRequest<'_> {
             SubRequest::Create { mode, .. } if *mode == CreateMode::Container => {
                 op::CREATE_CONTAINER
             }
+            SubRequest::Create { mode, .. } if mode.ttl_ms().ok().flatten().is_some() => {
+                op::CREATE_TTL
+            }
             SubRequest::Create { .. } => op::CREATE2,
             SubRequest::SetData { .. } => op::SET_DATA,
             SubRequest::Delete { .. } => op::DELETE,
@@ -66,6 +69,9 @@ impl SubRequest<'_> {
                 w.string(path).bytes(data);
                 proto::write_acls(w, acl);
                 w.i32(mode.flags());
+                if let Ok(Some(ttl)) = mode.ttl_ms() {
+                    w.i64(ttl);
+                }
             }
             SubRequest::SetData {
                 path,
@@ -127,7 +133,7 @@ pub(crate) fn read_response(body: &[u8]) -> Result<Vec<SubReply>, Error> {
                 path: r.string()?,
                 stat: None,
             },
-            op::CREATE2 | op::CREATE_CONTAINER => SubReply::Created {
+            op::CREATE2 | op::CREATE_CONTAINER | op::CREATE_TTL => SubReply::Created {
                 path: r.string()?,
                 stat: Some(proto::read_stat(&mut r)?),
             },
