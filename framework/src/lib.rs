@@ -41,6 +41,7 @@
 // `client` (sessions, states, the retry loop) -> `builders` (the public,
 // namespaced, retried operations).
 mod acl;
+mod auth;
 mod background;
 mod builders;
 mod client;

@@ -227,3 +227,63 @@ fn ttl_nodes_on_a_server_without_extended_types_fail_clearly() {
     assert!(c.exists(&path).unwrap().is_none());
     c.close();
 }
+
+/// Auth added at run time opens nodes at once and is sent again on every
+/// reconnect.
+#[test]
+fn auth_added_at_run_time_is_used_now_and_after_a_reconnect() {
+    let server = shared_server();
+    let owner = start_connected(
+        Client::builder()
+            .connect_string(server.connect_string())
+            .authorization("digest", b"alice:secret"),
+    );
+    let path = unique("ext-auth");
+    owner
+        .create()
+        .with_acl(Acl::creator_all())
+        .for_path(&path, b"private")
+        .unwrap();
+    let proxy = latchkey_test::FaultProxy::start(server.addr()).unwrap();
+    let c = connect(&proxy.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &c);
+    let err = c.get_data(&path).unwrap_err();
+    assert!(err.is(ErrorCode::NoAuth), "{err}");
+
+    c.add_auth("digest", b"alice:secret").unwrap();
+    assert_eq!(c.get_data(&path).unwrap().0, b"private");
+    let infos = c.who_am_i().unwrap();
+    assert!(infos.iter().any(|i| i.user == "alice"), "{infos:?}");
+
+    let states = c.listen();
+    proxy.cut();
+    ctx.expect(
+        &states,
+        latchkey_framework::ConnectionState::Reconnected,
+        Duration::from_secs(20),
+    );
+    assert_eq!(c.get_data(&path).unwrap().0, b"private", "{}", ctx.dump());
+
+    let err = c.add_auth("", b"x").unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    c.close();
+    owner.close();
+}
+
+/// A scheme the server does not know is rejected: a clear error naming
+/// the call and the scheme; the client then gets a new session without it.
+#[test]
+fn a_rejected_auth_at_run_time_fails_clearly_and_is_not_sent_again() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &c);
+    let err = c.add_auth("nosuchscheme", b"x").unwrap_err();
+    assert!(err.is(ErrorCode::AuthFailed), "{err}\n{}", ctx.dump());
+    assert!(err.to_string().contains("add_auth nosuchscheme"), "{err}");
+    wait_until(
+        Duration::from_secs(30),
+        || c.exists("/").map(|s| s.is_some()).unwrap_or(false),
+        || ctx.dump(),
+    );
+    c.close();
+}

@@ -26,6 +26,9 @@ use crate::error::{Error, ErrorCode};
 use crate::metrics::{self, Counters};
 use crate::{EventType, WatchedEvent};
 
+/// Auth credentials (scheme, auth), in the order they were added.
+pub(crate) type AuthList = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
 /// ZooKeeper's default `jute.maxbuffer`: a server drops the connection of
 /// a request frame longer than this.
 pub(crate) const JUTE_MAXBUFFER: usize = 0xfffff;
@@ -48,7 +51,9 @@ pub(crate) struct WireConfig {
     pub session_timeout: Duration,
     pub connection_timeout: Duration,
     pub can_be_read_only: bool,
-    pub auth: Vec<(String, Vec<u8>)>,
+    /// Shared with the client and every later session, so auth added at
+    /// run time is sent on each (re)connect.
+    pub auth: AuthList,
     /// Largest reply frame accepted; a longer one drops the connection.
     pub max_reply: usize,
     /// Largest request frame sent; a longer request fails alone, unsent.
@@ -619,6 +624,25 @@ impl WireSession {
         self.inner.shut_down();
     }
 
+    /// Sends an auth packet on the live connection (no reply to wait for:
+    /// the server applies it on arrival, before any later request, and
+    /// ends the session if it rejects it).
+    pub(crate) fn send_auth(&self, scheme: &str, auth: &[u8]) -> Result<(), Error> {
+        let mut out = self.inner.out.lock();
+        let Some(stream) = out.stream.as_mut() else {
+            return Err(Error::from_code(ErrorCode::ConnectionLoss));
+        };
+        let mut w = proto::request(xid::AUTH, op::AUTH);
+        w.i32(0).string(scheme).bytes(auth);
+        if let Err(e) = stream.write_all(&w.finish_frame()) {
+            log::debug!("auth write failed, dropping connection: {e}");
+            let _ = stream.shutdown(Shutdown::Both);
+            return Err(Error::from_code(ErrorCode::ConnectionLoss));
+        }
+        out.last_send = Instant::now();
+        Ok(())
+    }
+
     /// Whether this session holds a watch of `kind` at `path`.
     pub(crate) fn has_watches(&self, path: &str, kind: RemoveKind) -> bool {
         self.inner.watches.lock().has(path, kind)
@@ -972,7 +996,7 @@ impl Inner {
 
     /// Auth and re-armed watches go first, before any caller's request.
     fn prime(&self, s: &mut TcpStream) -> io::Result<()> {
-        for (scheme, auth) in &self.cfg.auth {
+        for (scheme, auth) in self.cfg.auth.lock().iter() {
             let mut w = proto::request(xid::AUTH, op::AUTH);
             w.i32(0).string(scheme).bytes(auth);
             s.write_all(&w.finish_frame())?;
@@ -1238,7 +1262,7 @@ mod tests {
             session_timeout: Duration::from_secs(2),
             connection_timeout: Duration::from_millis(300),
             can_be_read_only: false,
-            auth: Vec::new(),
+            auth: Default::default(),
             max_reply: DEFAULT_MAX_REPLY,
             max_request: JUTE_MAXBUFFER,
             counters: Default::default(),
