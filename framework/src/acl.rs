@@ -20,6 +20,11 @@ impl Perms {
     /// Every permission.
     pub const ALL: Perms = Perms(31);
 
+    /// Permissions from raw bits (ZooKeeper's `ZooDefs.Perms` values).
+    pub fn from_bits(bits: u32) -> Perms {
+        Perms(bits)
+    }
+
     /// The raw bits.
     pub fn bits(self) -> u32 {
         self.0

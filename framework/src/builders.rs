@@ -45,6 +45,7 @@ impl Shared {
                     }
                 }),
                 waker,
+                persistent: None,
             },
         }
     }
@@ -182,6 +183,9 @@ impl CreateBuilder<'_> {
                 "an ACL needs at least one entry".into(),
             ));
         }
+        self.mode
+            .ttl_ms()
+            .map_err(|why| Error::InvalidArgument(format!("create {path}: {why}")))?;
         let protection = self.protected.then(paths::new_protection_id);
         let user_path = match &protection {
             Some(id) => paths::protected_path(path, id),

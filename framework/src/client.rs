@@ -202,7 +202,7 @@ impl ClientBuilder {
                         session_timeout: self.session_timeout,
                         connection_timeout: self.connection_timeout,
                         can_be_read_only: self.can_be_read_only,
-                        auth: self.auth,
+                        auth: Arc::new(Mutex::new(self.auth)),
                         max_reply: self.max_reply_size,
                         max_request: self.max_request_size,
                         counters: Arc::clone(&counters),

@@ -226,6 +226,18 @@ pub enum Error {
         /// The limit in bytes.
         max: usize,
     },
+    /// ZooKeeper refused a transaction because one of its operations
+    /// failed, and changed nothing. Its code is the failing operation's.
+    TransactionFailed {
+        /// The failing operation's position in the transaction, from 0.
+        index: usize,
+        /// The failing operation (`create`, `setData`, `delete`, `check`).
+        op: &'static str,
+        /// The (namespace-relative) path the failing operation was given.
+        path: String,
+        /// Why ZooKeeper refused it.
+        code: ErrorCode,
+    },
 }
 
 impl Error {
@@ -284,6 +296,7 @@ impl Error {
             Error::Operation { source, .. } => source.code(),
             Error::Timeout { .. } => Some(ErrorCode::OperationTimeout),
             Error::NotConnected { .. } => Some(ErrorCode::ConnectionLoss),
+            Error::TransactionFailed { code, .. } => Some(*code),
             _ => None,
         }
     }
@@ -365,6 +378,17 @@ impl fmt::Display for Error {
                 f,
                 "{operation} {path}: request of {size} bytes is over the {max}-byte limit \
                  (jute.maxbuffer); not sent"
+            ),
+            Error::TransactionFailed {
+                index,
+                op,
+                path,
+                code,
+            } => write!(
+                f,
+                "transaction: operation {index} ({op} {path}) failed: {code} ({}); \
+                 nothing was changed",
+                code.describe()
             ),
         }
     }

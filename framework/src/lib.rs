@@ -41,19 +41,23 @@
 // `client` (sessions, states, the retry loop) -> `builders` (the public,
 // namespaced, retried operations).
 mod acl;
+mod auth;
 mod background;
 mod builders;
 mod cancel;
 mod client;
 mod deadline;
 mod error;
+mod extended;
 mod metrics;
 mod ops;
 pub mod paths;
 pub mod retry;
 mod state;
 mod trace;
+mod transaction;
 mod types;
+mod watchers;
 mod wire;
 
 /// The channel end [`Client::listen`] returns (from `crossbeam-channel`).
@@ -64,10 +68,13 @@ pub use builders::{CreateBuilder, DeleteBuilder, HANDOVER_AFTER};
 pub use cancel::{CancelToken, OnCancel};
 pub use client::{Client, ClientBuilder, WeakClient};
 pub use error::{Error, ErrorCode, Result};
+pub use extended::ClientInfo;
 pub use metrics::ClientMetrics;
 pub use retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
     RetryOneTime, RetryPolicy, RetryUntilElapsed, SessionFailedRetryPolicy,
 };
 pub use state::{ConnectionState, ListenerHandle};
+pub use transaction::{MultiRead, OperationType, ReadResult, Transaction, TransactionResult};
 pub use types::{CreateMode, EventType, Stat, WatchedEvent};
+pub use watchers::{AddWatchMode, WatcherType};

@@ -19,15 +19,20 @@ fn create_request<'a>(
     acl: &'a [Acl],
     mode: CreateMode,
 ) -> (i32, impl Fn(&mut Writer) + 'a) {
-    let opcode = if mode == CreateMode::Container {
-        op::CREATE_CONTAINER
-    } else {
-        op::CREATE2
+    // A TTL out of range was refused before (see `CreateMode::ttl_ms`).
+    let ttl = mode.ttl_ms().ok().flatten();
+    let opcode = match (mode, ttl) {
+        (CreateMode::Container, _) => op::CREATE_CONTAINER,
+        (_, Some(_)) => op::CREATE_TTL,
+        _ => op::CREATE2,
     };
     let body = move |w: &mut Writer| {
         w.string(path).bytes(data);
         proto::write_acls(w, acl);
         w.i32(mode.flags());
+        if let Some(ttl) = ttl {
+            w.i64(ttl);
+        }
     };
     (opcode, body)
 }

@@ -1,5 +1,7 @@
 //! Plain data types of the API: node stats, create modes, watch events.
 
+use std::time::Duration;
+
 /// A node's metadata (ZooKeeper's `Stat`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Stat {
@@ -42,6 +44,14 @@ pub enum CreateMode {
     EphemeralSequential,
     /// Deleted by the server some time after its last child goes.
     Container,
+    /// Persistent, but deleted by the server once it has had no children
+    /// and no change for the given time (ZooKeeper 3.5.3+, servers with
+    /// `zookeeper.extendedTypesEnabled=true`). Curator's
+    /// `withTtl(ms).withMode(PERSISTENT_WITH_TTL)`. The TTL is whole
+    /// milliseconds from 1 ms to 2^40 - 1 ms.
+    PersistentWithTtl(Duration),
+    /// [`CreateMode::PersistentWithTtl`] with a sequence number appended.
+    PersistentSequentialWithTtl(Duration),
 }
 
 impl CreateMode {
@@ -52,6 +62,23 @@ impl CreateMode {
             CreateMode::PersistentSequential => 2,
             CreateMode::EphemeralSequential => 3,
             CreateMode::Container => 4,
+            CreateMode::PersistentWithTtl(_) => 5,
+            CreateMode::PersistentSequentialWithTtl(_) => 6,
+        }
+    }
+
+    /// The TTL in milliseconds of a TTL mode; an error says why a TTL is
+    /// out of ZooKeeper's range (1 ms to 2^40 - 1 ms).
+    pub(crate) fn ttl_ms(self) -> Result<Option<i64>, String> {
+        const MAX_TTL_MS: u128 = (1 << 40) - 1;
+        let ttl = match self {
+            CreateMode::PersistentWithTtl(t) | CreateMode::PersistentSequentialWithTtl(t) => t,
+            _ => return Ok(None),
+        };
+        match ttl.as_millis() {
+            0 => Err(format!("a TTL of {ttl:?} is under 1 ms")),
+            ms if ms > MAX_TTL_MS => Err(format!("a TTL of {ttl:?} is over 2^40 - 1 ms")),
+            ms => Ok(Some(ms as i64)),
         }
     }
 
@@ -59,7 +86,9 @@ impl CreateMode {
     pub fn is_sequential(self) -> bool {
         matches!(
             self,
-            CreateMode::PersistentSequential | CreateMode::EphemeralSequential
+            CreateMode::PersistentSequential
+                | CreateMode::EphemeralSequential
+                | CreateMode::PersistentSequentialWithTtl(_)
         )
     }
 
@@ -84,6 +113,13 @@ pub enum EventType {
     NodeDataChanged,
     /// The node's children changed.
     NodeChildrenChanged,
+    /// The watch was removed (`Client::remove_watches`) before it fired:
+    /// a data or exists watch.
+    DataWatchRemoved,
+    /// A children watch was removed before it fired.
+    ChildWatchRemoved,
+    /// A persistent watch was removed; it fires no more.
+    PersistentWatchRemoved,
     /// The session that set the watch is gone, so the watch will never fire
     /// for a node event; re-read and watch again.
     SessionExpired,
@@ -98,6 +134,9 @@ impl EventType {
             2 => EventType::NodeDeleted,
             3 => EventType::NodeDataChanged,
             4 => EventType::NodeChildrenChanged,
+            5 => EventType::DataWatchRemoved,
+            6 => EventType::ChildWatchRemoved,
+            7 => EventType::PersistentWatchRemoved,
             other => EventType::Other(other),
         }
     }

@@ -48,6 +48,17 @@ impl Writer {
         self
     }
 
+    /// Appends bytes already jute-encoded.
+    pub(crate) fn raw(&mut self, v: &[u8]) -> &mut Self {
+        self.buf.extend_from_slice(v);
+        self
+    }
+
+    /// The bytes written so far.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
     /// Fills in the length prefix reserved by [`Writer::frame`] and returns the frame.
     pub(crate) fn finish_frame(mut self) -> Vec<u8> {
         let len = len_i32(self.buf.len() - 4);

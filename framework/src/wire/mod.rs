@@ -3,9 +3,10 @@
 //! watches re-armed, silence detected) and reports when the session ends.
 
 pub(crate) mod jute;
+pub(crate) mod multi;
 pub(crate) mod proto;
 pub(crate) mod session;
 pub(crate) mod watches;
 
 pub(crate) use session::{WireConfig, WireEvent, WireSession, DEFAULT_MAX_REPLY, JUTE_MAXBUFFER};
-pub(crate) use watches::{WatchKind, WatchRegistration, Watcher};
+pub(crate) use watches::{RemoveKind, WatchKind, WatchRegistration, Watcher};

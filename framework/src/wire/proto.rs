@@ -14,15 +14,29 @@ pub(crate) mod op {
     pub const EXISTS: i32 = 3;
     pub const GET_DATA: i32 = 4;
     pub const SET_DATA: i32 = 5;
+    pub const GET_ACL: i32 = 6;
+    pub const SET_ACL: i32 = 7;
     pub const GET_CHILDREN: i32 = 8;
     pub const SYNC: i32 = 9;
     pub const PING: i32 = 11;
     pub const GET_CHILDREN2: i32 = 12;
+    pub const CHECK: i32 = 13;
+    pub const MULTI: i32 = 14;
     pub const CREATE2: i32 = 15;
     pub const CREATE_CONTAINER: i32 = 19;
+    pub const CREATE_TTL: i32 = 21;
+    pub const MULTI_READ: i32 = 22;
+    pub const GET_EPHEMERALS: i32 = 103;
+    pub const GET_ALL_CHILDREN_NUMBER: i32 = 104;
+    pub const WHO_AM_I: i32 = 107;
     pub const AUTH: i32 = 100;
     pub const SET_WATCHES: i32 = 101;
+    pub const REMOVE_WATCHES: i32 = 18;
+    pub const SET_WATCHES2: i32 = 105;
+    pub const ADD_WATCH: i32 = 106;
     pub const CLOSE_SESSION: i32 = -11;
+    /// A failed operation's slot in a multi reply.
+    pub const ERROR: i32 = -1;
 }
 
 /// ZooKeeper's name of an operation, for messages.
@@ -38,6 +52,18 @@ pub(crate) fn op_name(opcode: i32) -> &'static str {
         op::CREATE2 => "create",
         op::CREATE_CONTAINER => "createContainer",
         op::SET_WATCHES => "setWatches",
+        op::CHECK => "check",
+        op::GET_ACL => "getACL",
+        op::SET_ACL => "setACL",
+        op::CREATE_TTL => "createTTL",
+        op::GET_EPHEMERALS => "getEphemerals",
+        op::GET_ALL_CHILDREN_NUMBER => "getAllChildrenNumber",
+        op::WHO_AM_I => "whoAmI",
+        op::ADD_WATCH => "addWatch",
+        op::REMOVE_WATCHES => "removeWatches",
+        op::SET_WATCHES2 => "setWatches2",
+        op::MULTI => "multi",
+        op::MULTI_READ => "multiRead",
         _ => "request",
     }
 }
@@ -111,6 +137,22 @@ pub(crate) fn write_acls(w: &mut Writer, acls: &[Acl]) {
             .string(&acl.id.scheme)
             .string(&acl.id.id);
     }
+}
+
+pub(crate) fn read_acls(r: &mut Reader<'_>) -> Result<Vec<Acl>, Error> {
+    let n = r.i32()?;
+    // Each entry needs at least 12 bytes: refuse counts the record cannot hold.
+    if n < 0 || n as usize > r.rest().len() / 12 {
+        return Err(Error::Marshalling("ACL vector longer than its record"));
+    }
+    (0..n)
+        .map(|_| {
+            let perms = crate::acl::Perms::from_bits(r.i32()? as u32);
+            let scheme = r.string()?;
+            let id = r.string()?;
+            Ok(Acl::new(perms, &scheme, &id))
+        })
+        .collect()
 }
 
 pub(crate) fn read_stat(r: &mut Reader<'_>) -> Result<Stat, Error> {

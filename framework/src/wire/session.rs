@@ -21,11 +21,14 @@ use parking_lot::{Condvar, Mutex};
 
 use super::jute::{Reader, Writer};
 use super::proto::{self, op, xid, ConnectRequest, ConnectResponse, ReplyHeader, WatcherEvent};
-use super::watches::{WatchFn, WatchRegistration, Watches};
+use super::watches::{RemoveKind, WatchFn, WatchRegistration, Watches};
 use crate::cancel;
 use crate::error::{Error, ErrorCode};
 use crate::metrics::{self, Counters};
 use crate::{EventType, WatchedEvent};
+
+/// Auth credentials (scheme, auth), in the order they were added.
+pub(crate) type AuthList = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
 
 /// ZooKeeper's default `jute.maxbuffer`: a server drops the connection of
 /// a request frame longer than this.
@@ -49,7 +52,9 @@ pub(crate) struct WireConfig {
     pub session_timeout: Duration,
     pub connection_timeout: Duration,
     pub can_be_read_only: bool,
-    pub auth: Vec<(String, Vec<u8>)>,
+    /// Shared with the client and every later session, so auth added at
+    /// run time is sent on each (re)connect.
+    pub auth: AuthList,
     /// Largest reply frame accepted; a longer one drops the connection.
     pub max_reply: usize,
     /// Largest request frame sent; a longer request fails alone, unsent.
@@ -623,6 +628,43 @@ impl WireSession {
         self.inner.shut_down();
     }
 
+    /// Sends an auth packet on the live connection (no reply to wait for:
+    /// the server applies it on arrival, before any later request, and
+    /// ends the session if it rejects it).
+    pub(crate) fn send_auth(&self, scheme: &str, auth: &[u8]) -> Result<(), Error> {
+        let mut out = self.inner.out.lock();
+        let Some(stream) = out.stream.as_mut() else {
+            return Err(Error::from_code(ErrorCode::ConnectionLoss));
+        };
+        let mut w = proto::request(xid::AUTH, op::AUTH);
+        w.i32(0).string(scheme).bytes(auth);
+        if let Err(e) = stream.write_all(&w.finish_frame()) {
+            log::debug!("auth write failed, dropping connection: {e}");
+            let _ = stream.shutdown(Shutdown::Both);
+            return Err(Error::from_code(ErrorCode::ConnectionLoss));
+        }
+        out.last_send = Instant::now();
+        Ok(())
+    }
+
+    /// Whether this session holds a watch of `kind` at `path`.
+    pub(crate) fn has_watches(&self, path: &str, kind: RemoveKind) -> bool {
+        self.inner.watches.lock().has(path, kind)
+    }
+
+    /// Drops this session's watches of `kind` at `path` (the server has
+    /// removed them); each runs once with its `*WatchRemoved` event.
+    pub(crate) fn remove_local_watches(&self, path: &str, kind: RemoveKind) {
+        let removed = self.inner.watches.lock().remove(path, kind);
+        for (w, event_type) in removed {
+            let ev = WatchedEvent {
+                event_type,
+                path: path.to_owned(),
+            };
+            let _ = self.inner.watch_events.send((vec![w.run], ev));
+        }
+    }
+
     /// Gives the session up without telling the server (the client declared
     /// it lost): pending watchers fire once with `SessionExpired`, as on a
     /// real expiry, so nobody waits on a watch that can no longer fire.
@@ -958,22 +1000,14 @@ impl Inner {
 
     /// Auth and re-armed watches go first, before any caller's request.
     fn prime(&self, s: &mut TcpStream) -> io::Result<()> {
-        for (scheme, auth) in &self.cfg.auth {
+        for (scheme, auth) in self.cfg.auth.lock().iter() {
             let mut w = proto::request(xid::AUTH, op::AUTH);
             w.i32(0).string(scheme).bytes(auth);
             s.write_all(&w.finish_frame())?;
         }
-        let watches = self.watches.lock();
-        if !watches.is_empty() {
-            let last_zxid = self.last_zxid.load(Ordering::Acquire);
-            for [data, exist, child] in set_watches_batches(watches.paths()) {
-                let mut w = proto::request(xid::SET_WATCHES, op::SET_WATCHES);
-                w.i64(last_zxid)
-                    .strings(&data)
-                    .strings(&exist)
-                    .strings(&child);
-                s.write_all(&w.finish_frame())?;
-            }
+        let last_zxid = self.last_zxid.load(Ordering::Acquire);
+        for frame in self.watches.lock().set_watches_frames(last_zxid) {
+            s.write_all(&frame)?;
         }
         Ok(())
     }
@@ -1199,37 +1233,6 @@ enum HandshakeError {
     Failed(ConnectFailure),
 }
 
-/// Paths per SetWatches frame: a batch closes once its paths add up to
-/// this many bytes, as in the Java client (`SET_WATCHES_MAX_LENGTH`), so a
-/// frame stays far below the server's jute.maxbuffer (1 MiB).
-const SET_WATCHES_BATCH: usize = 128 * 1024;
-
-/// Splits the watched paths (data, exist, child) into SetWatches batches,
-/// the Java client's way: paths are taken in that order and a batch closes
-/// once its paths reach [`SET_WATCHES_BATCH`] bytes (so the last path may
-/// overshoot it a little).
-fn set_watches_batches(
-    (data, exist, child): (Vec<String>, Vec<String>, Vec<String>),
-) -> Vec<[Vec<String>; 3]> {
-    let mut batches = Vec::new();
-    let mut batch: [Vec<String>; 3] = Default::default();
-    let mut length = 0;
-    for (table, paths) in [data, exist, child].into_iter().enumerate() {
-        for path in paths {
-            length += path.len();
-            batch[table].push(path);
-            if length >= SET_WATCHES_BATCH {
-                batches.push(std::mem::take(&mut batch));
-                length = 0;
-            }
-        }
-    }
-    if batch.iter().any(|b| !b.is_empty()) {
-        batches.push(batch);
-    }
-    batches
-}
-
 /// How often the reader wakes when the socket is idle, to ping and to judge silence.
 fn tick(negotiated: Duration) -> Duration {
     (negotiated / 12).clamp(Duration::from_millis(10), Duration::from_millis(500))
@@ -1257,29 +1260,13 @@ pub(crate) fn random_below(n: usize) -> usize {
 mod tests {
     use super::*;
 
-    #[test]
-    fn set_watches_batches_stay_near_128_kb() {
-        let paths = |n: usize, tag: &str| -> Vec<String> {
-            (0..n).map(|i| format!("/{tag}/{i:0100}")).collect()
-        };
-        let batches = set_watches_batches((paths(3000, "d"), paths(3000, "e"), paths(10, "c")));
-        let total: usize = batches.iter().flatten().map(Vec::len).sum();
-        assert_eq!(total, 6010);
-        for b in &batches {
-            let bytes: usize = b.iter().flatten().map(String::len).sum();
-            assert!(bytes < SET_WATCHES_BATCH + 200, "{bytes}");
-        }
-        assert!(batches.len() >= 5, "{}", batches.len());
-        assert!(set_watches_batches(Default::default()).is_empty());
-    }
-
     fn session_to(host: String) -> WireSession {
         let cfg = WireConfig {
             hosts: vec![host],
             session_timeout: Duration::from_secs(2),
             connection_timeout: Duration::from_millis(300),
             can_be_read_only: false,
-            auth: Vec::new(),
+            auth: Default::default(),
             max_reply: DEFAULT_MAX_REPLY,
             max_request: JUTE_MAXBUFFER,
             counters: Default::default(),

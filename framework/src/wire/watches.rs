@@ -1,12 +1,18 @@
-//! One-shot watch bookkeeping, with ZooKeeper's rules for which watches an
-//! event triggers and which paths are re-armed after a reconnect.
+//! Watch bookkeeping (one-shot and persistent), with ZooKeeper's rules for
+//! which watches an event triggers and which paths are re-armed after a
+//! reconnect.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use super::proto::{self, op, xid};
 use crate::{EventType, WatchedEvent};
 
 /// A one-shot watch callback.
 pub(crate) type WatchFn = Box<dyn FnOnce(WatchedEvent) + Send>;
+
+/// A persistent watch callback: runs for every event until removed.
+pub(crate) type PersistentFn = Arc<dyn Fn(WatchedEvent) + Send + Sync>;
 
 /// A registered watch callback, and where it runs.
 pub(crate) struct Watcher {
@@ -14,6 +20,32 @@ pub(crate) struct Watcher {
     /// A waker only wakes a thread, so it runs on the I/O thread as the
     /// event is read, one thread hop sooner than on the watcher thread.
     pub waker: bool,
+    /// Set for a persistent watch: `run` calls it once, and the table
+    /// keeps it to make a fresh one-shot `run` for every event.
+    pub persistent: Option<PersistentFn>,
+}
+
+impl Watcher {
+    /// A persistent watch's callback; it runs on the watcher thread.
+    pub(crate) fn persistent(f: PersistentFn) -> Self {
+        Watcher {
+            run: once(&f),
+            waker: false,
+            persistent: Some(f),
+        }
+    }
+
+    /// A one-shot copy of a persistent watcher, for one event.
+    fn fire_copy(&self) -> Option<Watcher> {
+        self.persistent
+            .as_ref()
+            .map(|f| Watcher::persistent(Arc::clone(f)))
+    }
+}
+
+fn once(f: &PersistentFn) -> WatchFn {
+    let f = Arc::clone(f);
+    Box::new(move |ev| f(ev))
 }
 
 /// Which server-side watch table a watch sits in.
@@ -25,6 +57,52 @@ pub(crate) enum WatchKind {
     Exist,
     /// Set by getChildren.
     Child,
+    /// Set by addWatch in PERSISTENT mode: the node's own events, kept.
+    Persistent,
+    /// Set by addWatch in PERSISTENT_RECURSIVE mode: events of the node and
+    /// every descendant (no child events), kept.
+    PersistentRecursive,
+}
+
+/// Which watches a removeWatches removes (ZooKeeper's `WatcherType`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RemoveKind {
+    Children,
+    Data,
+    Any,
+    Persistent,
+    PersistentRecursive,
+}
+
+impl RemoveKind {
+    /// The type on the wire.
+    pub(crate) fn wire(self) -> i32 {
+        match self {
+            RemoveKind::Children => 1,
+            RemoveKind::Data => 2,
+            RemoveKind::Any => 3,
+            RemoveKind::Persistent => 4,
+            RemoveKind::PersistentRecursive => 5,
+        }
+    }
+
+    pub(crate) fn is_persistent(self) -> bool {
+        matches!(
+            self,
+            RemoveKind::Persistent | RemoveKind::PersistentRecursive
+        )
+    }
+
+    fn tables(self) -> &'static [WatchKind] {
+        use WatchKind::*;
+        match self {
+            RemoveKind::Children => &[Child],
+            RemoveKind::Data => &[Data, Exist],
+            RemoveKind::Any => &[Data, Exist, Child, Persistent, PersistentRecursive],
+            RemoveKind::Persistent => &[Persistent],
+            RemoveKind::PersistentRecursive => &[PersistentRecursive],
+        }
+    }
 }
 
 /// What to register once a request's reply arrives, depending on its result.
@@ -41,6 +119,8 @@ pub(crate) struct Watches {
     data: HashMap<String, Vec<Watcher>>,
     exist: HashMap<String, Vec<Watcher>>,
     child: HashMap<String, Vec<Watcher>>,
+    persistent: HashMap<String, Vec<Watcher>>,
+    recursive: HashMap<String, Vec<Watcher>>,
     /// Set once the session is gone and its watches fired: a watch whose
     /// reply is read after that must fire at once, not wait in a table.
     ended: bool,
@@ -52,7 +132,19 @@ impl Watches {
             WatchKind::Data => &mut self.data,
             WatchKind::Exist => &mut self.exist,
             WatchKind::Child => &mut self.child,
+            WatchKind::Persistent => &mut self.persistent,
+            WatchKind::PersistentRecursive => &mut self.recursive,
         }
+    }
+
+    fn tables(&mut self) -> [&mut HashMap<String, Vec<Watcher>>; 5] {
+        [
+            &mut self.data,
+            &mut self.exist,
+            &mut self.child,
+            &mut self.persistent,
+            &mut self.recursive,
+        ]
     }
 
     pub(crate) fn add(&mut self, kind: WatchKind, path: String, watcher: Watcher) {
@@ -76,25 +168,115 @@ impl Watches {
                 fired.extend(list);
             }
         }
+        // Persistent watches stay; each fires a copy of itself.
+        let copies = |list: Option<&Vec<Watcher>>| {
+            list.into_iter()
+                .flatten()
+                .filter_map(Watcher::fire_copy)
+                .collect::<Vec<_>>()
+        };
+        use EventType::*;
+        if !matches!(
+            event,
+            NodeCreated | NodeDeleted | NodeDataChanged | NodeChildrenChanged
+        ) {
+            return fired;
+        }
+        fired.extend(copies(self.persistent.get(path)));
+        // A recursive watch sees its subtree's node events, not child events.
+        if event != EventType::NodeChildrenChanged {
+            let mut at = path;
+            loop {
+                fired.extend(copies(self.recursive.get(at)));
+                match at.rfind('/') {
+                    _ if at == "/" => break,
+                    Some(0) => at = "/",
+                    Some(i) => at = &at[..i],
+                    None => break,
+                }
+            }
+        }
         fired
     }
 
-    /// The paths to re-arm with SetWatches after a reconnect: data, exist, child.
-    pub(crate) fn paths(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
-        let keys = |m: &HashMap<String, Vec<Watcher>>| m.keys().cloned().collect();
-        (keys(&self.data), keys(&self.exist), keys(&self.child))
+    /// Removes the watches of `kind` at `path`, each with the event that
+    /// tells its callback it was removed (ZooKeeper's `*WatchRemoved`).
+    pub(crate) fn remove(&mut self, path: &str, kind: RemoveKind) -> Vec<(Watcher, EventType)> {
+        let mut removed = Vec::new();
+        for &table in kind.tables() {
+            let event = match table {
+                WatchKind::Child => EventType::ChildWatchRemoved,
+                WatchKind::Data | WatchKind::Exist => EventType::DataWatchRemoved,
+                WatchKind::Persistent | WatchKind::PersistentRecursive => {
+                    EventType::PersistentWatchRemoved
+                }
+            };
+            if let Some(list) = self.table(table).remove(path) {
+                removed.extend(list.into_iter().map(|w| (w, event)));
+            }
+        }
+        removed
     }
 
     /// How many callbacks wait, over every kind and path.
     pub(crate) fn len(&self) -> usize {
-        [&self.data, &self.exist, &self.child]
-            .iter()
-            .map(|m| m.values().map(Vec::len).sum::<usize>())
-            .sum()
+        [
+            &self.data,
+            &self.exist,
+            &self.child,
+            &self.persistent,
+            &self.recursive,
+        ]
+        .iter()
+        .map(|m| m.values().map(Vec::len).sum::<usize>())
+        .sum()
     }
 
+    /// Whether any watch of `kind` is set at `path`.
+    pub(crate) fn has(&mut self, path: &str, kind: RemoveKind) -> bool {
+        kind.tables()
+            .iter()
+            .any(|&t| self.table(t).get(path).is_some_and(|l| !l.is_empty()))
+    }
+
+    /// The frames that re-arm every watch after a reconnect: SetWatches
+    /// (op 101), or SetWatches2 (op 105) once persistent watches exist, in
+    /// batches as the Java client sends them.
+    pub(crate) fn set_watches_frames(&self, last_zxid: i64) -> Vec<Vec<u8>> {
+        let keys = |m: &HashMap<String, Vec<Watcher>>| m.keys().cloned().collect::<Vec<_>>();
+        let tables = [
+            keys(&self.data),
+            keys(&self.exist),
+            keys(&self.child),
+            keys(&self.persistent),
+            keys(&self.recursive),
+        ];
+        let persistent = !self.persistent.is_empty() || !self.recursive.is_empty();
+        set_watches_batches(tables)
+            .into_iter()
+            .map(|batch| {
+                let opcode = match persistent {
+                    true => op::SET_WATCHES2,
+                    false => op::SET_WATCHES,
+                };
+                let mut w = proto::request(xid::SET_WATCHES, opcode);
+                w.i64(last_zxid);
+                let tables = if persistent { &batch[..] } else { &batch[..3] };
+                for paths in tables {
+                    w.strings(paths);
+                }
+                w.finish_frame()
+            })
+            .collect()
+    }
+
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
-        self.data.is_empty() && self.exist.is_empty() && self.child.is_empty()
+        self.data.is_empty()
+            && self.exist.is_empty()
+            && self.child.is_empty()
+            && self.persistent.is_empty()
+            && self.recursive.is_empty()
     }
 
     /// Every watch, removed, and the table marked ended: the session that
@@ -111,7 +293,7 @@ impl Watches {
     /// Every watch, removed: the session that held them is gone.
     pub(crate) fn drain(&mut self) -> Vec<(String, Watcher)> {
         let mut all = Vec::new();
-        for table in [&mut self.data, &mut self.exist, &mut self.child] {
+        for table in self.tables() {
             for (path, list) in table.drain() {
                 all.extend(list.into_iter().map(|w| (path.clone(), w)));
             }
@@ -120,15 +302,103 @@ impl Watches {
     }
 }
 
+/// Paths per SetWatches frame: a batch closes once its paths add up to
+/// this many bytes, as in the Java client (`SET_WATCHES_MAX_LENGTH`), so a
+/// frame stays far below the server's jute.maxbuffer (1 MiB).
+const SET_WATCHES_BATCH: usize = 128 * 1024;
+
+/// Splits the watched paths (data, exist, child, persistent, recursive)
+/// into SetWatches batches, the Java client's way: paths are taken in that
+/// order and a batch closes once its paths reach [`SET_WATCHES_BATCH`]
+/// bytes (so the last path may overshoot it a little).
+fn set_watches_batches(tables: [Vec<String>; 5]) -> Vec<[Vec<String>; 5]> {
+    let mut batches = Vec::new();
+    let mut batch: [Vec<String>; 5] = Default::default();
+    let mut length = 0;
+    for (table, paths) in tables.into_iter().enumerate() {
+        for path in paths {
+            length += path.len();
+            batch[table].push(path);
+            if length >= SET_WATCHES_BATCH {
+                batches.push(std::mem::take(&mut batch));
+                length = 0;
+            }
+        }
+    }
+    if batch.iter().any(|b| !b.is_empty()) {
+        batches.push(batch);
+    }
+    batches
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn watcher() -> Watcher {
         Watcher {
             run: Box::new(|_| {}),
             waker: false,
+            persistent: None,
         }
+    }
+
+    #[test]
+    fn set_watches_batches_stay_near_128_kb() {
+        let paths = |n: usize, tag: &str| -> Vec<String> {
+            (0..n).map(|i| format!("/{tag}/{i:0100}")).collect()
+        };
+        let batches = set_watches_batches([
+            paths(3000, "d"),
+            paths(3000, "e"),
+            paths(10, "c"),
+            paths(5, "p"),
+            paths(5, "r"),
+        ]);
+        let total: usize = batches.iter().flatten().map(Vec::len).sum();
+        assert_eq!(total, 6020);
+        for b in &batches {
+            let bytes: usize = b.iter().flatten().map(String::len).sum();
+            assert!(bytes < SET_WATCHES_BATCH + 200, "{bytes}");
+        }
+        assert!(batches.len() >= 5, "{}", batches.len());
+        assert!(set_watches_batches(Default::default()).is_empty());
+    }
+
+    #[test]
+    fn persistent_watches_stay_and_recursive_ones_see_their_subtree() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let counting = || {
+            let count = Arc::clone(&count);
+            Watcher::persistent(Arc::new(move |_| {
+                count.fetch_add(1, Ordering::SeqCst);
+            }))
+        };
+        let mut w = Watches::default();
+        w.add(WatchKind::Persistent, "/a".into(), counting());
+        w.add(WatchKind::PersistentRecursive, "/".into(), counting());
+        w.add(WatchKind::PersistentRecursive, "/a".into(), counting());
+        for _ in 0..3 {
+            for f in w.triggered(EventType::NodeDataChanged, "/a") {
+                (f.run)(WatchedEvent {
+                    event_type: EventType::NodeDataChanged,
+                    path: "/a".into(),
+                });
+            }
+        }
+        assert_eq!(count.load(Ordering::SeqCst), 9);
+        // Child events: the persistent watch only; a deeper node: recursive only.
+        assert_eq!(w.triggered(EventType::NodeChildrenChanged, "/a").len(), 1);
+        assert_eq!(w.triggered(EventType::NodeCreated, "/a/b/c").len(), 2);
+        assert_eq!(w.triggered(EventType::NodeCreated, "/b").len(), 1);
+        assert_eq!(w.triggered(EventType::NodeCreated, "/ab").len(), 1);
+        assert!(w.has("/a", RemoveKind::Persistent));
+        assert_eq!(w.remove("/a", RemoveKind::Any).len(), 2);
+        assert!(!w.has("/a", RemoveKind::Any));
+        let frames = w.set_watches_frames(7);
+        assert_eq!(frames.len(), 1);
+        assert_eq!(&frames[0][8..12], &op::SET_WATCHES2.to_be_bytes());
     }
 
     #[test]

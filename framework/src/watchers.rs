@@ -1,0 +1,161 @@
+//! Persistent and persistent-recursive watches (ZooKeeper 3.6+ `addWatch`)
+//! and removing watches by kind (`removeWatches`); Curator's
+//! `client.watchers()`.
+
+use std::sync::Arc;
+
+use crate::client::Client;
+use crate::error::{Error, ErrorCode, Result};
+use crate::paths;
+use crate::types::WatchedEvent;
+use crate::wire::proto::op;
+use crate::wire::{RemoveKind, WatchKind, WatchRegistration, Watcher};
+
+/// How [`Client::add_watch`] watches; ZooKeeper's `AddWatchMode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AddWatchMode {
+    /// The node's own events (created, deleted, data and children
+    /// changed), for as long as the watch stays.
+    Persistent,
+    /// Created, deleted and data-changed events of the node and of every
+    /// node below it (no children-changed events), for as long as the
+    /// watch stays. Curator's `CuratorCache` is built on this.
+    PersistentRecursive,
+}
+
+/// Which watches [`Client::remove_watches`] removes; ZooKeeper's `WatcherType`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WatcherType {
+    /// Children watches (`get_children_watch`).
+    Children,
+    /// Data and exists watches (`get_data_watch`, `exists_watch`).
+    Data,
+    /// Every kind, persistent ones included.
+    Any,
+    /// Persistent watches ([`AddWatchMode::Persistent`]).
+    Persistent,
+    /// Persistent recursive watches ([`AddWatchMode::PersistentRecursive`]).
+    PersistentRecursive,
+}
+
+impl WatcherType {
+    fn kind(self) -> RemoveKind {
+        match self {
+            WatcherType::Children => RemoveKind::Children,
+            WatcherType::Data => RemoveKind::Data,
+            WatcherType::Any => RemoveKind::Any,
+            WatcherType::Persistent => RemoveKind::Persistent,
+            WatcherType::PersistentRecursive => RemoveKind::PersistentRecursive,
+        }
+    }
+}
+
+impl Client {
+    /// Leaves a watch on `path` that stays after it fires (ZooKeeper 3.6+
+    /// `addWatch`; Curator's `watchers().add().withMode(m).usingWatcher(w)
+    /// .forPath(p)`). The node need not exist. `watcher` runs on the
+    /// watcher thread for every event, with namespace-relative paths,
+    /// until [`Client::remove_watches`] removes it (it then gets
+    /// [`EventType::PersistentWatchRemoved`](crate::EventType::PersistentWatchRemoved)).
+    ///
+    /// The watch survives reconnects: it is set again (SetWatches2) before
+    /// any other request. As in ZooKeeper, changes made while the client
+    /// was disconnected raise no event for it; re-read after
+    /// `Reconnected` if they matter. If the session is lost the watch goes with it: the watcher
+    /// runs once with [`EventType::SessionExpired`](crate::EventType::SessionExpired)
+    /// and must be added again.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use latchkey_framework::{AddWatchMode, WatcherType};
+    /// client.add_watch("/config", AddWatchMode::PersistentRecursive, |event| {
+    ///     println!("{:?} {}", event.event_type, event.path);
+    /// })?;
+    /// // ... later
+    /// client.remove_watches("/config", WatcherType::PersistentRecursive)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_watch(
+        &self,
+        path: &str,
+        mode: AddWatchMode,
+        watcher: impl Fn(WatchedEvent) + Send + Sync + 'static,
+    ) -> Result<()> {
+        let sp = self.shared.server_path(path)?;
+        let ns = self.shared.cfg.namespace.clone();
+        let run: Arc<dyn Fn(WatchedEvent) + Send + Sync> = Arc::new(move |ev: WatchedEvent| {
+            watcher(WatchedEvent {
+                event_type: ev.event_type,
+                path: paths::strip_namespace(ns.as_deref(), &ev.path),
+            })
+        });
+        let (kind, wire_mode) = match mode {
+            AddWatchMode::Persistent => (WatchKind::Persistent, 0),
+            AddWatchMode::PersistentRecursive => (WatchKind::PersistentRecursive, 1),
+        };
+        self.retrying("add_watch", path, |s, deadline| {
+            // Registered when the reply says the server holds the watch.
+            let reg = WatchRegistration {
+                path: sp.clone(),
+                on_ok: kind,
+                on_no_node: None,
+                watcher: Watcher::persistent(Arc::clone(&run)),
+            };
+            let write = |w: &mut crate::wire::jute::Writer| {
+                w.string(&sp).i32(wire_mode);
+            };
+            s.call(op::ADD_WATCH, write, Some(reg), deadline)
+                .map_err(|e| e.with_path(&sp))?;
+            Ok(())
+        })
+    }
+
+    /// Removes this client's watches of `kind` on `path`, on the server and
+    /// here (ZooKeeper's `removeAllWatches`; Curator's
+    /// `watchers().removeAll().ofType(t).forPath(p)`). Each removed watcher
+    /// runs once with a `*WatchRemoved` event. Fails with `NoWatcher`,
+    /// changing nothing, when this client holds no such watch there.
+    ///
+    /// ZooKeeper before 3.9 cannot remove persistent watches alone: there
+    /// a `Persistent` or `PersistentRecursive` removal removes every watch
+    /// of this client on `path` (as [`WatcherType::Any`] does), and each of
+    /// those runs once with its removal event.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use latchkey_framework::WatcherType;
+    /// client.get_data_watch("/config", |event| println!("{event:?}"))?;
+    /// client.remove_watches("/config", WatcherType::Data)?; // prints DataWatchRemoved
+    /// # Ok(()) }
+    /// ```
+    pub fn remove_watches(&self, path: &str, kind: WatcherType) -> Result<()> {
+        let sp = self.shared.server_path(path)?;
+        let kind = kind.kind();
+        self.retrying("remove_watches", path, |s, deadline| {
+            if !s.has_watches(&sp, kind) {
+                return Err(Error::Zk {
+                    code: ErrorCode::NoWatcher,
+                    path: Some(sp.clone()),
+                });
+            }
+            let remove = |kind: RemoveKind| {
+                let write = |w: &mut crate::wire::jute::Writer| {
+                    w.string(&sp).i32(kind.wire());
+                };
+                s.call(op::REMOVE_WATCHES, write, None, deadline)
+                    .map_err(|e| e.with_path(&sp))
+            };
+            let removed = match remove(kind) {
+                // Servers before 3.9 know no persistent watcher types and
+                // answer MarshallingError; there only `Any` removes them.
+                Err(e) if e.is(ErrorCode::MarshallingError) && kind.is_persistent() => {
+                    remove(RemoveKind::Any)?;
+                    RemoveKind::Any
+                }
+                other => other.map(|_| kind)?,
+            };
+            s.remove_local_watches(&sp, removed);
+            Ok(())
+        })
+    }
+}
