@@ -46,6 +46,7 @@ mod builders;
 mod client;
 mod deadline;
 mod error;
+mod lazy_thread;
 mod metrics;
 mod ops;
 pub mod paths;

@@ -16,13 +16,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use backoff::backoff::Backoff;
-use crossbeam_channel::{unbounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use super::jute::{Reader, Writer};
 use super::proto::{self, op, xid, ConnectRequest, ConnectResponse, ReplyHeader, WatcherEvent};
 use super::watches::{WatchFn, WatchRegistration, Watches};
 use crate::error::{Error, ErrorCode};
+use crate::lazy_thread::LazyThread;
 use crate::metrics::{self, Counters};
 use crate::{EventType, WatchedEvent};
 
@@ -360,7 +360,8 @@ struct Inner {
     /// Why the last connect attempt failed; `None` after a success.
     last_connect_error: Mutex<Option<ConnectFailure>>,
     events: EventSink,
-    watch_events: Sender<(Vec<WatchFn>, WatchedEvent)>,
+    /// Runs watch callbacks (not wakers), started with the first one.
+    watch_events: LazyThread<(Vec<WatchFn>, WatchedEvent)>,
 }
 
 /// A handle on one session; cheap to clone.
@@ -377,7 +378,6 @@ impl WireSession {
                 "connect string names no server".into(),
             ));
         }
-        let (watch_tx, watch_rx) = unbounded();
         let inner = Arc::new(Inner {
             io: Mutex::new(Io {
                 live: None,
@@ -405,12 +405,8 @@ impl WireSession {
             seen_read_write: AtomicBool::new(false),
             ended_by: Mutex::new(None),
             events,
-            watch_events: watch_tx,
+            watch_events: LazyThread::new("latchkey-watch", run_watchers),
         });
-        thread::Builder::new()
-            .name("latchkey-watch".into())
-            .spawn(move || run_watchers(watch_rx))
-            .map_err(Error::Io)?;
         let reader = Arc::clone(&inner);
         thread::Builder::new()
             .name("latchkey-io".into())
@@ -741,11 +737,9 @@ fn read_frame(s: &mut TcpStream, max: usize) -> io::Result<Vec<u8>> {
     Ok(body)
 }
 
-fn run_watchers(rx: Receiver<(Vec<WatchFn>, WatchedEvent)>) {
-    for (watchers, event) in rx {
-        for w in watchers {
-            run_watcher(w, &event);
-        }
+fn run_watchers((watchers, event): (Vec<WatchFn>, WatchedEvent)) {
+    for w in watchers {
+        run_watcher(w, &event);
     }
 }
 
@@ -894,7 +888,7 @@ impl Inner {
             event_type: EventType::SessionExpired,
             path,
         };
-        let _ = self.watch_events.send((vec![run], ev));
+        self.watch_events.send((vec![run], ev));
     }
 
     fn drop_connection(&self, code: ErrorCode) {
@@ -1143,7 +1137,7 @@ impl Inner {
                     }
                 }
                 if !watchers.is_empty() {
-                    let _ = self.watch_events.send((watchers, event));
+                    self.watch_events.send((watchers, event));
                 }
             }
             xid::PING | xid::SET_WATCHES => {}
