@@ -448,17 +448,23 @@ fn usable_after_restart(
     back: Instant,
 ) -> Res<Duration> {
     let deadline = back + RESTART_WAIT;
+    let mut seen = None;
     loop {
         // A short bound: a reading that hangs on the starting server must
         // not count as time the client needed.
-        if mntr_value(addr, "zk_watch_count", Duration::from_millis(250))
-            .is_some_and(|w| w >= watches)
-        {
+        let count = mntr_value(addr, "zk_watch_count", Duration::from_millis(250));
+        if count.is_some_and(|w| w >= watches) {
             break;
         }
+        seen = count.or(seen);
         if Instant::now() >= deadline {
+            // Say what the client thinks: same session, locks held?
+            let check = s.numbers("bench heldcheck", Duration::from_secs(30));
             return Err(format!(
-                "fewer than {watches} watches after {RESTART_WAIT:?}"
+                "the server counted {} of the {watches} watches after {} s \
+                 (heldcheck, held / same session / first node there: {check:?})",
+                seen.map_or("no reading".into(), |c| c.to_string()),
+                RESTART_WAIT.as_secs()
             ));
         }
         thread::sleep(Duration::from_millis(5));
