@@ -30,10 +30,15 @@ pub(crate) enum Job {
     DeleteProtected { parent: String, prefix: String },
 }
 
+/// Starts the thread that runs [`run`]; kept until it has worked once.
+type Starter = Box<dyn Fn() -> std::io::Result<()> + Send>;
+
 #[derive(Default)]
 pub(crate) struct Background {
     jobs: Mutex<Queue>,
     wake: Condvar,
+    /// Most clients never queue a job: the thread starts with the first.
+    starter: Mutex<Option<Starter>>,
 }
 
 #[derive(Default)]
@@ -48,6 +53,31 @@ impl Background {
         log::debug!("background cleanup queued: {job:?}");
         self.jobs.lock().waiting.push(job);
         self.wake.notify_all();
+        self.start_thread();
+    }
+
+    /// Keeps `start` to start the cleanup thread with the first job (at
+    /// once if one is queued already).
+    pub(crate) fn start_with_first_job(
+        &self,
+        start: impl Fn() -> std::io::Result<()> + Send + 'static,
+    ) {
+        *self.starter.lock() = Some(Box::new(start));
+        if self.pending() > 0 {
+            self.start_thread();
+        }
+    }
+
+    fn start_thread(&self) {
+        let mut starter = self.starter.lock();
+        let Some(start) = starter.as_ref() else {
+            return;
+        };
+        match start() {
+            Ok(()) => *starter = None,
+            // The job waits; the next one tries the thread again.
+            Err(e) => log::error!("cannot start the background cleanup thread: {e}"),
+        }
     }
 
     pub(crate) fn wake(&self) {

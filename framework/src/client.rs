@@ -391,16 +391,25 @@ impl Client {
         let Some(events) = s.events_rx.lock().take() else {
             return Err(Error::IllegalState("client already started".into()));
         };
-        s.board.start_listener_thread()?;
         s.new_session()?;
         let weak = Arc::downgrade(s);
         thread::Builder::new()
             .name("latchkey-state".into())
             .spawn(move || state_thread(weak, events))?;
-        let (weak, background) = (Arc::downgrade(s), Arc::clone(&s.background));
-        thread::Builder::new()
-            .name("latchkey-background".into())
-            .spawn(move || background::run(weak, background))?;
+        // The cleanup thread (as the listener and watcher threads) starts
+        // with its first job: a session that only holds locks needs none.
+        let (weak, background) = (Arc::downgrade(s), Arc::downgrade(&s.background));
+        s.background.start_with_first_job(move || {
+            let (weak, background) = (weak.clone(), background.clone());
+            thread::Builder::new()
+                .name("latchkey-background".into())
+                .spawn(move || {
+                    if let Some(background) = background.upgrade() {
+                        background::run(weak, background);
+                    }
+                })
+                .map(drop)
+        });
         Ok(())
     }
 
@@ -1076,7 +1085,6 @@ mod tests {
         let kept = c.listen();
         drop(c.listen());
         assert_eq!(c.shared.board.listener_count(), 2);
-        c.shared.board.start_listener_thread().unwrap();
         c.shared.board.post(ConnectionState::Suspended);
         assert_eq!(
             kept.recv_timeout(Duration::from_secs(5)),

@@ -49,6 +49,7 @@ mod client;
 mod deadline;
 mod error;
 mod extended;
+mod lazy_thread;
 mod metrics;
 mod ops;
 pub mod paths;

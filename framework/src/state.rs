@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{unbounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
+
+use crate::lazy_thread::LazyThread;
 
 /// The state of a client's connection, as Curator's `ConnectionState`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -47,15 +48,15 @@ type Delivery = (Vec<Listener>, ConnectionState);
 ///
 /// Listeners are user code that may block, panic or call the client, so
 /// they run on a thread of their own (as Curator's do): posting a state
-/// never waits for them, and they still hear every state in order.
+/// never waits for them, and they still hear every state in order. That
+/// thread starts with the first state there is a listener to tell.
 pub(crate) struct StateBoard {
     started: Instant,
     inner: Mutex<Board>,
     changed: Condvar,
     next_id: AtomicU64,
-    /// `None` once closed: the listener thread then ends.
-    deliveries: Mutex<Option<Sender<Delivery>>>,
-    delivery_rx: Mutex<Option<Receiver<Delivery>>>,
+    /// The listener thread; closed with the board.
+    deliveries: LazyThread<Delivery>,
 }
 
 struct Board {
@@ -71,10 +72,8 @@ const HISTORY_LIMIT: usize = 1000;
 
 impl StateBoard {
     pub(crate) fn new() -> Self {
-        let (tx, rx) = unbounded();
         StateBoard {
-            deliveries: Mutex::new(Some(tx)),
-            delivery_rx: Mutex::new(Some(rx)),
+            deliveries: LazyThread::new("latchkey-listeners", deliver),
             started: Instant::now(),
             inner: Mutex::new(Board {
                 current: None,
@@ -99,17 +98,6 @@ impl StateBoard {
 
     pub(crate) fn history(&self) -> Vec<(Duration, ConnectionState)> {
         self.inner.lock().history.clone()
-    }
-
-    /// Starts the thread that runs listeners (once; later calls do nothing).
-    pub(crate) fn start_listener_thread(&self) -> std::io::Result<()> {
-        let Some(rx) = self.delivery_rx.lock().take() else {
-            return Ok(());
-        };
-        std::thread::Builder::new()
-            .name("latchkey-listeners".into())
-            .spawn(move || deliver(rx))?;
-        Ok(())
     }
 
     /// Records a new state, runs the wakers on the calling thread and hands
@@ -143,9 +131,7 @@ impl StateBoard {
             run_waker(&w);
         }
         if !listeners.is_empty() {
-            if let Some(tx) = self.deliveries.lock().as_ref() {
-                let _ = tx.send((listeners, state));
-            }
+            self.deliveries.send((listeners, state));
         }
     }
 
@@ -158,8 +144,7 @@ impl StateBoard {
             std::mem::take(&mut b.wakers)
         };
         // The listener thread ends once it has delivered what is queued.
-        self.deliveries.lock().take();
-        self.delivery_rx.lock().take();
+        self.deliveries.close();
         self.changed.notify_all();
         for (_, w) in wakers {
             run_waker(&w);
@@ -225,14 +210,11 @@ fn run_waker(w: &Waker) {
     }
 }
 
-/// The listener thread: runs each listener with each state, in order,
-/// until the board closes or goes away.
-fn deliver(rx: Receiver<Delivery>) {
-    for (listeners, state) in rx {
-        for l in listeners {
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l(state))).is_err() {
-                log::error!("a connection-state listener panicked on {state:?}");
-            }
+/// The listener thread's job: runs each listener with a state, in order.
+fn deliver((listeners, state): Delivery) {
+    for l in listeners {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l(state))).is_err() {
+            log::error!("a connection-state listener panicked on {state:?}");
         }
     }
 }

@@ -33,6 +33,16 @@
 //                                           OK <ops> <elapsed_us> <acquire_p50_us> <acquire_p99_us>
 //   bench hold <path> <sessions>            OK <sessions>  (each its own session holding <path>/s<i>)
 //   bench unhold                            OK released
+//   bench held <path> <locks> <probes>      OK <acquire_p50_us> <probe_p50_us> <probe_p99_us>
+//                                           (the peer's client takes and keeps <locks> revocable mutexes
+//                                           <path>/l<i>, then times <probes> more, each released at once)
+//   bench heldcheck                         OK <held> <same_session 0|1> <first_node_there 0|1>
+//   bench heldrelease                       OK released
+//   bench waiters <path> <sessions> <threads> <seconds> <mntr_host:port>
+//                                           as contended, with <threads> contenders spread over <sessions>
+//   bench giveup <path> <sessions> <waiters> <mntr_host:port>
+//                                           OK <requests> <watch_events> <overrun_us>: medians over 3
+//                                           timed-out acquires queued in the middle of <waiters>
 //   version                                 OK <curator version> java-<java version>
 //   ping                                    OK pong
 //   quit                                    OK bye (then exits)
@@ -97,6 +107,13 @@ public final class CuratorPeer {
     private static final long BENCH_ACQUIRE_MS = 30_000;
     /** Extra time a contended bench's threads get to finish after the run. */
     private static final long BENCH_JOIN_GRACE_MS = 60_000;
+    /** Most contender threads one timed bench runs. */
+    private static final int MAX_BENCH_THREADS = 5_000;
+    /** Timed-out acquires per "bench giveup", and the time between their deadlines. */
+    private static final int QUITTERS = 3;
+    private static final long QUIT_GAP_MS = 500;
+    /** Bound on one "bench held" or "bench giveup" waiter's acquire. */
+    private static final long SCALE_ACQUIRE_MS = 120_000;
     /** Bound on the mntr four-letter word's connect and read. */
     private static final int MNTR_TIMEOUT_MS = 5_000;
     /** The mntr summaries whose sums count watch events fired. */
@@ -118,6 +135,10 @@ public final class CuratorPeer {
     private final Map<String, Integer> semaphoreMax = new HashMap<>();
     private final Map<String, Deque<Lease>> leases = new HashMap<>();
     private final Map<String, SharedCount> counts = new HashMap<>();
+    /** Mutexes taken and kept by "bench held" on the peer's own client. */
+    private final List<InterProcessMutex> heldLocks = new ArrayList<>();
+    private String heldPath;
+    private long heldSession;
     /** Sessions opened by "bench hold", each holding one mutex. */
     private final List<CuratorFramework> held = new ArrayList<>();
 
@@ -245,6 +266,7 @@ public final class CuratorPeer {
 
     private void shutdown() {
         unhold();
+        heldRelease();
         for (Deque<Lease> stack : leases.values()) {
             while (!stack.isEmpty()) {
                 try {
@@ -301,7 +323,7 @@ public final class CuratorPeer {
                 need(w, 4, 5);
                 return countCommand(w);
             case "bench":
-                need(w, 2, 6);
+                need(w, 2, 7);
                 switch (w[1]) {
                     case "floor":
                         need(w, 4, 4);
@@ -311,7 +333,7 @@ public final class CuratorPeer {
                         return benchMutex(w[2], parseLong(w[3], "cycles"));
                     case "contended":
                         need(w, 5, 6);
-                        return benchContended(w[2], sessions(w[3]), parseSeconds(w[4]), w.length > 5 ? w[5] : null);
+                        return benchContended(w[2], sessions(w[3]), sessions(w[3]), parseSeconds(w[4]), w.length > 5 ? w[5] : null);
                     case "rw":
                         need(w, 6, 6);
                         return benchRw(w[2], sessions(w[3]), parseSeconds(w[4]), parseLong(w[5], "write_every"));
@@ -325,6 +347,22 @@ public final class CuratorPeer {
                         need(w, 2, 2);
                         unhold();
                         return "OK released";
+                    case "held":
+                        need(w, 5, 5);
+                        return benchHeld(w[2], parseLong(w[3], "locks"), parseLong(w[4], "probes"));
+                    case "heldcheck":
+                        need(w, 2, 2);
+                        return heldCheck();
+                    case "heldrelease":
+                        need(w, 2, 2);
+                        heldRelease();
+                        return "OK released";
+                    case "waiters":
+                        need(w, 7, 7);
+                        return benchContended(w[2], sessions(w[3]), (int) parseLong(w[4], "threads"), parseSeconds(w[5]), w[6]);
+                    case "giveup":
+                        need(w, 6, 6);
+                        return benchGiveUp(w[2], sessions(w[3]), (int) parseLong(w[4], "waiters"), w[5]);
                     default:
                         throw new Usage("unknown bench: " + w[1]);
                 }
@@ -775,13 +813,16 @@ public final class CuratorPeer {
      * clamped at 0 (the next holder can see the deletion before the previous
      * holder's release() has returned).
      */
-    private String benchContended(String path, int sessions, double seconds, String mntrAddr) throws Exception {
+    private String benchContended(String path, int sessions, int threads, double seconds, String mntrAddr) throws Exception {
+        if (threads < 1 || threads > MAX_BENCH_THREADS) {
+            throw new Usage("threads must be 1.." + MAX_BENCH_THREADS + ": " + threads);
+        }
         try (Crew crew = new Crew(sessions)) {
             AtomicLong generation = new AtomicLong();
             AtomicInteger holders = new AtomicInteger();
             List<List<long[]>> records = new ArrayList<>();
-            for (int i = 0; i < sessions; i++) {
-                InterProcessMutex m = new InterProcessMutex(crew.clients.get(i), path);
+            for (int i = 0; i < threads; i++) {
+                InterProcessMutex m = new InterProcessMutex(crew.clients.get(i % sessions), path);
                 List<long[]> mine = new ArrayList<>();
                 records.add(mine);
                 crew.add("bench-contended-" + i, left -> {
@@ -947,6 +988,197 @@ public final class CuratorPeer {
             c.close();
         }
         held.clear();
+    }
+
+    /**
+     * The peer's own client takes and keeps locks mutexes, each on a path of
+     * its own and revocable (so each has a watch on its node), timing each
+     * acquire; then times probes more acquires (released at once) while
+     * holding them.
+     */
+    private String benchHeld(String path, long locks, long probes) throws Exception {
+        if (locks > 100_000 || probes > 100_000) {
+            throw new Usage("at most 100000 locks and probes");
+        }
+        heldRelease();
+        heldPath = path;
+        heldSession = client.getZookeeperClient().getZooKeeper().getSessionId();
+        long[] build = new long[(int) locks];
+        for (int i = 0; i < locks; i++) {
+            InterProcessMutex m = new InterProcessMutex(client, path + "/l" + i);
+            m.makeRevocable(lock -> { });
+            long t0 = System.nanoTime();
+            if (!m.acquire(BENCH_ACQUIRE_MS, TimeUnit.MILLISECONDS)) {
+                throw new Usage("bench held: " + path + "/l" + i + " not acquired within " + BENCH_ACQUIRE_MS + " ms");
+            }
+            build[i] = (System.nanoTime() - t0) / 1000;
+            heldLocks.add(m);
+        }
+        long[] probe = new long[(int) probes];
+        for (int i = 0; i < probes; i++) {
+            InterProcessMutex m = new InterProcessMutex(client, path + "/p" + i);
+            m.makeRevocable(lock -> { });
+            long t0 = System.nanoTime();
+            if (!m.acquire(BENCH_ACQUIRE_MS, TimeUnit.MILLISECONDS)) {
+                throw new Usage("bench held: " + path + "/p" + i + " not acquired within " + BENCH_ACQUIRE_MS + " ms");
+            }
+            probe[i] = (System.nanoTime() - t0) / 1000;
+            m.release();
+        }
+        Arrays.sort(build);
+        Arrays.sort(probe);
+        return "OK " + percentile(build, 0.50) + " " + percentile(probe, 0.50) + " " + percentile(probe, 0.99);
+    }
+
+    /** How many "bench held" locks this thread still owns, whether the session is the one that took them, and whether the first lock's node is there (a round trip). */
+    private String heldCheck() throws Exception {
+        if (heldPath == null) {
+            throw new Usage("no bench held");
+        }
+        long owned = heldLocks.stream().filter(InterProcessMutex::isOwnedByCurrentThread).count();
+        boolean same = client.getZookeeperClient().getZooKeeper().getSessionId() == heldSession;
+        boolean there = heldLocks.isEmpty() || client.getChildren().forPath(heldPath + "/l0").size() == 1;
+        return "OK " + owned + " " + (same ? 1 : 0) + " " + (there ? 1 : 0);
+    }
+
+    private void heldRelease() {
+        for (InterProcessMutex m : heldLocks) {
+            try {
+                m.release();
+            } catch (Exception e) {
+                // the next run uses fresh paths
+            }
+        }
+        heldLocks.clear();
+        heldPath = null;
+    }
+
+    /** Waits (bounded) until path has count children. */
+    private void awaitChildren(String path, int count) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(SCALE_ACQUIRE_MS);
+        while (true) {
+            int n = client.checkExists().forPath(path) == null ? 0 : client.getChildren().forPath(path).size();
+            if (n == count) {
+                return;
+            }
+            if (System.nanoTime() > deadline) {
+                throw new Usage("bench giveup: " + path + " has " + n + " children, not " + count);
+            }
+            Thread.sleep(10);
+        }
+    }
+
+    private static long median(long[] values) {
+        long[] v = values.clone();
+        Arrays.sort(v);
+        return percentile(v, 0.50);
+    }
+
+    /**
+     * One holder and waiters waiters on one mutex (threads over sessions
+     * sessions); QUITTERS of them, queued in the middle, time out QUIT_GAP_MS
+     * apart. Around each give-up the server's counters give the requests
+     * (less the mntr reading) and watch events it cost; overrun is how long
+     * after its deadline the acquire returned.
+     */
+    private String benchGiveUp(String path, int sessions, int waiters, String mntrAddr) throws Exception {
+        if (waiters < QUITTERS || waiters > MAX_BENCH_THREADS) {
+            throw new Usage("waiters must be " + QUITTERS + ".." + MAX_BENCH_THREADS);
+        }
+        try (Crew crew = new Crew(sessions)) {
+            AtomicReference<Throwable> failure = new AtomicReference<>();
+            List<Thread> threads = new ArrayList<>();
+            InterProcessMutex holder = new InterProcessMutex(crew.clients.get(0), path);
+            if (!holder.acquire(BENCH_ACQUIRE_MS, TimeUnit.MILLISECONDS)) {
+                throw new Usage("bench giveup: " + path + " not acquired");
+            }
+            int[] next = {0};
+            java.util.function.Consumer<Integer> startWaiters = count -> {
+                for (int j = 0; j < count; j++) {
+                    InterProcessMutex m = new InterProcessMutex(crew.clients.get(++next[0] % sessions), path);
+                    Thread t = new Thread(() -> {
+                        try {
+                            if (!m.acquire(SCALE_ACQUIRE_MS, TimeUnit.MILLISECONDS)) {
+                                throw new IllegalStateException("a waiter timed out");
+                            }
+                            m.release();
+                        } catch (Throwable e) {
+                            failure.compareAndSet(null, e);
+                        }
+                    }, "bench-giveup-waiter");
+                    t.setDaemon(true);
+                    threads.add(t);
+                    t.start();
+                }
+            };
+            int first = (waiters - QUITTERS) / 2;
+            startWaiters.accept(first);
+            awaitChildren(path, 1 + first);
+            long quitAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(2000 + 10L * waiters);
+            long[] deadlines = new long[QUITTERS];
+            long[] returned = new long[QUITTERS];
+            CountDownLatch[] gone = new CountDownLatch[QUITTERS];
+            for (int k = 0; k < QUITTERS; k++) {
+                long deadline = quitAt + TimeUnit.MILLISECONDS.toNanos(k * QUIT_GAP_MS);
+                deadlines[k] = deadline;
+                gone[k] = new CountDownLatch(1);
+                int slot = k;
+                InterProcessMutex m = new InterProcessMutex(crew.clients.get(++next[0] % sessions), path);
+                Thread t = new Thread(() -> {
+                    try {
+                        if (m.acquire(deadline - System.nanoTime(), TimeUnit.NANOSECONDS)) {
+                            m.release();
+                            throw new IllegalStateException("a quitter got the lock");
+                        }
+                        returned[slot] = System.nanoTime();
+                    } catch (Throwable e) {
+                        failure.compareAndSet(null, e);
+                    } finally {
+                        gone[slot].countDown();
+                    }
+                }, "bench-giveup-quitter");
+                t.setDaemon(true);
+                threads.add(t);
+                t.start();
+            }
+            awaitChildren(path, 1 + first + QUITTERS);
+            startWaiters.accept(waiters - first - QUITTERS);
+            awaitChildren(path, 1 + waiters);
+            if (System.nanoTime() > quitAt - TimeUnit.MILLISECONDS.toNanos(100)) {
+                throw new Usage("bench giveup: queueing " + waiters + " waiters took longer than the give-up wait");
+            }
+            long[] requests = new long[QUITTERS];
+            long[] events = new long[QUITTERS];
+            long[] overrun = new long[QUITTERS];
+            for (int k = 0; k < QUITTERS; k++) {
+                sleepUntil(deadlines[k] - TimeUnit.MILLISECONDS.toNanos(50));
+                long[] m0 = mntr(mntrAddr);
+                if (!gone[k].await(SCALE_ACQUIRE_MS, TimeUnit.MILLISECONDS) || failure.get() != null) {
+                    break;
+                }
+                Thread.sleep(100);
+                long[] m1 = mntr(mntrAddr);
+                requests[k] = m1[0] - m0[0] - 1;
+                events[k] = m1[1] - m0[1];
+                overrun[k] = Math.max(0, returned[k] - deadlines[k]) / 1000;
+            }
+            if (failure.get() == null) {
+                awaitChildren(path, 1 + waiters - QUITTERS);
+            }
+            holder.release();
+            long joinDeadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(SCALE_ACQUIRE_MS);
+            for (Thread t : threads) {
+                TimeUnit.NANOSECONDS.timedJoin(t, Math.max(1, joinDeadline - System.nanoTime()));
+                if (t.isAlive()) {
+                    failure.compareAndSet(null, new IllegalStateException(t.getName() + " still running"));
+                }
+            }
+            Throwable e = failure.get();
+            if (e != null) {
+                throw new Usage("bench giveup: " + e.getClass().getName() + ": " + e.getMessage());
+            }
+            return "OK " + median(requests) + " " + median(events) + " " + median(overrun);
+        }
     }
 
     /** Curator's version from the recipes jar's Maven properties. */

@@ -51,6 +51,14 @@ pub fn parse(text: &str) -> Option<Counters> {
     })
 }
 
+/// One numeric value of a `mntr` reply, such as `zk_watch_count`.
+pub fn value(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .filter_map(|l| l.trim().split_once('\t'))
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, v)| v.trim().parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +83,7 @@ mod tests {
         };
         assert_eq!(c.until(later).requests, 30);
         assert_eq!(parse("imok"), None);
+        assert_eq!(value(text, "zk_sum_node_deleted_watch_count"), Some(7));
+        assert_eq!(value(text, "zk_watch_count"), None);
     }
 }

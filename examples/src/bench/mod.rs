@@ -4,5 +4,7 @@
 pub mod mntr;
 pub mod procfs;
 pub mod report;
+pub mod scale;
+pub mod scale_child;
 pub mod stats;
 pub mod svg;

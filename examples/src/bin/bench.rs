@@ -34,6 +34,11 @@
 //!
 //! It prints a table and writes `docs/BENCHMARKS.md` and SVG plots next to
 //! it (`--out DIR` to write elsewhere, `--no-write` to only print).
+//!
+//! `--scale` runs the scale scenarios instead (held locks per client,
+//! waiters per lock with the naive lock beside, a waiter giving up,
+//! sessions per process; see `latchkey_examples::bench::scale`) and
+//! rewrites only the scale section of `docs/BENCHMARKS.md`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -46,6 +51,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use latchkey_examples::bench::mntr::{self, Counters};
 use latchkey_examples::bench::report::{self, keys, Better, Library, Results};
+use latchkey_examples::bench::scale::{self, ScaleConfig};
+use latchkey_examples::bench::scale_child;
 use latchkey_examples::bench::svg::{Chart, Series};
 use latchkey_examples::bench::{procfs, stats};
 use latchkey_framework::{Client, CreateMode, ExponentialBackoffRetry};
@@ -76,6 +83,8 @@ const COMMAND: &str = "cargo run --release -p latchkey-examples --bin bench";
 const USAGE: &str = "\
 usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazoo,zookeeper]
              [--rounds N] [--out DIR | --no-write]
+       bench --scale [--quick] [--held N,N,..] [--waiters N,N,..] [--sessions N,N,..]
+             [--connect HOST:PORT] [--libs latchkey,curator] [--out DIR | --no-write]
 
   --quick      a short run (~2 minutes): fewer rounds, cycles and contenders
   --connect    use this ZooKeeper instead of starting one (the herd counters
@@ -83,7 +92,13 @@ usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazo
   --libs       which libraries to run (default: all that are installed)
   --rounds N   rounds per scenario (default 5, quick 2)
   --out DIR    where BENCHMARKS.md and the plots go (default: the docs/ folder)
-  --no-write   print the table only";
+  --no-write   print the table only
+  --scale      the scale scenarios only (latchkey and Curator; a few minutes), which
+               rewrite only the scale section of BENCHMARKS.md; with --connect the
+               server restart is left out
+  --held, --waiters, --sessions
+               the scale sizes (default 1,100,1000,10000; 2,10,100,1000; 1,100,1000;
+               quick: a tenth of the largest)";
 
 /// What a run measures and how much.
 #[derive(Clone, Debug)]
@@ -142,6 +157,17 @@ type Res<T> = Result<T, String>;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // The memory reading's child: `--hold N CONNECT PATH`.
+    // The scale run's latchkey process: `--scale-child CONNECT SESSION_MS`.
+    if let [flag, connect, ms] = args.as_slice() {
+        if flag == "--scale-child" {
+            let ms = ms.parse().unwrap_or(10_000);
+            if let Err(e) = scale_child::main(connect, Duration::from_millis(ms)) {
+                eprintln!("bench --scale-child: {e}");
+                std::process::exit(1);
+            }
+            return;
+        }
+    }
     if let [flag, n, connect, path] = args.as_slice() {
         if flag == "--hold" {
             if let Err(e) = hold_child(n, connect, path) {
@@ -163,6 +189,8 @@ fn main() {
 
 struct Args {
     cfg: Config,
+    /// `--scale`: the scale scenarios instead of the rounds.
+    scale: Option<ScaleConfig>,
     connect: Option<String>,
     libs: Vec<Library>,
     out: Option<PathBuf>,
@@ -173,6 +201,8 @@ fn parse_args(args: &[String]) -> Res<Args> {
     let mut connect = None;
     let mut libs = None;
     let mut rounds = None;
+    let mut scale = false;
+    let (mut held, mut waiters, mut sessions) = (None, None, None);
     let mut out = Some(PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../docs"
@@ -186,6 +216,10 @@ fn parse_args(args: &[String]) -> Res<Args> {
         };
         match a.as_str() {
             "--quick" => quick = true,
+            "--scale" => scale = true,
+            "--held" => held = Some(scale::parse_sizes(&value("--held")?)?),
+            "--waiters" => waiters = Some(scale::parse_sizes(&value("--waiters")?)?),
+            "--sessions" => sessions = Some(scale::parse_sizes(&value("--sessions")?)?),
             "--connect" => connect = Some(value("--connect")?),
             "--libs" => {
                 let names = value("--libs")?;
@@ -224,11 +258,23 @@ fn parse_args(args: &[String]) -> Res<Args> {
     if let Some(r) = rounds {
         cfg.rounds = r;
     }
+    let scale = scale.then(|| {
+        let mut s = if quick {
+            ScaleConfig::quick()
+        } else {
+            ScaleConfig::full()
+        };
+        s.held = held.unwrap_or(s.held);
+        s.waiters = waiters.unwrap_or(s.waiters);
+        s.sessions = sessions.unwrap_or(s.sessions);
+        s
+    });
     let mut libs = libs.unwrap_or_else(|| Library::ALL.to_vec());
     libs.sort();
     libs.dedup();
     Ok(Args {
         cfg,
+        scale,
         connect,
         libs,
         out,
@@ -248,7 +294,7 @@ struct Setup {
 fn run(args: Args) -> Res<()> {
     let started = Instant::now();
     let cfg = args.cfg.clone();
-    let (server, connect) = match &args.connect {
+    let (mut server, connect) = match &args.connect {
         Some(c) => (None, c.clone()),
         None => {
             println!("starting ZooKeeper ...");
@@ -277,6 +323,16 @@ fn run(args: Args) -> Res<()> {
         })
         .unwrap_or_else(|| "unknown".into());
 
+    if let Some(scale_cfg) = &args.scale {
+        let result = run_scale(scale_cfg, &args, server.as_mut(), &connect, mntr_addr);
+        match server {
+            Some(server) => drop(server),
+            None => clean_up(&connect),
+        }
+        result?;
+        println!("done in {:.0?}", started.elapsed());
+        return Ok(());
+    }
     let mut drivers: Vec<Box<dyn Driver>> = Vec::new();
     let mut versions = Vec::new();
     for lib in &args.libs {
@@ -378,6 +434,68 @@ fn run(args: Args) -> Res<()> {
         println!("wrote {}/BENCHMARKS.md and plots", dir.display());
     }
     println!("done in {:.0?}", started.elapsed());
+    Ok(())
+}
+
+/// The scale scenarios (`--scale`): figures, then the docs' scale section.
+fn run_scale(
+    cfg: &ScaleConfig,
+    args: &Args,
+    server: Option<&mut TestingServer>,
+    connect: &str,
+    mntr_addr: Option<SocketAddr>,
+) -> Res<()> {
+    let Some(mntr) = mntr_addr else {
+        return Err("the scale run needs one server that answers mntr".into());
+    };
+    let mut libs: Vec<Library> = args
+        .libs
+        .iter()
+        .copied()
+        .filter(|l| matches!(l, Library::Latchkey | Library::Curator))
+        .collect();
+    if libs.contains(&Library::Curator) {
+        if let Err(why) = peer_available(PeerKind::Curator) {
+            println!("skipping Curator: {why}");
+            libs.retain(|l| *l != Library::Curator);
+        }
+    }
+    println!(
+        "scale run: held {:?}, waiters {:?}, sessions {:?}, libraries {:?}",
+        cfg.held,
+        cfg.waiters,
+        cfg.sessions,
+        libs.iter().map(|l| l.name()).collect::<Vec<_>>()
+    );
+    let began = Instant::now();
+    let load0 = scale::load_average();
+    let restarted = server.is_some();
+    let path = |what: &str| bench_path(what);
+    let results = scale::run(
+        cfg,
+        &libs,
+        scale::Target {
+            connect,
+            mntr,
+            server,
+            path: &path,
+        },
+    )?;
+    println!("\n{}", scale::text(&results));
+    let info = scale::RunInfo {
+        started: SystemTime::now() - began.elapsed(),
+        took: began.elapsed(),
+        load: (load0, scale::load_average()),
+        machine: procfs::machine(),
+        restarted,
+    };
+    if let Some(dir) = &args.out {
+        scale::write(dir, cfg, &results, &info)?;
+        println!(
+            "wrote the scale section of {}/BENCHMARKS.md and its plots",
+            dir.display()
+        );
+    }
     Ok(())
 }
 
@@ -1561,7 +1679,14 @@ fn write_docs(
             .to_svg(),
         )?;
     }
-    write("BENCHMARKS.md", markdown(cfg, setup, results, targets))
+    // The scale section comes from `--scale` runs: keep it.
+    let mut doc = markdown(cfg, setup, results, targets);
+    if let Ok(old) = std::fs::read_to_string(dir.join("BENCHMARKS.md")) {
+        if let Some(section) = scale::existing_section(&old) {
+            doc = scale::splice(&doc, section);
+        }
+    }
+    write("BENCHMARKS.md", doc)
 }
 
 /// A duration in seconds for prose: `2 s`, `1.5 s`.
@@ -1763,6 +1888,9 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
     ));
     line(&format!("{COMMAND} -- --quick      # about 2 minutes"));
     line(&format!("{COMMAND} -- --connect 127.0.0.1:2181 --no-write"));
+    line(&format!(
+        "{COMMAND} -- --scale         # the scale section only, a few minutes"
+    ));
     line("```");
     line("");
     line(

@@ -16,7 +16,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use backoff::backoff::Backoff;
-use crossbeam_channel::{unbounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use super::jute::{Reader, Writer};
@@ -24,6 +23,7 @@ use super::proto::{self, op, xid, ConnectRequest, ConnectResponse, ReplyHeader, 
 use super::watches::{RemoveKind, WatchFn, WatchRegistration, Watches};
 use crate::cancel;
 use crate::error::{Error, ErrorCode};
+use crate::lazy_thread::LazyThread;
 use crate::metrics::{self, Counters};
 use crate::{EventType, WatchedEvent};
 
@@ -369,7 +369,8 @@ struct Inner {
     /// Why the last connect attempt failed; `None` after a success.
     last_connect_error: Mutex<Option<ConnectFailure>>,
     events: EventSink,
-    watch_events: Sender<(Vec<WatchFn>, WatchedEvent)>,
+    /// Runs watch callbacks (not wakers), started with the first one.
+    watch_events: LazyThread<(Vec<WatchFn>, WatchedEvent)>,
 }
 
 /// A handle on one session; cheap to clone.
@@ -386,7 +387,6 @@ impl WireSession {
                 "connect string names no server".into(),
             ));
         }
-        let (watch_tx, watch_rx) = unbounded();
         let inner = Arc::new(Inner {
             io: Mutex::new(Io {
                 live: None,
@@ -414,12 +414,8 @@ impl WireSession {
             seen_read_write: AtomicBool::new(false),
             ended_by: Mutex::new(None),
             events,
-            watch_events: watch_tx,
+            watch_events: LazyThread::new("latchkey-watch", run_watchers),
         });
-        thread::Builder::new()
-            .name("latchkey-watch".into())
-            .spawn(move || run_watchers(watch_rx))
-            .map_err(Error::Io)?;
         let reader = Arc::clone(&inner);
         thread::Builder::new()
             .name("latchkey-io".into())
@@ -787,11 +783,9 @@ fn read_frame(s: &mut TcpStream, max: usize) -> io::Result<Vec<u8>> {
     Ok(body)
 }
 
-fn run_watchers(rx: Receiver<(Vec<WatchFn>, WatchedEvent)>) {
-    for (watchers, event) in rx {
-        for w in watchers {
-            run_watcher(w, &event);
-        }
+fn run_watchers((watchers, event): (Vec<WatchFn>, WatchedEvent)) {
+    for w in watchers {
+        run_watcher(w, &event);
     }
 }
 
@@ -940,7 +934,7 @@ impl Inner {
             event_type: EventType::SessionExpired,
             path,
         };
-        let _ = self.watch_events.send((vec![run], ev));
+        self.watch_events.send((vec![run], ev));
     }
 
     fn drop_connection(&self, code: ErrorCode) {
@@ -1181,7 +1175,7 @@ impl Inner {
                     }
                 }
                 if !watchers.is_empty() {
-                    let _ = self.watch_events.send((watchers, event));
+                    self.watch_events.send((watchers, event));
                 }
             }
             xid::PING | xid::SET_WATCHES => {}

@@ -1,0 +1,90 @@
+//! How many threads a session costs. Its own test binary: it counts the
+//! process' threads by name, which other tests running beside it in the
+//! same process would disturb.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{clients, unique, wait_until};
+use latchkey_recipes::InterProcessMutex;
+
+/// The client's threads alive in this process: those named `latchkey-*`.
+fn client_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("read /proc/self/task")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("latchkey-"))
+        .count()
+}
+
+/// A session holding a lock (with a revocation watch) needs only its I/O
+/// thread and its state thread: listener, watcher and cleanup threads start
+/// when there is something for them to run. A watch that fires and a state
+/// that a listener must hear still reach them.
+#[test]
+fn a_session_holding_a_lock_runs_on_two_threads() {
+    const SESSIONS: usize = 10;
+    let before = client_threads();
+    let cs = clients(SESSIONS, Duration::from_secs(10));
+    let base = unique("threads");
+    let mutexes: Vec<InterProcessMutex> = cs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let m = InterProcessMutex::new(c, &format!("{base}/l{i}")).unwrap();
+            m.make_revocable(|| {});
+            assert!(m.acquire_timeout(Duration::from_secs(10)).unwrap());
+            m
+        })
+        .collect();
+    let per_session = (client_threads() - before) as f64 / SESSIONS as f64;
+    assert!(
+        per_session <= 2.0,
+        "{per_session} threads per session holding a lock (want at most 2)"
+    );
+
+    // A plain watch still runs (on a watcher thread started for it).
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let node = format!("{base}/watched");
+    cs[0]
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&node, b"")
+        .unwrap();
+    cs[0]
+        .get_data_watch(&node, move |ev| {
+            let _ = tx.send(ev);
+        })
+        .unwrap();
+    cs[0].set_data(&node, b"x", None).unwrap();
+    let ev = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the watch fired");
+    assert_eq!(ev.path, node);
+    wait_until(
+        Duration::from_secs(5),
+        || client_threads() - before == SESSIONS * 2 + 1,
+        || {
+            format!(
+                "want one more thread, for the watcher: {}",
+                client_threads() - before
+            )
+        },
+    );
+
+    for m in &mutexes {
+        m.release().unwrap();
+    }
+    cs.iter().for_each(latchkey_framework::Client::close);
+    wait_until(
+        Duration::from_secs(10),
+        || client_threads() == before,
+        || {
+            format!(
+                "{} client threads left after close",
+                client_threads() - before
+            )
+        },
+    );
+}
