@@ -52,6 +52,7 @@ mod ops;
 pub mod paths;
 pub mod retry;
 mod state;
+mod tls;
 mod trace;
 mod types;
 mod wire;
@@ -70,4 +71,5 @@ pub use retry::{
     RetryOneTime, RetryPolicy, RetryUntilElapsed, SessionFailedRetryPolicy,
 };
 pub use state::{ConnectionState, ListenerHandle};
+pub use tls::TlsConfig;
 pub use types::{CreateMode, EventType, Stat, WatchedEvent};
