@@ -264,3 +264,77 @@ impl Write for Stream {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn no_roots() -> TlsSettings {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        TlsSettings {
+            config: Arc::new(config),
+            server_name: None,
+        }
+    }
+
+    #[test]
+    fn server_names_from_connect_string_entries() {
+        assert_eq!(host_of("zk1.example.com:2281"), "zk1.example.com");
+        assert_eq!(host_of("[::1]:2281"), "[::1]");
+        assert!(matches!(
+            server_name(host_of("[::1]:2281")),
+            Ok(ServerName::IpAddress(_))
+        ));
+        assert!(matches!(
+            server_name("127.0.0.1"),
+            Ok(ServerName::IpAddress(_))
+        ));
+        assert!(matches!(server_name("zk1"), Ok(ServerName::DnsName(_))));
+        assert!(server_name("not a name!").is_err());
+    }
+
+    #[test]
+    fn handshake_with_a_silent_server_keeps_its_deadline() {
+        // Accepted by the kernel's backlog, never answered.
+        let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sock = TcpStream::connect(silent.local_addr().unwrap()).unwrap();
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(300);
+        let result = Stream::tls(sock, &no_roots(), "127.0.0.1", deadline);
+        assert!(
+            matches!(result, Err(TlsFailure::TimedOut)),
+            "{:?}",
+            result.err()
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn plain_server_fails_the_handshake_with_a_reason() {
+        let plain = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = plain.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = plain.accept().unwrap();
+            // What a plain ZooKeeper port says: a length-prefixed frame.
+            let _ = c.write_all(&[0, 0, 0, 36, 0, 0, 0, 0, 0, 0, 0x75, 0x30]);
+            let _ = c.read(&mut [0u8; 512]);
+        });
+        let sock = TcpStream::connect(addr).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        match Stream::tls(sock, &no_roots(), "127.0.0.1", deadline) {
+            Err(TlsFailure::Rejected(reason)) => assert!(!reason.is_empty()),
+            other => panic!("expected a rejection, got {:?}", other.err()),
+        }
+        server.join().unwrap();
+    }
+}
