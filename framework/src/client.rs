@@ -50,6 +50,7 @@ pub struct ClientBuilder {
     can_be_read_only: bool,
     max_reply_size: usize,
     max_request_size: usize,
+    tls: Option<crate::TlsConfig>,
 }
 
 impl Default for ClientBuilder {
@@ -66,6 +67,7 @@ impl Default for ClientBuilder {
             can_be_read_only: false,
             max_reply_size: crate::wire::DEFAULT_MAX_REPLY,
             max_request_size: crate::wire::JUTE_MAXBUFFER,
+            tls: None,
         }
     }
 }
@@ -149,6 +151,26 @@ impl ClientBuilder {
         self
     }
 
+    /// Connects with TLS, to servers' secure client port
+    /// (`secureClientPort`): see [`TlsConfig`](crate::TlsConfig) for the
+    /// verification and the README for the matching server settings. The
+    /// certificate files are read by [`ClientBuilder::build`], which fails
+    /// naming a file it cannot use. Default: plain TCP.
+    ///
+    /// ```no_run
+    /// use latchkey_framework::{Client, TlsConfig};
+    ///
+    /// let client = Client::builder()
+    ///     .connect_string("127.0.0.1:2281")
+    ///     .tls(TlsConfig::new("ca.pem"))
+    ///     .build()?;
+    /// # Ok::<(), latchkey_framework::Error>(())
+    /// ```
+    pub fn tls(mut self, config: crate::TlsConfig) -> Self {
+        self.tls = Some(config);
+        self
+    }
+
     /// Checks the settings and makes the client (not started yet).
     pub fn build(self) -> Result<Client> {
         let (hosts, chroot) = parse_connect_string(&self.connect_string)?;
@@ -190,6 +212,7 @@ impl ClientBuilder {
                 }
             }
         };
+        let tls = self.tls.as_ref().map(crate::TlsConfig::load).transpose()?;
         let (events_tx, events_rx) = unbounded();
         let counters = Arc::new(Counters::default());
         Ok(Client {
@@ -206,6 +229,7 @@ impl ClientBuilder {
                         max_reply: self.max_reply_size,
                         max_request: self.max_request_size,
                         counters: Arc::clone(&counters),
+                        tls,
                     },
                     retry: self.retry,
                     namespace: namespace.clone(),

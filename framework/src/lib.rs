@@ -55,6 +55,7 @@ mod ops;
 pub mod paths;
 pub mod retry;
 mod state;
+mod tls;
 mod trace;
 mod transaction;
 mod types;
@@ -76,6 +77,7 @@ pub use retry::{
     RetryOneTime, RetryPolicy, RetryUntilElapsed, SessionFailedRetryPolicy,
 };
 pub use state::{ConnectionState, ListenerHandle};
+pub use tls::TlsConfig;
 pub use transaction::{MultiRead, OperationType, ReadResult, Transaction, TransactionResult};
 pub use types::{CreateMode, EventType, Stat, WatchedEvent};
 pub use watchers::{AddWatchMode, WatcherType};

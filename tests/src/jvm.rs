@@ -104,8 +104,16 @@ fn debian_classpath() -> Option<String> {
         return None;
     }
     let mut cp = vec![ZOOKEEPER_JAR.to_string()];
-    // Named again in case the manifest is ever trimmed; duplicates are harmless.
-    for jar in ["zookeeper-jute.jar", "slf4j-api.jar"] {
+    // Named again in case the manifest is ever trimmed; duplicates are
+    // harmless. Debian's manifest lacks the Netty jars that the Netty
+    // connection factory (TLS) needs beyond the ones it names.
+    for jar in [
+        "zookeeper-jute.jar",
+        "slf4j-api.jar",
+        "netty-codec.jar",
+        "netty-resolver.jar",
+        "netty-transport-native-unix-common.jar",
+    ] {
         let p = format!("/usr/share/java/{jar}");
         if Path::new(&p).is_file() {
             cp.push(p);

@@ -28,7 +28,9 @@ mod jvm;
 pub mod peers;
 pub mod proxy;
 pub mod server;
+pub mod tls;
 
 pub use cluster::TestingCluster;
 pub use proxy::FaultProxy;
-pub use server::{four_letter_word, unique_path, ServerConfig, TestingServer};
+pub use server::{four_letter_word, unique_path, ServerConfig, ServerTls, TestingServer};
+pub use tls::{ClientAuth, TestCerts};

@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use tempfile::TempDir;
 
 use crate::jvm::{self, WaitError, ZkProcess};
+use crate::tls::ClientAuth;
 
 /// How many times a start is retried when another process took the port.
 const START_ATTEMPTS: u32 = 3;
@@ -55,7 +56,26 @@ pub struct ServerConfig {
     /// wins): `-XX:TieredStopAtLevel=4`, say, for the full JIT that a
     /// benchmark wants, where tests prefer the faster start of C1 alone.
     pub jvm_args: Vec<String>,
+    /// TLS on a second, secure client port (see [`ServerConfig::tls`]).
+    /// Default none.
+    pub tls: Option<ServerTls>,
 }
+
+/// The TLS settings of a [`TestingServer`]: PEM key and trust stores and
+/// whether client certificates are required.
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    /// `ssl.keyStore.location`: the server's key and certificate (PEM).
+    pub keystore: PathBuf,
+    /// `ssl.trustStore.location`: the CA certificates that client
+    /// certificates must chain to (PEM).
+    pub truststore: PathBuf,
+    /// `ssl.clientAuth`.
+    pub client_auth: ClientAuth,
+}
+
+/// The connection factory that serves TLS (the default NIO one does not).
+pub const NETTY_FACTORY: &str = "org.apache.zookeeper.server.NettyServerCnxnFactory";
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -69,6 +89,7 @@ impl Default for ServerConfig {
             extra: Vec::new(),
             system_properties: Vec::new(),
             jvm_args: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -114,6 +135,46 @@ impl ServerConfig {
     pub fn jvm_arg(mut self, arg: impl Into<String>) -> Self {
         self.jvm_args.push(arg.into());
         self
+    }
+
+    /// Serves TLS with `certs` on a second port,
+    /// [`TestingServer::secure_port`], beside the plain one (which the
+    /// harness keeps for its four-letter words): the Netty connection
+    /// factory (`-Dzookeeper.serverCnxnFactory`), `secureClientPort` and
+    /// PEM stores. `certs` must outlive the server.
+    ///
+    /// ```no_run
+    /// use latchkey_test::{ClientAuth, ServerConfig, TestCerts, TestingServer};
+    ///
+    /// let certs = TestCerts::generate()?;
+    /// let server = TestingServer::start_with(ServerConfig::default().tls(&certs, ClientAuth::Need))?;
+    /// println!("TLS at {}", server.secure_connect_string().unwrap());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn tls(mut self, certs: &crate::TestCerts, client_auth: ClientAuth) -> Self {
+        self.tls = Some(ServerTls {
+            keystore: certs.server_keystore(),
+            truststore: certs.ca_file(),
+            client_auth,
+        });
+        self.jvm_arg(format!("-Dzookeeper.serverCnxnFactory={NETTY_FACTORY}"))
+    }
+
+    /// The `zoo.cfg` lines of the TLS settings, without the port.
+    fn tls_cfg(&self) -> String {
+        let Some(tls) = &self.tls else {
+            return String::new();
+        };
+        format!(
+            "ssl.keyStore.location={}\n\
+             ssl.keyStore.type=PEM\n\
+             ssl.trustStore.location={}\n\
+             ssl.trustStore.type=PEM\n\
+             ssl.clientAuth={}\n",
+            tls.keystore.display(),
+            tls.truststore.display(),
+            tls.client_auth.as_cfg()
+        )
     }
 
     /// Appends a `key=value` line to `zoo.cfg`.
@@ -168,6 +229,7 @@ impl ServerConfig {
 pub struct TestingServer {
     config: ServerConfig,
     port: u16,
+    secure_port: Option<u16>,
     process: Mutex<Option<ZkProcess>>,
     dir: Option<TempDir>,
     root: PathBuf,
@@ -202,13 +264,16 @@ impl TestingServer {
         let mut server = TestingServer {
             config,
             port: 0,
+            secure_port: None,
             process: Mutex::new(None),
             dir: Some(dir),
             root,
         };
         let mut last_err = None;
         for attempt in 1..=START_ATTEMPTS {
-            server.port = jvm::free_ports(1)?[0];
+            let ports = jvm::free_ports(1 + usize::from(server.config.tls.is_some()))?;
+            server.port = ports[0];
+            server.secure_port = ports.get(1).copied();
             server.write_cfg()?;
             match server.launch(&format!("start, attempt {attempt}")) {
                 Ok(()) => return Ok(server),
@@ -227,6 +292,10 @@ impl TestingServer {
         let _ = writeln!(cfg, "dataDir={}", self.data_dir().display());
         let _ = writeln!(cfg, "clientPort={}", self.port);
         cfg.push_str("clientPortAddress=127.0.0.1\n");
+        if let Some(port) = self.secure_port {
+            let _ = writeln!(cfg, "secureClientPort={port}");
+            cfg.push_str(&self.config.tls_cfg());
+        }
         std::fs::write(self.cfg_path(), cfg)
     }
 
@@ -292,6 +361,17 @@ impl TestingServer {
     /// `"127.0.0.1:PORT"`, for a client's connect string.
     pub fn connect_string(&self) -> String {
         self.addr().to_string()
+    }
+
+    /// `"127.0.0.1:SECURE_PORT"` when the server serves TLS
+    /// ([`ServerConfig::tls`]), for a TLS client's connect string.
+    pub fn secure_connect_string(&self) -> Option<String> {
+        self.secure_port.map(|p| format!("127.0.0.1:{p}"))
+    }
+
+    /// The TLS client port, when the server serves TLS.
+    pub fn secure_port(&self) -> Option<u16> {
+        self.secure_port
     }
 
     /// The client port.

@@ -55,10 +55,12 @@ use latchkey_examples::bench::scale::{self, ScaleConfig};
 use latchkey_examples::bench::scale_child;
 use latchkey_examples::bench::svg::{Chart, Series};
 use latchkey_examples::bench::{procfs, stats};
-use latchkey_framework::{Client, CreateMode, ExponentialBackoffRetry};
+use latchkey_framework::{Client, CreateMode, ExponentialBackoffRetry, TlsConfig};
 use latchkey_recipes::{InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2};
 use latchkey_test::peers::{peer_available, Peer, PeerKind};
-use latchkey_test::{four_letter_word, unique_path, ServerConfig, TestingServer};
+use latchkey_test::{
+    four_letter_word, unique_path, ClientAuth, ServerConfig, TestCerts, TestingServer,
+};
 
 /// Every session's settings, the same for the three libraries (the peers'
 /// defaults): 10 s sessions, 5 s connection timeout,
@@ -82,7 +84,7 @@ const COMMAND: &str = "cargo run --release -p latchkey-examples --bin bench";
 
 const USAGE: &str = "\
 usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazoo,zookeeper]
-             [--rounds N] [--out DIR | --no-write]
+             [--rounds N] [--tls] [--out DIR | --no-write]
        bench --scale [--quick] [--held N,N,..] [--waiters N,N,..] [--sessions N,N,..]
              [--connect HOST:PORT] [--libs latchkey,curator] [--out DIR | --no-write]
 
@@ -91,6 +93,9 @@ usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazo
                need mntr allowed and a single server)
   --libs       which libraries to run (default: all that are installed)
   --rounds N   rounds per scenario (default 5, quick 2)
+  --tls        the embedded server also serves TLS (its Netty connection
+               factory then serves every library), and latchkey's
+               uncontended mutex cycle is measured over TLS as well
   --out DIR    where BENCHMARKS.md and the plots go (default: the docs/ folder)
   --no-write   print the table only
   --scale      the scale scenarios only (latchkey and Curator; a few minutes), which
@@ -194,6 +199,7 @@ struct Args {
     connect: Option<String>,
     libs: Vec<Library>,
     out: Option<PathBuf>,
+    tls: bool,
 }
 
 fn parse_args(args: &[String]) -> Res<Args> {
@@ -203,6 +209,7 @@ fn parse_args(args: &[String]) -> Res<Args> {
     let mut rounds = None;
     let mut scale = false;
     let (mut held, mut waiters, mut sessions) = (None, None, None);
+    let mut tls = false;
     let mut out = Some(PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../docs"
@@ -241,6 +248,7 @@ fn parse_args(args: &[String]) -> Res<Args> {
                     .map_err(|_| format!("--rounds needs a number\n{USAGE}"))?;
                 rounds = Some(n.clamp(1, 50));
             }
+            "--tls" => tls = true,
             "--out" => out = Some(PathBuf::from(value("--out")?)),
             "--no-write" => out = None,
             "-h" | "--help" => {
@@ -269,6 +277,11 @@ fn parse_args(args: &[String]) -> Res<Args> {
         s.sessions = sessions.unwrap_or(s.sessions);
         s
     });
+    if tls && connect.is_some() {
+        return Err(format!(
+            "--tls needs the embedded server (it makes the certificates)\n{USAGE}"
+        ));
+    }
     let mut libs = libs.unwrap_or_else(|| Library::ALL.to_vec());
     libs.sort();
     libs.dedup();
@@ -278,6 +291,7 @@ fn parse_args(args: &[String]) -> Res<Args> {
         connect,
         libs,
         out,
+        tls,
     })
 }
 
@@ -289,23 +303,39 @@ struct Setup {
     versions: Vec<(Library, String)>,
     embedded: bool,
     herd: bool,
+    tls: bool,
 }
 
 fn run(args: Args) -> Res<()> {
     let started = Instant::now();
     let cfg = args.cfg.clone();
+    let certs = match args.tls {
+        true => Some(TestCerts::generate().map_err(|e| format!("cannot make certificates: {e}"))?),
+        false => None,
+    };
     let (mut server, connect) = match &args.connect {
         Some(c) => (None, c.clone()),
         None => {
             println!("starting ZooKeeper ...");
             // The harness caps the server's JIT at C1 so that tests start
             // fast; a benchmark wants the server as it runs in production.
-            let config = ServerConfig::default().jvm_arg(FULL_JIT);
+            let mut config = ServerConfig::default().jvm_arg(FULL_JIT);
+            if let Some(certs) = &certs {
+                config = config.tls(certs, ClientAuth::None);
+            }
             let server = TestingServer::start_with(config)
                 .map_err(|e| format!("cannot start ZooKeeper: {e}"))?;
             let connect = server.connect_string();
             (Some(server), connect)
         }
+    };
+    // latchkey over TLS to the same server, beside the plain drivers.
+    let mut over_tls = match (
+        &certs,
+        server.as_ref().and_then(|s| s.secure_connect_string()),
+    ) {
+        (Some(certs), Some(secure)) => Some(Ours::with_tls(&secure, certs)?),
+        _ => None,
     };
     let mntr_addr = herd_address(&connect);
     if mntr_addr.is_none() {
@@ -380,6 +410,9 @@ fn run(args: Args) -> Res<()> {
         cfg.run
     );
     warm_up(&mut drivers, &cfg)?;
+    if let Some(t) = over_tls.as_mut() {
+        t.mutex(&bench_path("warmup-latchkey-tls/mutex"), cfg.warmup_cycles)?;
+    }
     for round in 0..cfg.rounds {
         println!(
             "round {}/{} ({:.0?} so far)",
@@ -391,6 +424,9 @@ fn run(args: Args) -> Res<()> {
         // (or more tired) server.
         drivers.rotate_left(usize::from(round > 0));
         run_round(&mut drivers, &cfg, mntr_addr, &mut results)?;
+        if let Some(t) = over_tls.as_mut() {
+            tls_round(t, &cfg, &mut results)?;
+        }
     }
     let libs: Vec<Library> = drivers
         .iter()
@@ -398,6 +434,7 @@ fn run(args: Args) -> Res<()> {
         .filter(|l| !l.floor_only())
         .collect();
     drop(drivers);
+    drop(over_tls);
     measure_memory(&libs, &connect, &cfg, &mut results)?;
     match server {
         Some(server) => drop(server),
@@ -427,6 +464,7 @@ fn run(args: Args) -> Res<()> {
         zookeeper,
         versions,
         embedded: args.connect.is_none(),
+        tls: args.tls,
         herd: mntr_addr.is_some(),
     };
     if let Some(dir) = &args.out {
@@ -496,6 +534,33 @@ fn run_scale(
             dir.display()
         );
     }
+    Ok(())
+}
+
+/// latchkey's uncontended mutex cycle over TLS: the row to read beside
+/// the plain one of the same round, same server.
+fn tls_round(over_tls: &mut Ours, cfg: &Config, results: &mut Results) -> Res<()> {
+    let (c, _) = over_tls.mutex(&bench_path("latchkey-tls-mutex"), cfg.cycles)?;
+    let label = "uncontended mutex acquire + release, over TLS";
+    let lib = Library::Latchkey;
+    results.add(
+        "mutex.tls",
+        label,
+        "µs/cycle",
+        Better::Lower,
+        lib,
+        c.mean_us(),
+    );
+    let label = "uncontended mutex cycle p99, over TLS";
+    results.add(
+        "mutex.tls.p99",
+        label,
+        "µs",
+        Better::Lower,
+        lib,
+        c.p99_us as f64,
+    );
+    println!("  latchkey mutex over TLS {:>8.0} µs/cycle", c.mean_us());
     Ok(())
 }
 
@@ -885,6 +950,15 @@ impl Ours {
             client: connected(connect, 1)?.remove(0),
         })
     }
+
+    /// A client connecting with TLS, verifying the server by `certs`' CA.
+    fn with_tls(connect: &str, certs: &TestCerts) -> Res<Self> {
+        let tls = TlsConfig::new(certs.ca_file());
+        Ok(Ours {
+            connect: connect.to_owned(),
+            client: connected_with(connect, 1, Some(tls))?.remove(0),
+        })
+    }
 }
 
 impl Drop for Ours {
@@ -981,16 +1055,23 @@ impl Driver for Zk08 {
 
 /// `n` clients with their own sessions, all connected.
 fn connected(connect: &str, n: usize) -> Res<Vec<Client>> {
+    connected_with(connect, n, None)
+}
+
+/// `n` connected clients, over TLS with `tls`.
+fn connected_with(connect: &str, n: usize, tls: Option<TlsConfig>) -> Res<Vec<Client>> {
     let mut clients = Vec::with_capacity(n);
     let close_all = |clients: &[Client]| clients.iter().for_each(Client::close);
     for _ in 0..n {
-        let c = Client::builder()
+        let mut builder = Client::builder()
             .connect_string(connect)
             .session_timeout(SESSION_TIMEOUT)
             .connection_timeout(CONNECTION_TIMEOUT)
-            .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(100), 3))
-            .build()
-            .map_err(|e| e.to_string())?;
+            .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(100), 3));
+        if let Some(tls) = &tls {
+            builder = builder.tls(tls.clone());
+        }
+        let c = builder.build().map_err(|e| e.to_string())?;
         if let Err(e) = c.start() {
             close_all(&clients);
             return Err(e.to_string());
@@ -1723,6 +1804,14 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
             "given with `--connect`"
         }
     ));
+    if setup.tls {
+        line(
+            "- `--tls`: the server also serves TLS on a secure client port (Netty connection \
+             factory, for every library); the rows \"over TLS\" are latchkey's uncontended cycle \
+             there (rustls, TLS 1.2 or 1.3 as negotiated, no client certificate), to read beside \
+             the plain rows of the same run.",
+        );
+    }
     for (lib, v) in &setup.versions {
         let how = match lib {
             Library::Latchkey => "in the bench process",

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -20,6 +20,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::jute::{Reader, Writer};
 use super::proto::{self, op, xid, ConnectRequest, ConnectResponse, ReplyHeader, WatcherEvent};
+use super::transport::{self, Stream, TlsFailure, TlsSettings};
 use super::watches::{RemoveKind, WatchFn, WatchRegistration, Watches};
 use crate::cancel;
 use crate::error::{Error, ErrorCode};
@@ -61,6 +62,8 @@ pub(crate) struct WireConfig {
     pub max_request: usize,
     /// The client's counters: requests sent, watch events received.
     pub counters: Arc<Counters>,
+    /// TLS on every connection; `None` for plain TCP.
+    pub tls: Option<TlsSettings>,
 }
 
 /// Why the last attempt to connect failed.
@@ -76,6 +79,13 @@ pub(crate) enum ConnectFailure {
     BadHandshake { addr: SocketAddr, reason: String },
     /// Another socket error.
     Io { addr: SocketAddr, reason: String },
+    /// The TLS handshake failed: an untrusted or mismatched certificate,
+    /// or the server refused ours.
+    Tls {
+        host: String,
+        addr: SocketAddr,
+        reason: String,
+    },
 }
 
 impl std::fmt::Display for ConnectFailure {
@@ -90,6 +100,12 @@ impl std::fmt::Display for ConnectFailure {
                 write!(f, "bad handshake reply from {addr}: {reason}")
             }
             ConnectFailure::Io { addr, reason } => write!(f, "connecting to {addr}: {reason}"),
+            ConnectFailure::Tls { host, addr, reason } if *host == addr.to_string() => {
+                write!(f, "TLS with {host} failed: {reason}")
+            }
+            ConnectFailure::Tls { host, addr, reason } => {
+                write!(f, "TLS with {host} ({addr}) failed: {reason}")
+            }
         }
     }
 }
@@ -109,8 +125,26 @@ impl ConnectFailure {
         }
     }
 
+    /// Classifies a failed TLS handshake with `host`.
+    fn tls(host: &str, addr: SocketAddr, e: TlsFailure) -> Self {
+        match e {
+            TlsFailure::TimedOut => ConnectFailure::TimedOut { addr },
+            TlsFailure::Rejected(reason) => ConnectFailure::Tls {
+                host: host.to_owned(),
+                addr,
+                reason,
+            },
+            TlsFailure::Io(e) => ConnectFailure::connecting(addr, &e),
+        }
+    }
+
     /// Classifies an error of the handshake exchange.
-    fn handshaking(addr: SocketAddr, e: &io::Error) -> Self {
+    fn handshaking(host: &str, addr: SocketAddr, e: &io::Error) -> Self {
+        if let Some(reason) = transport::rustls_error(e) {
+            // A TLS 1.3 server refuses a client certificate only now.
+            let host = host.to_owned();
+            return ConnectFailure::Tls { host, addr, reason };
+        }
         match e.kind() {
             io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
                 ConnectFailure::TimedOut { addr }
@@ -318,7 +352,7 @@ impl ReplySlot {
 struct Io {
     /// A handle on the live connection to shut it down with; `None` while
     /// disconnected.
-    live: Option<TcpStream>,
+    live: Option<Stream>,
     /// Counts connections; a writer checks it to write only on the
     /// connection its requests were queued for.
     conn_id: u64,
@@ -330,7 +364,7 @@ struct Io {
 /// [`Io`] and write them under this lock, so frames and the pending queue
 /// keep the same order.
 struct Out {
-    stream: Option<TcpStream>,
+    stream: Option<Stream>,
     conn_id: u64,
     last_send: Instant,
 }
@@ -536,7 +570,7 @@ impl WireSession {
         };
         if let Err(e) = stream.write_all(&frames) {
             log::debug!("write failed, dropping connection: {e}");
-            let _ = stream.shutdown(Shutdown::Both);
+            let _ = stream.shutdown();
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
         }
         out.last_send = Instant::now();
@@ -636,7 +670,7 @@ impl WireSession {
         w.i32(0).string(scheme).bytes(auth);
         if let Err(e) = stream.write_all(&w.finish_frame()) {
             log::debug!("auth write failed, dropping connection: {e}");
-            let _ = stream.shutdown(Shutdown::Both);
+            let _ = stream.shutdown();
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
         }
         out.last_send = Instant::now();
@@ -765,7 +799,7 @@ fn remaining(deadline: Instant) -> Duration {
 
 /// Reads one frame of at most `max` bytes. The buffer grows as bytes
 /// arrive: a length prefix alone allocates nothing.
-fn read_frame(s: &mut TcpStream, max: usize) -> io::Result<Vec<u8>> {
+fn read_frame(s: &mut impl Read, max: usize) -> io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len)?;
     let len = i32::from_be_bytes(len);
@@ -776,7 +810,7 @@ fn read_frame(s: &mut TcpStream, max: usize) -> io::Result<Vec<u8>> {
         ));
     }
     let mut body = Vec::new();
-    s.take(len as u64).read_to_end(&mut body)?;
+    s.by_ref().take(len as u64).read_to_end(&mut body)?;
     if body.len() < len as usize {
         return Err(io::ErrorKind::UnexpectedEof.into());
     }
@@ -824,19 +858,19 @@ impl Inner {
             thread::sleep(pause.next_backoff().unwrap_or(Duration::from_secs(1)));
         };
         // A read-write server found while connected read-only.
-        let mut prefer = None;
+        let mut prefer: Option<SocketAddr> = None;
         while !self.is_ending() {
             let (attempt, round_done) = match prefer.take() {
-                Some(addr) => (Ok(addr), false),
+                Some(addr) => (Ok((addr.ip().to_string(), addr)), false),
                 None => {
                     let (host, round_done) = hosts.next();
-                    (
-                        resolve_one(host).map_err(HandshakeError::Failed),
-                        round_done,
-                    )
+                    let resolved = resolve_one(host).map(|addr| (host.to_owned(), addr));
+                    (resolved.map_err(HandshakeError::Failed), round_done)
                 }
             };
-            let ended = match attempt.and_then(|addr| self.handshake(addr)) {
+            let connected =
+                attempt.and_then(|(host, addr): (String, _)| self.handshake(&host, addr));
+            let ended = match connected {
                 Ok((stream, read_only)) => {
                     *self.last_connect_error.lock() = None;
                     let connected_at = Instant::now();
@@ -940,7 +974,7 @@ impl Inner {
     fn drop_connection(&self, code: ErrorCode) {
         let mut io = self.io.lock();
         if let Some(s) = io.live.take() {
-            let _ = s.shutdown(Shutdown::Both);
+            let _ = s.shutdown();
         }
         for p in io.pending.drain(..) {
             p.answer(Err(Error::from_code(code)));
@@ -950,8 +984,8 @@ impl Inner {
     /// Connects to `addr`, resumes or starts the session there, and makes
     /// the connection the live one; returns its read side and whether the
     /// server is read-only.
-    fn handshake(&self, addr: SocketAddr) -> Result<(TcpStream, bool), HandshakeError> {
-        let (mut s, resp) = self.exchange_handshake(addr)?;
+    fn handshake(&self, host: &str, addr: SocketAddr) -> Result<(Stream, bool), HandshakeError> {
+        let (mut s, resp) = self.exchange_handshake(host, addr)?;
         // The session's own timing follows the requested timeout at most.
         let granted = Duration::from_millis(resp.timeout_ms as u64);
         let negotiated = granted.min(self.cfg.session_timeout);
@@ -993,7 +1027,7 @@ impl Inner {
     }
 
     /// Auth and re-armed watches go first, before any caller's request.
-    fn prime(&self, s: &mut TcpStream) -> io::Result<()> {
+    fn prime(&self, s: &mut Stream) -> io::Result<()> {
         for (scheme, auth) in self.cfg.auth.lock().iter() {
             let mut w = proto::request(xid::AUTH, op::AUTH);
             w.i32(0).string(scheme).bytes(auth);
@@ -1009,19 +1043,32 @@ impl Inner {
     /// The connect request and its reply, each failure classified.
     fn exchange_handshake(
         &self,
+        host: &str,
         addr: SocketAddr,
-    ) -> Result<(TcpStream, ConnectResponse), HandshakeError> {
+    ) -> Result<(Stream, ConnectResponse), HandshakeError> {
         let per_host = self.cfg.connection_timeout / (self.cfg.hosts.len().max(1) as u32);
         let per_host = per_host.max(Duration::from_millis(200));
         let connecting =
             |e: io::Error| HandshakeError::Failed(ConnectFailure::connecting(addr, &e));
         let handshaking =
-            |e: io::Error| HandshakeError::Failed(ConnectFailure::handshaking(addr, &e));
-        let mut s = TcpStream::connect_timeout(&addr, per_host).map_err(connecting)?;
-        s.set_nodelay(true).map_err(connecting)?;
-        s.set_read_timeout(Some(per_host)).map_err(connecting)?;
-        s.set_write_timeout(Some(self.cfg.connection_timeout))
+            |e: io::Error| HandshakeError::Failed(ConnectFailure::handshaking(host, addr, &e));
+        let started = Instant::now();
+        let sock = TcpStream::connect_timeout(&addr, per_host).map_err(connecting)?;
+        sock.set_nodelay(true).map_err(connecting)?;
+        sock.set_write_timeout(Some(self.cfg.connection_timeout))
             .map_err(connecting)?;
+        let mut s = match &self.cfg.tls {
+            None => Stream::plain(sock),
+            Some(tls) => {
+                let name = tls
+                    .server_name
+                    .as_deref()
+                    .unwrap_or(transport::host_of(host));
+                Stream::tls(sock, tls, name, started + per_host)
+                    .map_err(|e| HandshakeError::Failed(ConnectFailure::tls(host, addr, e)))?
+            }
+        };
+        s.set_read_timeout(Some(per_host)).map_err(connecting)?;
         let (session_id, passwd) = {
             let c = self.creds.lock();
             // A read-only server's session is not resumed elsewhere: ask for
@@ -1057,12 +1104,7 @@ impl Inner {
     /// Reads and dispatches replies until the connection ends. Connected to
     /// a read-only server, it also probes the other hosts for a read-write
     /// one (`hosts`), as the Java client's pingRwServer.
-    fn read_loop(
-        &self,
-        mut s: TcpStream,
-        read_only: bool,
-        hosts: &mut HostList,
-    ) -> (Ended, Instant) {
+    fn read_loop(&self, mut s: Stream, read_only: bool, hosts: &mut HostList) -> (Ended, Instant) {
         let negotiated = self.creds.lock().negotiated;
         let mut probe = RwProbe::new(negotiated);
         let read_timeout = negotiated * 2 / 3;
@@ -1264,6 +1306,7 @@ mod tests {
             max_reply: DEFAULT_MAX_REPLY,
             max_request: JUTE_MAXBUFFER,
             counters: Default::default(),
+            tls: None,
         };
         WireSession::start(cfg, Box::new(|_| {})).unwrap()
     }
