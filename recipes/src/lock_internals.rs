@@ -148,6 +148,69 @@ impl Signal {
     }
 }
 
+#[cfg(test)]
+mod signal_tests {
+    use super::*;
+
+    const SHORT: Duration = Duration::from_millis(20);
+
+    #[test]
+    fn a_wait_with_no_wake_up_ends_false_at_its_deadline() {
+        let signal = Signal::default();
+        let epoch = signal.epoch();
+        let started = Instant::now();
+        assert!(!signal.wait(epoch, Some(started + SHORT)));
+        assert!(started.elapsed() >= SHORT);
+        // A deadline already passed: false at once.
+        assert!(!signal.wait(epoch, Some(Instant::now())));
+    }
+
+    #[test]
+    fn every_notify_moves_the_epoch() {
+        let signal = Signal::default();
+        let mut seen = vec![signal.epoch()];
+        for _ in 0..3 {
+            signal.notify();
+            seen.push(signal.epoch());
+        }
+        let mut distinct = seen.clone();
+        distinct.dedup();
+        assert_eq!(distinct, seen, "an epoch repeated: {seen:?}");
+    }
+
+    #[test]
+    fn a_notify_after_the_epoch_was_read_is_not_lost() {
+        // The waiter reads the epoch, looks, and only then waits: a notify
+        // that came meanwhile ends the wait at once, deadline or not.
+        let signal = Signal::default();
+        let epoch = signal.epoch();
+        signal.notify();
+        assert!(signal.wait(epoch, None));
+        let epoch = signal.epoch();
+        signal.notify();
+        assert!(signal.wait(epoch, Some(Instant::now() + Duration::from_secs(60))));
+        // The epoch read after the notify waits for the next one.
+        assert!(!signal.wait(signal.epoch(), Some(Instant::now() + SHORT)));
+    }
+
+    #[test]
+    fn a_blocked_waiter_wakes_at_a_notify_from_another_thread() {
+        let signal = Arc::new(Signal::default());
+        let epoch = signal.epoch();
+        let waiter = {
+            let signal = Arc::clone(&signal);
+            std::thread::spawn(move || {
+                signal.wait(epoch, Some(Instant::now() + Duration::from_secs(30)))
+            })
+        };
+        signal.notify();
+        assert!(
+            waiter.join().unwrap(),
+            "the wait timed out despite the notify"
+        );
+    }
+}
+
 /// The watches a recipe object keeps on other nodes: at most one callback
 /// per watched node and kind, however many waiters wait on it (Curator's one
 /// watcher object per lock, which the Java client's watch set keeps once).
