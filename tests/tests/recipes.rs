@@ -12,7 +12,7 @@ use common::*;
 use latchkey_framework::{Client, ConnectionState, Error};
 use latchkey_recipes::{
     InterProcessLock, InterProcessMultiLock, InterProcessMutex, InterProcessReadWriteLock,
-    InterProcessSemaphoreMutex, InterProcessSemaphoreV2, SharedCount, VersionedValue,
+    InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, SharedCount, VersionedValue,
 };
 
 const SESSION: Duration = Duration::from_secs(10);
@@ -425,6 +425,29 @@ fn read_write_lock_under_contention_keeps_writers_alone() {
     cs.iter().for_each(Client::close);
 }
 
+/// Takes a lease, failing the test once no thread at all has been granted
+/// one for [`STALL`] (a semaphore that lets nobody in fails within seconds
+/// instead of hanging the suite). Waits in short timed rounds: a healthy
+/// semaphore under this load grants one every few tens of milliseconds.
+fn acquire_while_others_progress(sem: &InterProcessSemaphoreV2, oracle: &Oracle) -> Lease {
+    const STALL: Duration = Duration::from_secs(15);
+    let mut seen = oracle.total.load(Ordering::SeqCst);
+    let mut since = Instant::now();
+    loop {
+        if let Some(lease) = sem.acquire_timeout(Duration::from_secs(3)).unwrap() {
+            return lease;
+        }
+        let total = oracle.total.load(Ordering::SeqCst);
+        if total != seen {
+            (seen, since) = (total, Instant::now());
+        }
+        assert!(
+            since.elapsed() < STALL,
+            "no lease granted to any thread for {STALL:?} ({total} so far): the semaphore is stuck"
+        );
+    }
+}
+
 fn semaphore_load(threads: usize, max: u32, sessions: usize) {
     let path = unique(&format!("sem-{threads}-{max}"));
     let cs = clients(sessions);
@@ -439,8 +462,9 @@ fn semaphore_load(threads: usize, max: u32, sessions: usize) {
                 let sem = InterProcessSemaphoreV2::new(c, path, max).unwrap();
                 start.wait();
                 for _ in 0..2 {
-                    let lease = sem.acquire().unwrap();
-                    oracle.enter();
+                    let lease = acquire_while_others_progress(&sem, oracle);
+                    let holders = oracle.enter();
+                    assert!(holders <= max as usize, "{holders} holders for max {max}");
                     // Hold on until `target` holders were seen at once (or a
                     // deadline): on a slow machine grants can be slower than
                     // a fixed hold, and the maximum would then go unreached
