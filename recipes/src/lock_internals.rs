@@ -154,6 +154,19 @@ mod signal_tests {
 
     const SHORT: Duration = Duration::from_millis(20);
 
+    /// `signal.wait(epoch, deadline)` on a thread of its own: its answer, or
+    /// a failed test if it has not returned within 10 s (a wait without a
+    /// deadline that misses its wake-up must not hang the suite).
+    fn wait_at_most_10s(signal: &Arc<Signal>, epoch: u64, deadline: Option<Instant>) -> bool {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let signal = Arc::clone(signal);
+        std::thread::spawn(move || {
+            let _ = tx.send(signal.wait(epoch, deadline));
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the wait missed its wake-up")
+    }
+
     #[test]
     fn a_wait_with_no_wake_up_ends_false_at_its_deadline() {
         let signal = Signal::default();
@@ -182,13 +195,14 @@ mod signal_tests {
     fn a_notify_after_the_epoch_was_read_is_not_lost() {
         // The waiter reads the epoch, looks, and only then waits: a notify
         // that came meanwhile ends the wait at once, deadline or not.
-        let signal = Signal::default();
+        let signal = Arc::new(Signal::default());
         let epoch = signal.epoch();
         signal.notify();
-        assert!(signal.wait(epoch, None));
+        assert!(wait_at_most_10s(&signal, epoch, None));
         let epoch = signal.epoch();
         signal.notify();
-        assert!(signal.wait(epoch, Some(Instant::now() + Duration::from_secs(60))));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        assert!(wait_at_most_10s(&signal, epoch, Some(deadline)));
         // The epoch read after the notify waits for the next one.
         assert!(!signal.wait(signal.epoch(), Some(Instant::now() + SHORT)));
     }
@@ -199,15 +213,10 @@ mod signal_tests {
         let epoch = signal.epoch();
         let waiter = {
             let signal = Arc::clone(&signal);
-            std::thread::spawn(move || {
-                signal.wait(epoch, Some(Instant::now() + Duration::from_secs(30)))
-            })
+            std::thread::spawn(move || wait_at_most_10s(&signal, epoch, None))
         };
         signal.notify();
-        assert!(
-            waiter.join().unwrap(),
-            "the wait timed out despite the notify"
-        );
+        assert!(waiter.join().unwrap());
     }
 }
 
