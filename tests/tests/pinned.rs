@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use common::*;
 use crossbeam_channel::bounded;
 use latchkey_framework::{Client, Error, ErrorCode, Result, RetryNTimes};
-use latchkey_recipes::{CancelToken, Decision, InterProcessMutex, LockDriver, StandardDriver};
+use latchkey_recipes::{
+    CancelToken, Decision, InterProcessMutex, LockDriver, LockInternals, StandardDriver,
+};
 use latchkey_test::TestingServer;
 
 const SESSION: Duration = Duration::from_secs(10);
@@ -372,4 +374,38 @@ fn participant_nodes_fails_on_a_lost_connection_instead_of_listing_none() {
         "with ZooKeeper stopped, participant_nodes answered {got:?}"
     );
     c.close();
+}
+
+#[test]
+fn lock_internals_used_directly_acquires_times_out_and_releases() {
+    // The driver's own API, as a recipe built outside this crate uses it.
+    let server = shared_server();
+    let s = server.connect_string();
+    let (a, b) = (connect(&s, SESSION), connect(&s, SESSION));
+    let ctx = Arc::new(Ctx::new(server, &a));
+    let path = unique("/pinned/internals");
+    let first =
+        LockInternals::new(&a, &path, "lock-", &["lock-"], 1, Arc::new(StandardDriver)).unwrap();
+    let second =
+        LockInternals::new(&b, &path, "lock-", &["lock-"], 1, Arc::new(StandardDriver)).unwrap();
+
+    let held = first
+        .attempt_lock(None, b"first")
+        .unwrap()
+        .expect("an uncontended attempt_lock without a deadline holds the lock");
+    assert_eq!(first.participant_nodes().unwrap(), vec![held.path.clone()]);
+    assert_eq!(a.get_data(&held.path).unwrap().0, b"first");
+
+    let deadline = Instant::now() + Duration::from_millis(300);
+    let got = second.attempt_lock(Some(deadline), b"second").unwrap();
+    assert_eq!(got, None, "a second holder while the first holds");
+
+    first.release(&held);
+    let next = second
+        .attempt_lock(Some(Instant::now() + Duration::from_secs(10)), b"second")
+        .unwrap()
+        .expect("the lock once released");
+    assert!(next.czxid > held.czxid, "fencing tokens go up");
+    second.release(&next);
+    wait_empty(&a, &path, || ctx.dump());
 }
