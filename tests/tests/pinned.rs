@@ -16,7 +16,8 @@ use common::*;
 use crossbeam_channel::bounded;
 use latchkey_framework::{Client, Error, ErrorCode, Result, RetryNTimes};
 use latchkey_recipes::{
-    CancelToken, Decision, InterProcessMutex, LockDriver, LockInternals, StandardDriver,
+    CancelToken, Decision, InterProcessMutex, InterProcessReadWriteLock, LockDriver, LockInternals,
+    StandardDriver,
 };
 use latchkey_test::TestingServer;
 
@@ -408,4 +409,13 @@ fn lock_internals_used_directly_acquires_times_out_and_releases() {
     assert!(next.czxid > held.czxid, "fencing tokens go up");
     second.release(&next);
     wait_empty(&a, &path, || ctx.dump());
+}
+
+#[test]
+fn a_read_write_lock_tells_its_path() {
+    let c = connect(&shared_server().connect_string(), SESSION);
+    let path = unique("/pinned/rw-path");
+    let rw = InterProcessReadWriteLock::new(&c, &path).unwrap();
+    assert_eq!(rw.path(), path);
+    c.close();
 }
