@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use crossbeam_channel::bounded;
-use latchkey_framework::{Client, Error, ErrorCode, Result, RetryNTimes};
+use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result, RetryNTimes};
 use latchkey_recipes::{
     CancelToken, Decision, InterProcessMutex, InterProcessReadWriteLock, LockDriver, LockInternals,
     StandardDriver,
@@ -417,5 +417,50 @@ fn a_read_write_lock_tells_its_path() {
     let path = unique("/pinned/rw-path");
     let rw = InterProcessReadWriteLock::new(&c, &path).unwrap();
     assert_eq!(rw.path(), path);
+    c.close();
+}
+
+#[test]
+fn a_create_refused_by_zookeeper_reaches_the_caller() {
+    // A lock path under an ephemeral node: ZooKeeper refuses the lock node
+    // (NoChildrenForEphemerals). That is an error for the caller, timed
+    // call or not, never "not acquired in time".
+    let server = shared_server();
+    let c = connect(&server.connect_string(), SESSION);
+    let ctx = Arc::new(Ctx::new(server, &c));
+    let parent = unique("/pinned/ephemeral-parent");
+    c.create()
+        .creating_parent_containers_if_needed()
+        .mode(CreateMode::Ephemeral)
+        .for_path(&parent, b"")
+        .unwrap();
+    let mutex = Arc::new(InterProcessMutex::new(&c, &format!("{parent}/lock")).unwrap());
+    let dump = {
+        let ctx = Arc::clone(&ctx);
+        move || ctx.dump()
+    };
+    let timed = {
+        let mutex = Arc::clone(&mutex);
+        bounded_call(
+            "acquire_timeout under an ephemeral node",
+            move || mutex.acquire_timeout(Duration::from_secs(5)),
+            &dump,
+        )
+        .0
+    };
+    assert!(
+        matches!(&timed, Err(e) if e.is(ErrorCode::NoChildrenForEphemerals)),
+        "acquire_timeout: {timed:?}"
+    );
+    let untimed = bounded_call(
+        "acquire under an ephemeral node",
+        move || mutex.acquire(),
+        &dump,
+    )
+    .0;
+    assert!(
+        matches!(&untimed, Err(e) if e.is(ErrorCode::NoChildrenForEphemerals)),
+        "acquire: {untimed:?}"
+    );
     c.close();
 }
