@@ -329,7 +329,13 @@ fn read_write_lock_rules() {
         .map(|c| InterProcessReadWriteLock::new(c, &path).unwrap())
         .collect();
     // Readers overlap.
-    rws[0].read_lock().acquire().unwrap();
+    assert!(
+        rws[0]
+            .read_lock()
+            .acquire_timeout(Duration::from_secs(10))
+            .unwrap(),
+        "a reader on a free lock"
+    );
     assert!(rws[1]
         .read_lock()
         .acquire_timeout(Duration::from_secs(10))
@@ -342,7 +348,13 @@ fn read_write_lock_rules() {
     rws[0].read_lock().release().unwrap();
     rws[1].read_lock().release().unwrap();
     // A writer is alone; a reader waits behind an earlier writer.
-    rws[2].write_lock().acquire().unwrap();
+    assert!(
+        rws[2]
+            .write_lock()
+            .acquire_timeout(Duration::from_secs(10))
+            .unwrap(),
+        "a writer once the readers left"
+    );
     assert!(!rws[3]
         .read_lock()
         .acquire_timeout(Duration::from_millis(400))
@@ -352,7 +364,13 @@ fn read_write_lock_rules() {
         .acquire_timeout(Duration::from_millis(400))
         .unwrap());
     // Downgrade: write, then read, then release the write.
-    rws[2].read_lock().acquire().unwrap();
+    assert!(
+        rws[2]
+            .read_lock()
+            .acquire_timeout(Duration::from_secs(10))
+            .unwrap(),
+        "the write lock's holder did not get the read lock (downgrade)"
+    );
     rws[2].write_lock().release().unwrap();
     assert!(rws[3]
         .read_lock()
