@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use common::*;
 use latchkey_framework::{Client, ConnectionState, Error};
 use latchkey_recipes::{
-    InterProcessLock, InterProcessMultiLock, InterProcessMutex, InterProcessReadWriteLock,
-    InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, SharedCount, VersionedValue,
+    CancelToken, InterProcessLock, InterProcessMultiLock, InterProcessMutex,
+    InterProcessReadWriteLock, InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease,
+    SharedCount, VersionedValue,
 };
 
 const SESSION: Duration = Duration::from_secs(10);
@@ -795,15 +796,26 @@ fn semaphore_maximum_follows_a_shared_count() {
             oracle.violations.lock().unwrap()
         )
     };
+    // Cancelled if this thread panics, so that a failed step ends the
+    // workers still queued at once, not at their 60 s timeout.
+    let gave_up = CancelToken::new();
+    struct CancelOnDrop<'a>(&'a CancelToken);
+    impl Drop for CancelOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.cancel();
+        }
+    }
     thread::scope(|s| {
         // Dropped if this thread panics, so that no worker waits forever.
         let release = release;
+        let _give_up = CancelOnDrop(&gave_up);
         for (c, count) in cs[1..].iter().zip(&counts) {
             let (oracle, may_release, path) = (&oracle, may_release.clone(), &path);
+            let gave_up = &gave_up;
             s.spawn(move || {
                 let sem = InterProcessSemaphoreV2::with_shared_count(c, path, count).unwrap();
                 let lease = sem
-                    .acquire_timeout(Duration::from_secs(60))
+                    .acquire_many_cancellable(1, Duration::from_secs(60), gave_up)
                     .unwrap()
                     .expect("a lease within 60 s");
                 oracle.enter();
