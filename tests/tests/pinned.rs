@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use crossbeam_channel::bounded;
-use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result, RetryNTimes};
+use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result, RetryForever, RetryNTimes};
 use latchkey_recipes::{
     CancelToken, Decision, InterProcessMutex, InterProcessReadWriteLock, LockDriver, LockInternals,
     StandardDriver,
 };
-use latchkey_test::TestingServer;
+use latchkey_test::{FaultProxy, TestingServer};
 
 const SESSION: Duration = Duration::from_secs(10);
 
@@ -462,5 +462,42 @@ fn a_create_refused_by_zookeeper_reaches_the_caller() {
         matches!(&untimed, Err(e) if e.is(ErrorCode::NoChildrenForEphemerals)),
         "acquire: {untimed:?}"
     );
+    c.close();
+}
+
+#[test]
+fn a_timed_acquire_whose_create_gets_no_answer_is_not_acquired_rather_than_an_error() {
+    // ZooKeeper silent (blackholed) and a policy that never gives up: the
+    // call's time runs out in the create, which is "not acquired", as a
+    // wait that reaches its deadline is (Curator's acquire returns false).
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(30))
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(RetryForever::new(Duration::from_millis(100))),
+    );
+    let ctx = Arc::new(Ctx::new(server, &c));
+    let dump = {
+        let ctx = Arc::clone(&ctx);
+        move || ctx.dump()
+    };
+    let mutex = Arc::new(InterProcessMutex::new(&c, &unique("/pinned/silent-create")).unwrap());
+    proxy.pause();
+    for timeout in [Duration::ZERO, Duration::from_millis(1500)] {
+        let mutex = Arc::clone(&mutex);
+        let (got, _) = bounded_call(
+            "acquire_timeout with ZooKeeper blackholed",
+            move || mutex.acquire_timeout(timeout),
+            &dump,
+        );
+        assert!(
+            matches!(got, Ok(false)),
+            "timeout {timeout:?}: want Ok(false), got {got:?}"
+        );
+    }
+    proxy.resume();
     c.close();
 }
