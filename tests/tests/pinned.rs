@@ -17,7 +17,7 @@ use crossbeam_channel::bounded;
 use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result, RetryForever, RetryNTimes};
 use latchkey_recipes::{
     CancelToken, Decision, InterProcessMutex, InterProcessReadWriteLock, LockDriver, LockInternals,
-    StandardDriver,
+    Revoker, StandardDriver,
 };
 use latchkey_test::{FaultProxy, TestingServer};
 
@@ -499,5 +499,57 @@ fn a_timed_acquire_whose_create_gets_no_answer_is_not_acquired_rather_than_an_er
         );
     }
     proxy.resume();
+    c.close();
+}
+
+#[test]
+fn a_revocable_hold_is_not_revoked_until_someone_asks() {
+    let c = connect(&shared_server().connect_string(), SESSION);
+    let lock = InterProcessMutex::new(&c, &unique("/pinned/revocable")).unwrap();
+    let (tx, calls) = bounded(16);
+    lock.make_revocable(move || {
+        let _ = tx.try_send(());
+    });
+    assert!(lock.acquire_timeout(Duration::from_secs(10)).unwrap());
+    // Nothing can prove a call will never come; a revocation request is
+    // answered within milliseconds, so a second is a wide margin.
+    assert!(
+        calls.recv_timeout(Duration::from_secs(1)).is_err(),
+        "the listener ran although nobody asked"
+    );
+    Revoker::attempt_revoke(&c, &lock.lock_node_path().unwrap()).unwrap();
+    assert!(
+        calls.recv_timeout(CALL_BOUND).is_ok(),
+        "the listener never ran"
+    );
+    lock.release().unwrap();
+    c.close();
+}
+
+#[test]
+fn attempt_revoke_ignores_a_node_gone_but_reports_other_errors() {
+    let c = connect(&shared_server().connect_string(), SESSION);
+    // Gone (or never there): nothing to revoke, no error (Curator's).
+    Revoker::attempt_revoke(&c, &unique("/pinned/no-such-lock-node")).unwrap();
+    // Any other failure reaches the caller.
+    let got = Revoker::attempt_revoke(&c, "not-an-absolute-path");
+    assert!(got.is_err(), "an invalid path answered {got:?}");
+    c.close();
+}
+
+#[test]
+fn lock_internals_delete_node_removes_a_node_for_good() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), SESSION);
+    let ctx = Arc::new(Ctx::new(server, &c));
+    let path = unique("/pinned/delete-node");
+    let internals =
+        LockInternals::new(&c, &path, "lock-", &["lock-"], 1, Arc::new(StandardDriver)).unwrap();
+    let node = internals
+        .attempt_lock(Some(Instant::now() + Duration::from_secs(10)), b"")
+        .unwrap()
+        .expect("an uncontended lock");
+    internals.delete_node(&node.path, node.owner);
+    wait_empty(&c, &path, || ctx.dump());
     c.close();
 }
