@@ -511,6 +511,9 @@ fn a_revocable_hold_is_not_revoked_until_someone_asks() {
         let _ = tx.try_send(());
     });
     assert!(lock.acquire_timeout(Duration::from_secs(10)).unwrap());
+    // Other data written into the node is no revocation request either.
+    c.set_data(&lock.lock_node_path().unwrap(), b"not a request", None)
+        .unwrap();
     // Nothing can prove a call will never come; a revocation request is
     // answered within milliseconds, so a second is a wide margin.
     assert!(
