@@ -556,3 +556,56 @@ fn lock_internals_delete_node_removes_a_node_for_good() {
     wait_empty(&c, &path, || ctx.dump());
     c.close();
 }
+
+/// A driver that first waits for a node that is not there (as when the
+/// node ahead goes between the listing and the watch), then decides as the
+/// standard driver does.
+struct WaitsForAGoneNodeOnce {
+    asked: AtomicUsize,
+}
+
+impl LockDriver for WaitsForAGoneNodeOnce {
+    fn decide(&self, children: &[String], ours: &str, max_leases: usize) -> Result<Decision> {
+        if self.asked.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Ok(Decision::WaitFor {
+                node: "gone-before-the-watch".into(),
+            });
+        }
+        StandardDriver.decide(children, ours, max_leases)
+    }
+}
+
+#[test]
+fn a_node_ahead_gone_before_the_watch_means_look_again_not_queue_again() {
+    // No retries: a waiter that took the vanished node ahead for its own
+    // would fail with NoNode instead of looking again.
+    let server = shared_server();
+    let c = client_with(
+        &server.connect_string(),
+        RetryNTimes::new(0, Duration::from_millis(10)),
+    );
+    let ctx = Arc::new(Ctx::new(server, &c));
+    let dump = {
+        let ctx = Arc::clone(&ctx);
+        move || ctx.dump()
+    };
+    let path = unique("/pinned/gone-ahead");
+    let driver = Arc::new(WaitsForAGoneNodeOnce {
+        asked: AtomicUsize::new(0),
+    });
+    let mutex = InterProcessMutex::with_lock_driver(&c, &path, driver.clone()).unwrap();
+    let (got, _) = bounded_call(
+        "acquire whose node ahead is gone before the watch",
+        move || {
+            let got = mutex.acquire_timeout(Duration::from_secs(10));
+            if matches!(got, Ok(true)) {
+                mutex.release().expect("release");
+            }
+            got
+        },
+        &dump,
+    );
+    assert!(matches!(got, Ok(true)), "want the lock, got {got:?}");
+    assert_eq!(driver.asked.load(Ordering::SeqCst), 2);
+    wait_empty(&c, &path, &dump);
+}
