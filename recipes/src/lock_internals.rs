@@ -148,6 +148,78 @@ impl Signal {
     }
 }
 
+#[cfg(test)]
+mod signal_tests {
+    use super::*;
+
+    const SHORT: Duration = Duration::from_millis(20);
+
+    /// `signal.wait(epoch, deadline)` on a thread of its own: its answer, or
+    /// a failed test if it has not returned within 10 s (a wait without a
+    /// deadline that misses its wake-up must not hang the suite).
+    fn wait_at_most_10s(signal: &Arc<Signal>, epoch: u64, deadline: Option<Instant>) -> bool {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let signal = Arc::clone(signal);
+        std::thread::spawn(move || {
+            let _ = tx.send(signal.wait(epoch, deadline));
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the wait missed its wake-up")
+    }
+
+    #[test]
+    fn a_wait_with_no_wake_up_ends_false_at_its_deadline() {
+        let signal = Signal::default();
+        let epoch = signal.epoch();
+        let started = Instant::now();
+        assert!(!signal.wait(epoch, Some(started + SHORT)));
+        assert!(started.elapsed() >= SHORT);
+        // A deadline already passed: false at once.
+        assert!(!signal.wait(epoch, Some(Instant::now())));
+    }
+
+    #[test]
+    fn every_notify_moves_the_epoch() {
+        let signal = Signal::default();
+        let mut seen = vec![signal.epoch()];
+        for _ in 0..3 {
+            signal.notify();
+            seen.push(signal.epoch());
+        }
+        let mut distinct = seen.clone();
+        distinct.dedup();
+        assert_eq!(distinct, seen, "an epoch repeated: {seen:?}");
+    }
+
+    #[test]
+    fn a_notify_after_the_epoch_was_read_is_not_lost() {
+        // The waiter reads the epoch, looks, and only then waits: a notify
+        // that came meanwhile ends the wait at once, deadline or not.
+        let signal = Arc::new(Signal::default());
+        let epoch = signal.epoch();
+        signal.notify();
+        assert!(wait_at_most_10s(&signal, epoch, None));
+        let epoch = signal.epoch();
+        signal.notify();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        assert!(wait_at_most_10s(&signal, epoch, Some(deadline)));
+        // The epoch read after the notify waits for the next one.
+        assert!(!signal.wait(signal.epoch(), Some(Instant::now() + SHORT)));
+    }
+
+    #[test]
+    fn a_blocked_waiter_wakes_at_a_notify_from_another_thread() {
+        let signal = Arc::new(Signal::default());
+        let epoch = signal.epoch();
+        let waiter = {
+            let signal = Arc::clone(&signal);
+            std::thread::spawn(move || wait_at_most_10s(&signal, epoch, None))
+        };
+        signal.notify();
+        assert!(waiter.join().unwrap());
+    }
+}
+
 /// The watches a recipe object keeps on other nodes: at most one callback
 /// per watched node and kind, however many waiters wait on it (Curator's one
 /// watcher object per lock, which the Java client's watch set keeps once).

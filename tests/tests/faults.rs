@@ -188,8 +188,26 @@ fn exclusive_section(c: &Client, oracle: &Oracle, figs: &Figures, lost: impl Fn(
     oracle.exclusive.fetch_sub(1, Ordering::SeqCst);
 }
 
+/// Sets its flag when dropped: contenders stop when a scenario ends, also
+/// when it fails (a panic inside `thread::scope` waits for every thread
+/// before it propagates, so contenders left running would hang the test).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// How long a scenario waits for every contender to get in again after a
+/// fault: several times the longest stall ever recorded (about 4 s, see
+/// docs/RELIABILITY.md), short enough that a lock that lets nobody in fails
+/// the test within seconds.
+const RECOVERY_BOUND: Duration = Duration::from_secs(20);
+
 /// Waits until every one of `sessions` contenders has made at least one
-/// more cycle: a recovery counts only if nobody is left stuck.
+/// more cycle: a recovery counts only if nobody is left stuck. Fails at
+/// once if the oracle has seen overlapping holders.
 fn wait_progress(
     figs: &Figures,
     sessions: usize,
@@ -201,6 +219,11 @@ fn wait_progress(
     wait_until(
         within,
         || {
+            let violations = figs.violations.load(Ordering::SeqCst);
+            assert_eq!(
+                violations, 0,
+                "overlapping holders while waiting for progress after {what}"
+            );
             let now = figs.session_cycles(sessions);
             now.iter().zip(&from).all(|(n, f)| n > f)
         },
@@ -232,11 +255,12 @@ fn ensemble_scenario(kind: Kind, name: &str, leader_kills: usize, soak: Option<D
             .join("\n")
     };
     thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
         for (i, c) in clients.iter().enumerate() {
             let (path, oracle, figs, stop) = (&path, &oracle, &figs, &stop);
             s.spawn(move || contend(c, path, kind, i, oracle, figs, stop));
         }
-        let within = Duration::from_secs(60);
+        let within = RECOVERY_BOUND;
         wait_progress(&figs, sessions, within, "start", || dump(&cluster));
         let until = soak.map(|d| Instant::now() + d);
         let mut kills = 0;
@@ -353,7 +377,9 @@ fn a_partitioned_holder_learns_it_lost_the_lock_before_anyone_else_takes_it() {
     figs.faults.fetch_add(1, Ordering::SeqCst);
     let contender = InterProcessMutex::new(&other, &path).unwrap();
     assert!(
-        contender.acquire_timeout(Duration::from_secs(30)).unwrap(),
+        // The holder's session ends within about 3 s; a contender that is
+        // not woken by then fails the test within 15 s.
+        contender.acquire_timeout(Duration::from_secs(15)).unwrap(),
         "{}",
         ctx.dump()
     );
@@ -429,7 +455,7 @@ fn lost_create_replies_leave_exactly_one_node_per_contender() {
             let (path, oracle, figs, done) = (&path, &oracle, &figs, &done);
             s.spawn(move || {
                 let m = InterProcessMutex::new(c, path).unwrap();
-                let g = m.try_lock_for(Duration::from_secs(60)).unwrap();
+                let g = m.try_lock_for(RECOVERY_BOUND).unwrap();
                 let g = g.expect("a contender never got the lock");
                 exclusive_section(c, oracle, figs, || g.is_lost());
                 figs.cycles.fetch_add(1, Ordering::SeqCst);
@@ -447,9 +473,7 @@ fn lost_create_replies_leave_exactly_one_node_per_contender() {
         proxy.resume();
         figs.faults.fetch_add(1, Ordering::SeqCst);
         let started = Instant::now();
-        while done.load(Ordering::SeqCst) < contenders
-            && started.elapsed() < Duration::from_secs(60)
-        {
+        while done.load(Ordering::SeqCst) < contenders && started.elapsed() < RECOVERY_BOUND {
             let n = observer.get_children(&path).unwrap().len();
             most_nodes.fetch_max(n, Ordering::SeqCst);
             thread::sleep(Duration::from_millis(10));
@@ -495,11 +519,13 @@ fn short_blips_do_not_hang_waiters_or_break_the_queue() {
         .collect();
     let order = Arc::new(Mutex::new(Vec::new()));
     let figs = Figures::default();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded();
     let handles: Vec<_> = waiters
         .iter()
         .enumerate()
         .map(|(i, c)| {
             let (c, path, order) = (c.clone(), path.clone(), Arc::clone(&order));
+            let done = done_tx.clone();
             let h = thread::spawn(move || {
                 let m = InterProcessMutex::new(&c, &path).unwrap();
                 let got = m.acquire_timeout(Duration::from_secs(60)).unwrap();
@@ -507,6 +533,7 @@ fn short_blips_do_not_hang_waiters_or_break_the_queue() {
                     order.lock().unwrap().push(i);
                     m.release().unwrap();
                 }
+                let _ = done.send(());
                 got
             });
             wait_until(
@@ -536,6 +563,17 @@ fn short_blips_do_not_hang_waiters_or_break_the_queue() {
     }
     let released = Instant::now();
     holder.release().unwrap();
+    // Every waiter gets in soon after the release; one that does not fails
+    // the test now rather than at its 60 s timeout.
+    for _ in 0..handles.len() {
+        let left = RECOVERY_BOUND.saturating_sub(released.elapsed());
+        assert!(
+            done_rx.recv_timeout(left).is_ok(),
+            "a waiter hung: not every waiter got the lock within {RECOVERY_BOUND:?} of the release, \
+             order so far {:?}",
+            order.lock().unwrap()
+        );
+    }
     for h in handles {
         assert!(h.join().unwrap(), "a waiter hung");
         figs.cycles.fetch_add(1, Ordering::SeqCst);

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use common::*;
 use latchkey_framework::{Client, ConnectionState, Error};
 use latchkey_recipes::{
-    InterProcessLock, InterProcessMultiLock, InterProcessMutex, InterProcessReadWriteLock,
-    InterProcessSemaphoreMutex, InterProcessSemaphoreV2, SharedCount, VersionedValue,
+    CancelToken, InterProcessLock, InterProcessMultiLock, InterProcessMutex,
+    InterProcessReadWriteLock, InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease,
+    SharedCount, VersionedValue,
 };
 
 const SESSION: Duration = Duration::from_secs(10);
@@ -329,7 +330,13 @@ fn read_write_lock_rules() {
         .map(|c| InterProcessReadWriteLock::new(c, &path).unwrap())
         .collect();
     // Readers overlap.
-    rws[0].read_lock().acquire().unwrap();
+    assert!(
+        rws[0]
+            .read_lock()
+            .acquire_timeout(Duration::from_secs(10))
+            .unwrap(),
+        "a reader on a free lock"
+    );
     assert!(rws[1]
         .read_lock()
         .acquire_timeout(Duration::from_secs(10))
@@ -342,7 +349,13 @@ fn read_write_lock_rules() {
     rws[0].read_lock().release().unwrap();
     rws[1].read_lock().release().unwrap();
     // A writer is alone; a reader waits behind an earlier writer.
-    rws[2].write_lock().acquire().unwrap();
+    assert!(
+        rws[2]
+            .write_lock()
+            .acquire_timeout(Duration::from_secs(10))
+            .unwrap(),
+        "a writer once the readers left"
+    );
     assert!(!rws[3]
         .read_lock()
         .acquire_timeout(Duration::from_millis(400))
@@ -352,7 +365,13 @@ fn read_write_lock_rules() {
         .acquire_timeout(Duration::from_millis(400))
         .unwrap());
     // Downgrade: write, then read, then release the write.
-    rws[2].read_lock().acquire().unwrap();
+    assert!(
+        rws[2]
+            .read_lock()
+            .acquire_timeout(Duration::from_secs(10))
+            .unwrap(),
+        "the write lock's holder did not get the read lock (downgrade)"
+    );
     rws[2].write_lock().release().unwrap();
     assert!(rws[3]
         .read_lock()
@@ -425,6 +444,29 @@ fn read_write_lock_under_contention_keeps_writers_alone() {
     cs.iter().for_each(Client::close);
 }
 
+/// Takes a lease, failing the test once no thread at all has been granted
+/// one for [`STALL`] (a semaphore that lets nobody in fails within seconds
+/// instead of hanging the suite). Waits in short timed rounds: a healthy
+/// semaphore under this load grants one every few tens of milliseconds.
+fn acquire_while_others_progress(sem: &InterProcessSemaphoreV2, oracle: &Oracle) -> Lease {
+    const STALL: Duration = Duration::from_secs(15);
+    let mut seen = oracle.total.load(Ordering::SeqCst);
+    let mut since = Instant::now();
+    loop {
+        if let Some(lease) = sem.acquire_timeout(Duration::from_secs(3)).unwrap() {
+            return lease;
+        }
+        let total = oracle.total.load(Ordering::SeqCst);
+        if total != seen {
+            (seen, since) = (total, Instant::now());
+        }
+        assert!(
+            since.elapsed() < STALL,
+            "no lease granted to any thread for {STALL:?} ({total} so far): the semaphore is stuck"
+        );
+    }
+}
+
 fn semaphore_load(threads: usize, max: u32, sessions: usize) {
     let path = unique(&format!("sem-{threads}-{max}"));
     let cs = clients(sessions);
@@ -439,8 +481,9 @@ fn semaphore_load(threads: usize, max: u32, sessions: usize) {
                 let sem = InterProcessSemaphoreV2::new(c, path, max).unwrap();
                 start.wait();
                 for _ in 0..2 {
-                    let lease = sem.acquire().unwrap();
-                    oracle.enter();
+                    let lease = acquire_while_others_progress(&sem, oracle);
+                    let holders = oracle.enter();
+                    assert!(holders <= max as usize, "{holders} holders for max {max}");
                     // Hold on until `target` holders were seen at once (or a
                     // deadline): on a slow machine grants can be slower than
                     // a fixed hold, and the maximum would then go unreached
@@ -753,15 +796,26 @@ fn semaphore_maximum_follows_a_shared_count() {
             oracle.violations.lock().unwrap()
         )
     };
+    // Cancelled if this thread panics, so that a failed step ends the
+    // workers still queued at once, not at their 60 s timeout.
+    let gave_up = CancelToken::new();
+    struct CancelOnDrop<'a>(&'a CancelToken);
+    impl Drop for CancelOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.cancel();
+        }
+    }
     thread::scope(|s| {
         // Dropped if this thread panics, so that no worker waits forever.
         let release = release;
+        let _give_up = CancelOnDrop(&gave_up);
         for (c, count) in cs[1..].iter().zip(&counts) {
             let (oracle, may_release, path) = (&oracle, may_release.clone(), &path);
+            let gave_up = &gave_up;
             s.spawn(move || {
                 let sem = InterProcessSemaphoreV2::with_shared_count(c, path, count).unwrap();
                 let lease = sem
-                    .acquire_timeout(Duration::from_secs(60))
+                    .acquire_many_cancellable(1, Duration::from_secs(60), gave_up)
                     .unwrap()
                     .expect("a lease within 60 s");
                 oracle.enter();

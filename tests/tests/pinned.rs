@@ -1,0 +1,611 @@
+//! Behaviours of the lock driver that mutation testing showed no other test
+//! pinned: which errors of a wait reach the caller and which queue again,
+//! that a re-queue keeps the call's deadline, that a waiter blocks instead
+//! of polling, and that a participant listing does not turn a lost
+//! connection into an empty queue. Each test fails within seconds, with a
+//! message, when the behaviour breaks.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use crossbeam_channel::bounded;
+use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result, RetryForever, RetryNTimes};
+use latchkey_recipes::{
+    CancelToken, Decision, InterProcessMutex, InterProcessReadWriteLock, LockDriver, LockInternals,
+    Revoker, StandardDriver,
+};
+use latchkey_test::{FaultProxy, TestingServer};
+
+const SESSION: Duration = Duration::from_secs(10);
+
+/// How long any call of these tests may take before the test gives up on
+/// it: far above what a working lock needs, far below a hung suite.
+const CALL_BOUND: Duration = Duration::from_secs(30);
+
+/// A client of `connect_string` with `policy` as its retry policy.
+fn client_with(connect_string: &str, policy: RetryNTimes) -> Client {
+    start_connected(
+        Client::builder()
+            .connect_string(connect_string)
+            .session_timeout(SESSION)
+            .connection_timeout(Duration::from_secs(2))
+            .retry_policy(policy),
+    )
+}
+
+/// Runs `f` on a thread and returns its result and how long it took, or
+/// fails the test if it has not returned within [`CALL_BOUND`].
+fn bounded_call<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+    dump: impl Fn() -> String,
+) -> (T, Duration) {
+    let (tx, rx) = bounded(1);
+    let started = Instant::now();
+    thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(CALL_BOUND) {
+        Ok(v) => (v, started.elapsed()),
+        Err(_) => panic!(
+            "{what} did not return within {CALL_BOUND:?} (or panicked)\n{}",
+            dump()
+        ),
+    }
+}
+
+/// A driver that fails its first `failures` decisions with `error`, then
+/// decides as the standard driver does; counts the decisions asked for.
+struct FailingDriver {
+    failures: usize,
+    error: fn(&str) -> Error,
+    asked: AtomicUsize,
+}
+
+impl FailingDriver {
+    fn new(failures: usize, error: fn(&str) -> Error) -> Arc<Self> {
+        Arc::new(FailingDriver {
+            failures,
+            error,
+            asked: AtomicUsize::new(0),
+        })
+    }
+
+    fn asked(&self) -> usize {
+        self.asked.load(Ordering::SeqCst)
+    }
+}
+
+impl LockDriver for FailingDriver {
+    fn decide(&self, children: &[String], ours: &str, max_leases: usize) -> Result<Decision> {
+        if self.asked.fetch_add(1, Ordering::SeqCst) < self.failures {
+            return Err((self.error)(ours));
+        }
+        StandardDriver.decide(children, ours, max_leases)
+    }
+}
+
+/// What the standard driver says when our node is gone.
+fn no_node(ours: &str) -> Error {
+    Error::Zk {
+        code: ErrorCode::NoNode,
+        path: Some(ours.to_owned()),
+    }
+}
+
+fn refused(_: &str) -> Error {
+    Error::InvalidArgument("refused by the test's driver".into())
+}
+
+/// Waits until `path` has no children left (the background delete of an
+/// abandoned node is asynchronous).
+fn wait_empty(c: &Client, path: &str, dump: impl Fn() -> String) {
+    wait_until(
+        Duration::from_secs(10),
+        || sorted_children(c, path).is_empty(),
+        || format!("left behind: {:?}\n{}", sorted_children(c, path), dump()),
+    );
+}
+
+#[test]
+fn an_error_during_the_wait_reaches_the_caller_instead_of_queueing_again() {
+    // Curator queues again only when its node vanished (NoNode); any other
+    // error of the wait ends the attempt, its node deleted.
+    let server = shared_server();
+    let c = client_with(
+        &server.connect_string(),
+        RetryNTimes::new(3, Duration::from_millis(10)),
+    );
+    let ctx = Arc::new(Ctx::new(server, &c));
+    let path = unique("/pinned/wait-error");
+    let driver = FailingDriver::new(1, refused);
+    let mutex = InterProcessMutex::with_lock_driver(&c, &path, driver.clone()).unwrap();
+    let dump = {
+        let ctx = Arc::clone(&ctx);
+        move || ctx.dump()
+    };
+    let (got, _) = bounded_call(
+        "acquire with a failing driver",
+        move || {
+            let got = mutex.acquire_timeout(Duration::from_secs(10));
+            if matches!(got, Ok(true)) {
+                let _ = mutex.release();
+            }
+            got
+        },
+        &dump,
+    );
+    match got {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("refused"), "{m}"),
+        other => panic!(
+            "want the driver's error, got {other:?} after {} decisions",
+            driver.asked()
+        ),
+    }
+    assert_eq!(driver.asked(), 1, "the failed attempt queued again");
+    wait_empty(&c, &path, &dump);
+}
+
+#[test]
+fn a_vanished_node_queues_again_while_time_allows() {
+    let server = shared_server();
+    let c = client_with(
+        &server.connect_string(),
+        RetryNTimes::new(3, Duration::from_millis(10)),
+    );
+    let ctx = Arc::new(Ctx::new(server, &c));
+    let dump = {
+        let ctx = Arc::clone(&ctx);
+        move || ctx.dump()
+    };
+    // Once with a deadline, once without.
+    for timeout in [Some(Duration::from_secs(20)), None] {
+        let path = unique("/pinned/requeue");
+        let driver = FailingDriver::new(1, no_node);
+        let mutex = InterProcessMutex::with_lock_driver(&c, &path, driver.clone()).unwrap();
+        let (got, _) = bounded_call(
+            "acquire whose first node vanishes",
+            move || {
+                let got = match timeout {
+                    Some(t) => mutex.acquire_timeout(t),
+                    None => mutex.acquire().map(|()| true),
+                };
+                if matches!(got, Ok(true)) {
+                    mutex.release().expect("release");
+                }
+                got
+            },
+            &dump,
+        );
+        assert!(
+            matches!(got, Ok(true)),
+            "timeout {timeout:?}: want the lock on the second node, got {got:?} after {} decisions",
+            driver.asked()
+        );
+        assert_eq!(driver.asked(), 2, "timeout {timeout:?}");
+        wait_empty(&c, &path, &dump);
+    }
+}
+
+#[test]
+fn a_node_that_keeps_vanishing_gives_up_after_the_policys_retries() {
+    let server = shared_server();
+    let c = client_with(
+        &server.connect_string(),
+        RetryNTimes::new(2, Duration::from_millis(10)),
+    );
+    let ctx = Arc::new(Ctx::new(server, &c));
+    let dump = {
+        let ctx = Arc::clone(&ctx);
+        move || ctx.dump()
+    };
+    let path = unique("/pinned/vanishing");
+    let driver = FailingDriver::new(usize::MAX, no_node);
+    let mutex = InterProcessMutex::with_lock_driver(&c, &path, driver.clone()).unwrap();
+    let (got, _) = bounded_call(
+        "acquire whose nodes all vanish",
+        move || mutex.acquire(),
+        &dump,
+    );
+    assert!(
+        matches!(&got, Err(e) if e.is(ErrorCode::NoNode)),
+        "want NoNode once the policy gives up, got {got:?}"
+    );
+    // The first attempt and the policy's two retries.
+    assert_eq!(driver.asked(), 3);
+    wait_empty(&c, &path, &dump);
+}
+
+#[test]
+fn a_requeue_whose_backoff_would_pass_the_deadline_ends_the_call_in_time() {
+    // The policy would queue again after 20 s; the call's deadline is 2 s
+    // away: not acquired, and returned by the deadline, not after the sleep.
+    let server = shared_server();
+    let c = client_with(
+        &server.connect_string(),
+        RetryNTimes::new(5, Duration::from_secs(20)),
+    );
+    let ctx = Arc::new(Ctx::new(server, &c));
+    let dump = {
+        let ctx = Arc::clone(&ctx);
+        move || ctx.dump()
+    };
+    let path = unique("/pinned/backoff");
+    let driver = FailingDriver::new(usize::MAX, no_node);
+    let mutex = InterProcessMutex::with_lock_driver(&c, &path, driver.clone()).unwrap();
+    let timeout = Duration::from_secs(2);
+    let (got, took) = bounded_call(
+        "acquire_timeout(2 s) with a 20 s backoff",
+        move || mutex.acquire_timeout(timeout),
+        &dump,
+    );
+    assert!(matches!(got, Ok(false)), "want Ok(false), got {got:?}");
+    assert!(
+        took < timeout + Duration::from_secs(1),
+        "returned after {took:?}, past its {timeout:?} deadline"
+    );
+    assert_eq!(
+        driver.asked(),
+        1,
+        "queued again although the sleep ends past the deadline"
+    );
+    wait_empty(&c, &path, &dump);
+}
+
+#[test]
+fn a_waiter_blocks_between_wake_ups_instead_of_polling() {
+    // Holder H, then X, then waiter W, who watches X. X gives up: W wakes,
+    // lists, and watches H. From then on W must send nothing until H goes.
+    let server = shared_server();
+    let s = server.connect_string();
+    let (h, x, w) = (
+        connect(&s, SESSION),
+        connect(&s, SESSION),
+        connect(&s, SESSION),
+    );
+    let ctx = Arc::new(Ctx::new(server, &w));
+    let path = unique("/pinned/blocking");
+    let hm = InterProcessMutex::new(&h, &path).unwrap();
+    assert!(hm.acquire_timeout(Duration::from_secs(10)).unwrap());
+
+    // X queues and stays until told to give up.
+    let x_cancel = CancelToken::new();
+    let xm = InterProcessMutex::new(&x, &path).unwrap();
+    let x_thread = {
+        let cancel = x_cancel.clone();
+        thread::spawn(move || xm.acquire_cancellable(Duration::from_secs(60), &cancel))
+    };
+    wait_until(
+        Duration::from_secs(10),
+        || sorted_children(&h, &path).len() == 2,
+        || ctx.dump(),
+    );
+
+    let wm = Arc::new(InterProcessMutex::new(&w, &path).unwrap());
+    let w_cancel = CancelToken::new();
+    let (w_tx, w_rx) = bounded(1);
+    {
+        let (wm, cancel) = (Arc::clone(&wm), w_cancel.clone());
+        thread::spawn(move || {
+            let got = wm.acquire_cancellable(Duration::from_secs(60), &cancel);
+            if matches!(got, Ok(true)) {
+                let _ = wm.release();
+            }
+            let _ = w_tx.send(got);
+        });
+    }
+    wait_until(
+        Duration::from_secs(10),
+        || sorted_children(&h, &path).len() == 3,
+        || ctx.dump(),
+    );
+
+    x_cancel.cancel();
+    let x_got = x_thread.join().expect("X's thread");
+    assert!(matches!(x_got, Err(Error::Cancelled)), "X: {x_got:?}");
+    wait_until(
+        Duration::from_secs(10),
+        || sorted_children(&h, &path).len() == 2,
+        || ctx.dump(),
+    );
+
+    // W has woken at X's deletion and settled on H. Over a second it may
+    // send the few requests of one more look (its wake-up may still be on
+    // its way) and a ping, not one listing after another.
+    let before = w.metrics().requests_sent;
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_secs(1) {
+        thread::sleep(Duration::from_millis(50));
+    }
+    let sent = w.metrics().requests_sent - before;
+    assert!(
+        sent <= 10,
+        "the waiter sent {sent} requests in 1 s while the lock stayed held\n{}",
+        ctx.dump()
+    );
+
+    // W still waits, and takes the lock once H releases it.
+    assert!(w_rx.try_recv().is_err(), "W's wait ended while H held");
+    hm.release().unwrap();
+    match w_rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(Ok(true)) => {}
+        other => panic!("W after H's release: {other:?}\n{}", ctx.dump()),
+    }
+    drop(w_cancel);
+}
+
+#[test]
+fn participant_nodes_fails_on_a_lost_connection_instead_of_listing_none() {
+    let mut server = TestingServer::start().expect("start ZooKeeper");
+    let c = client_with(
+        &server.connect_string(),
+        RetryNTimes::new(1, Duration::from_millis(10)),
+    );
+    let ctx = Arc::new(Ctx::new(&server, &c));
+    let dump = {
+        let ctx = Arc::clone(&ctx);
+        move || ctx.dump()
+    };
+    let path = unique("/pinned/participants");
+    let mutex = Arc::new(InterProcessMutex::new(&c, &path).unwrap());
+
+    // A lock path nobody has used has no participants, and that is no error.
+    assert_eq!(mutex.participant_nodes().unwrap(), Vec::<String>::new());
+
+    assert!(mutex.acquire_timeout(Duration::from_secs(10)).unwrap());
+    let held = mutex.participant_nodes().unwrap();
+    assert_eq!(held.len(), 1, "{held:?}");
+
+    server.stop().expect("stop ZooKeeper");
+    let (got, _) = bounded_call(
+        "participant_nodes with ZooKeeper stopped",
+        {
+            let mutex = Arc::clone(&mutex);
+            move || mutex.participant_nodes()
+        },
+        &dump,
+    );
+    assert!(
+        got.is_err(),
+        "with ZooKeeper stopped, participant_nodes answered {got:?}"
+    );
+    c.close();
+}
+
+#[test]
+fn lock_internals_used_directly_acquires_times_out_and_releases() {
+    // The driver's own API, as a recipe built outside this crate uses it.
+    let server = shared_server();
+    let s = server.connect_string();
+    let (a, b) = (connect(&s, SESSION), connect(&s, SESSION));
+    let ctx = Arc::new(Ctx::new(server, &a));
+    let path = unique("/pinned/internals");
+    let first =
+        LockInternals::new(&a, &path, "lock-", &["lock-"], 1, Arc::new(StandardDriver)).unwrap();
+    let second =
+        LockInternals::new(&b, &path, "lock-", &["lock-"], 1, Arc::new(StandardDriver)).unwrap();
+
+    let held = first
+        .attempt_lock(None, b"first")
+        .unwrap()
+        .expect("an uncontended attempt_lock without a deadline holds the lock");
+    assert_eq!(first.participant_nodes().unwrap(), vec![held.path.clone()]);
+    assert_eq!(a.get_data(&held.path).unwrap().0, b"first");
+
+    let deadline = Instant::now() + Duration::from_millis(300);
+    let got = second.attempt_lock(Some(deadline), b"second").unwrap();
+    assert_eq!(got, None, "a second holder while the first holds");
+
+    first.release(&held);
+    let next = second
+        .attempt_lock(Some(Instant::now() + Duration::from_secs(10)), b"second")
+        .unwrap()
+        .expect("the lock once released");
+    assert!(next.czxid > held.czxid, "fencing tokens go up");
+    second.release(&next);
+    wait_empty(&a, &path, || ctx.dump());
+}
+
+#[test]
+fn a_read_write_lock_tells_its_path() {
+    let c = connect(&shared_server().connect_string(), SESSION);
+    let path = unique("/pinned/rw-path");
+    let rw = InterProcessReadWriteLock::new(&c, &path).unwrap();
+    assert_eq!(rw.path(), path);
+    c.close();
+}
+
+#[test]
+fn a_create_refused_by_zookeeper_reaches_the_caller() {
+    // A lock path under an ephemeral node: ZooKeeper refuses the lock node
+    // (NoChildrenForEphemerals). That is an error for the caller, timed
+    // call or not, never "not acquired in time".
+    let server = shared_server();
+    let c = connect(&server.connect_string(), SESSION);
+    let ctx = Arc::new(Ctx::new(server, &c));
+    let parent = unique("/pinned/ephemeral-parent");
+    c.create()
+        .creating_parent_containers_if_needed()
+        .mode(CreateMode::Ephemeral)
+        .for_path(&parent, b"")
+        .unwrap();
+    let mutex = Arc::new(InterProcessMutex::new(&c, &format!("{parent}/lock")).unwrap());
+    let dump = {
+        let ctx = Arc::clone(&ctx);
+        move || ctx.dump()
+    };
+    let timed = {
+        let mutex = Arc::clone(&mutex);
+        bounded_call(
+            "acquire_timeout under an ephemeral node",
+            move || mutex.acquire_timeout(Duration::from_secs(5)),
+            &dump,
+        )
+        .0
+    };
+    assert!(
+        matches!(&timed, Err(e) if e.is(ErrorCode::NoChildrenForEphemerals)),
+        "acquire_timeout: {timed:?}"
+    );
+    let untimed = bounded_call(
+        "acquire under an ephemeral node",
+        move || mutex.acquire(),
+        &dump,
+    )
+    .0;
+    assert!(
+        matches!(&untimed, Err(e) if e.is(ErrorCode::NoChildrenForEphemerals)),
+        "acquire: {untimed:?}"
+    );
+    c.close();
+}
+
+#[test]
+fn a_timed_acquire_whose_create_gets_no_answer_is_not_acquired_rather_than_an_error() {
+    // ZooKeeper silent (blackholed) and a policy that never gives up: the
+    // call's time runs out in the create, which is "not acquired", as a
+    // wait that reaches its deadline is (Curator's acquire returns false).
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(30))
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(RetryForever::new(Duration::from_millis(100))),
+    );
+    let ctx = Arc::new(Ctx::new(server, &c));
+    let dump = {
+        let ctx = Arc::clone(&ctx);
+        move || ctx.dump()
+    };
+    let mutex = Arc::new(InterProcessMutex::new(&c, &unique("/pinned/silent-create")).unwrap());
+    proxy.pause();
+    for timeout in [Duration::ZERO, Duration::from_millis(1500)] {
+        let mutex = Arc::clone(&mutex);
+        let (got, _) = bounded_call(
+            "acquire_timeout with ZooKeeper blackholed",
+            move || mutex.acquire_timeout(timeout),
+            &dump,
+        );
+        assert!(
+            matches!(got, Ok(false)),
+            "timeout {timeout:?}: want Ok(false), got {got:?}"
+        );
+    }
+    proxy.resume();
+    c.close();
+}
+
+#[test]
+fn a_revocable_hold_is_not_revoked_until_someone_asks() {
+    let c = connect(&shared_server().connect_string(), SESSION);
+    let lock = InterProcessMutex::new(&c, &unique("/pinned/revocable")).unwrap();
+    let (tx, calls) = bounded(16);
+    lock.make_revocable(move || {
+        let _ = tx.try_send(());
+    });
+    assert!(lock.acquire_timeout(Duration::from_secs(10)).unwrap());
+    // Other data written into the node is no revocation request either.
+    c.set_data(&lock.lock_node_path().unwrap(), b"not a request", None)
+        .unwrap();
+    // Nothing can prove a call will never come; a revocation request is
+    // answered within milliseconds, so a second is a wide margin.
+    assert!(
+        calls.recv_timeout(Duration::from_secs(1)).is_err(),
+        "the listener ran although nobody asked"
+    );
+    Revoker::attempt_revoke(&c, &lock.lock_node_path().unwrap()).unwrap();
+    assert!(
+        calls.recv_timeout(CALL_BOUND).is_ok(),
+        "the listener never ran"
+    );
+    lock.release().unwrap();
+    c.close();
+}
+
+#[test]
+fn attempt_revoke_ignores_a_node_gone_but_reports_other_errors() {
+    let c = connect(&shared_server().connect_string(), SESSION);
+    // Gone (or never there): nothing to revoke, no error (Curator's).
+    Revoker::attempt_revoke(&c, &unique("/pinned/no-such-lock-node")).unwrap();
+    // Any other failure reaches the caller.
+    let got = Revoker::attempt_revoke(&c, "not-an-absolute-path");
+    assert!(got.is_err(), "an invalid path answered {got:?}");
+    c.close();
+}
+
+#[test]
+fn lock_internals_delete_node_removes_a_node_for_good() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), SESSION);
+    let ctx = Arc::new(Ctx::new(server, &c));
+    let path = unique("/pinned/delete-node");
+    let internals =
+        LockInternals::new(&c, &path, "lock-", &["lock-"], 1, Arc::new(StandardDriver)).unwrap();
+    let node = internals
+        .attempt_lock(Some(Instant::now() + Duration::from_secs(10)), b"")
+        .unwrap()
+        .expect("an uncontended lock");
+    internals.delete_node(&node.path, node.owner);
+    wait_empty(&c, &path, || ctx.dump());
+    c.close();
+}
+
+/// A driver that first waits for a node that is not there (as when the
+/// node ahead goes between the listing and the watch), then decides as the
+/// standard driver does.
+struct WaitsForAGoneNodeOnce {
+    asked: AtomicUsize,
+}
+
+impl LockDriver for WaitsForAGoneNodeOnce {
+    fn decide(&self, children: &[String], ours: &str, max_leases: usize) -> Result<Decision> {
+        if self.asked.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Ok(Decision::WaitFor {
+                node: "gone-before-the-watch".into(),
+            });
+        }
+        StandardDriver.decide(children, ours, max_leases)
+    }
+}
+
+#[test]
+fn a_node_ahead_gone_before_the_watch_means_look_again_not_queue_again() {
+    // No retries: a waiter that took the vanished node ahead for its own
+    // would fail with NoNode instead of looking again.
+    let server = shared_server();
+    let c = client_with(
+        &server.connect_string(),
+        RetryNTimes::new(0, Duration::from_millis(10)),
+    );
+    let ctx = Arc::new(Ctx::new(server, &c));
+    let dump = {
+        let ctx = Arc::clone(&ctx);
+        move || ctx.dump()
+    };
+    let path = unique("/pinned/gone-ahead");
+    let driver = Arc::new(WaitsForAGoneNodeOnce {
+        asked: AtomicUsize::new(0),
+    });
+    let mutex = InterProcessMutex::with_lock_driver(&c, &path, driver.clone()).unwrap();
+    let (got, _) = bounded_call(
+        "acquire whose node ahead is gone before the watch",
+        move || {
+            let got = mutex.acquire_timeout(Duration::from_secs(10));
+            if matches!(got, Ok(true)) {
+                mutex.release().expect("release");
+            }
+            got
+        },
+        &dump,
+    );
+    assert!(matches!(got, Ok(true)), "want the lock, got {got:?}");
+    assert_eq!(driver.asked.load(Ordering::SeqCst), 2);
+    wait_empty(&c, &path, &dump);
+}
