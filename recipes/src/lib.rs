@@ -12,6 +12,7 @@
 //! | [`InterProcessSemaphoreMutex`] | `InterProcessSemaphoreMutex` |
 //! | [`InterProcessMultiLock`] | `InterProcessMultiLock` |
 //! | [`SharedCount`] | `SharedCount` |
+//! | [`LeaderLatch`] | `LeaderLatch` |
 //!
 //! A semaphore's maximum may follow a [`SharedCount`]
 //! ([`InterProcessSemaphoreV2::with_shared_count`]).
@@ -105,10 +106,12 @@
 
 mod cancel;
 mod hold;
+mod leader_latch;
 mod lock_internals;
 mod metrics;
 mod multi_lock;
 mod mutex;
+mod participant;
 mod revoke;
 mod rwlock;
 mod semaphore;
@@ -125,12 +128,14 @@ pub use crossbeam_channel::select;
 
 pub use cancel::CancelToken;
 pub use hold::HoldEvent;
+pub use leader_latch::{CloseMode, LatchEvent, LatchState, LeaderLatch, LATCH_NAME};
 pub use lock_internals::{
     Decision, LockDriver, LockInternals, LockNode, StandardDriver, REQUEST_GRACE,
 };
 pub use metrics::{lock_metrics, LockMetrics};
 pub use multi_lock::{InterProcessLock, InterProcessMultiLock, MultiLockGuard};
 pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
+pub use participant::Participant;
 pub use revoke::{Revoker, REVOKE_MESSAGE};
 pub use rwlock::{
     InterProcessReadWriteLock, ReadGuard, WriteGuard, READ_LOCK_NAME, WRITE_LOCK_NAME,

@@ -21,6 +21,12 @@
 //   children <path>                         OK <child,child,...> (sorted by name)
 //   count <path> <seed> get                 OK <count>  (a started SharedCount, seeded if new)
 //   count <path> <seed> set <n>             OK set
+//   latch <path> <id> start                 OK started  (a LeaderLatch per path, id as node data)
+//   latch <path> <id> has                   OK true | OK false  (hasLeadership)
+//   latch <path> <id> await <ms>            OK true | OK false  (await(ms))
+//   latch <path> <id> leader                OK <id>  (getLeader; empty if none)
+//   latch <path> <id> participants          OK <id,id,...> in queue order, the leader first
+//   latch <path> <id> close                 OK closed
 //   bench floor <path> <cycles>             OK <cycles> <total_us> <p50_us> <p99_us>
 //                                           (raw create ephemeral-sequential + getChildren + delete)
 //   bench mutex <path> <cycles>             OK <cycles> <total_us> <p50_us> <p99_us>
@@ -80,6 +86,8 @@ import java.util.concurrent.atomic.AtomicReference;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.leader.Participant;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
@@ -118,6 +126,7 @@ public final class CuratorPeer {
     private final Map<String, Integer> semaphoreMax = new HashMap<>();
     private final Map<String, Deque<Lease>> leases = new HashMap<>();
     private final Map<String, SharedCount> counts = new HashMap<>();
+    private final Map<String, LeaderLatch> latches = new HashMap<>();
     /** Sessions opened by "bench hold", each holding one mutex. */
     private final List<CuratorFramework> held = new ArrayList<>();
 
@@ -254,6 +263,13 @@ public final class CuratorPeer {
                 }
             }
         }
+        for (LeaderLatch latch : latches.values()) {
+            try {
+                latch.close();
+            } catch (Exception e) {
+                // closing the client below removes its node anyway
+            }
+        }
         for (SharedCount count : counts.values()) {
             try {
                 count.close();
@@ -300,6 +316,9 @@ public final class CuratorPeer {
             case "count":
                 need(w, 4, 5);
                 return countCommand(w);
+            case "latch":
+                need(w, 4, 5);
+                return latchCommand(w);
             case "bench":
                 need(w, 2, 6);
                 switch (w[1]) {
@@ -439,6 +458,55 @@ public final class CuratorPeer {
             default:
                 throw new Usage("unknown lock operation: " + w[at]);
         }
+    }
+
+    /** start | has | await ms | leader | participants | close, on one LeaderLatch per path. */
+    private String latchCommand(String[] w) throws Exception {
+        String path = w[1];
+        switch (w[3]) {
+            case "start": {
+                need(w, 4, 4);
+                if (latches.containsKey(path)) {
+                    throw new Usage("a latch on " + path + " is already started");
+                }
+                LeaderLatch latch = new LeaderLatch(client, path, w[2]);
+                latch.start();
+                latches.put(path, latch);
+                return "OK started";
+            }
+            case "close":
+                need(w, 4, 4);
+                latch(path).close();
+                latches.remove(path);
+                return "OK closed";
+            case "has":
+                need(w, 4, 4);
+                return "OK " + latch(path).hasLeadership();
+            case "await":
+                need(w, 5, 5);
+                return "OK " + latch(path).await(parseLong(w[4], "ms"), TimeUnit.MILLISECONDS);
+            case "leader":
+                need(w, 4, 4);
+                return "OK " + latch(path).getLeader().getId();
+            case "participants": {
+                need(w, 4, 4);
+                List<String> ids = new ArrayList<>();
+                for (Participant p : latch(path).getParticipants()) {
+                    ids.add(p.getId());
+                }
+                return list(ids);
+            }
+            default:
+                throw new Usage("unknown latch operation: " + w[3]);
+        }
+    }
+
+    private LeaderLatch latch(String path) throws Usage {
+        LeaderLatch latch = latches.get(path);
+        if (latch == null) {
+            throw new Usage("no latch started on " + path);
+        }
+        return latch;
     }
 
     /** get | set n, on one started SharedCount per path. */

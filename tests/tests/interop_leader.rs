@@ -1,0 +1,93 @@
+//! Rust and Apache Curator (Java) in the same elections, counters and
+//! barriers on one real server, each side seeing the other.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use latchkey_recipes::LeaderLatch;
+use latchkey_test::peers::{peer_available, Peer, PeerKind};
+
+const STEP: Duration = Duration::from_secs(60);
+
+fn curator() -> Option<Peer> {
+    if let Err(why) = peer_available(PeerKind::Curator) {
+        eprintln!("SKIPPED: Curator peer unavailable: {why}");
+        return None;
+    }
+    Some(
+        Peer::start(PeerKind::Curator, &shared_server().connect_string())
+            .expect("start Curator peer"),
+    )
+}
+
+fn ok(peer: &mut Peer, cmd: &str) -> String {
+    let reply = peer.command(cmd, STEP).expect("peer answered");
+    assert!(reply.starts_with("OK"), "{cmd} -> {reply}");
+    reply.trim_start_matches("OK").trim().to_owned()
+}
+
+#[test]
+fn rust_and_curator_latches_share_one_election() {
+    let Some(mut java) = curator() else { return };
+    let path = unique("interop-latch");
+    let c = connect(&shared_server().connect_string(), Duration::from_secs(10));
+
+    // Java first: it leads, Rust waits and sees Java as leader.
+    ok(&mut java, &format!("latch {path} java start"));
+    assert_eq!(
+        ok(&mut java, &format!("latch {path} java await 10000")),
+        "true"
+    );
+    let rust = LeaderLatch::with_id(&c, &path, "rust").unwrap();
+    rust.start().unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || rust.participants().map(|p| p.len() == 2).unwrap_or(false),
+        String::new,
+    );
+    assert!(!rust.await_leadership(Duration::from_millis(500)).unwrap());
+    assert_eq!(rust.leader().unwrap().id, "java");
+    let ids: Vec<String> = rust
+        .participants()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(ids, ["java", "rust"]);
+    // Java reads the same queue from Rust's node.
+    assert_eq!(
+        ok(&mut java, &format!("latch {path} java participants")),
+        "java,rust"
+    );
+    assert_eq!(ok(&mut java, &format!("latch {path} java has")), "true");
+
+    // Java leaves: Rust leads, and Java sees it.
+    ok(&mut java, &format!("latch {path} java close"));
+    assert!(rust.await_leadership(Duration::from_secs(10)).unwrap());
+    ok(&mut java, &format!("latch {path} java start"));
+    wait_until(
+        Duration::from_secs(10),
+        || rust.participants().map(|p| p.len() == 2).unwrap_or(false),
+        String::new,
+    );
+    assert_eq!(ok(&mut java, &format!("latch {path} java leader")), "rust");
+    assert_eq!(
+        ok(&mut java, &format!("latch {path} java await 300")),
+        "false"
+    );
+    assert_eq!(
+        ok(&mut java, &format!("latch {path} java participants")),
+        "rust,java"
+    );
+
+    // Rust leaves: Java leads.
+    rust.close().unwrap();
+    assert_eq!(
+        ok(&mut java, &format!("latch {path} java await 10000")),
+        "true"
+    );
+    ok(&mut java, &format!("latch {path} java close"));
+    java.quit(STEP).unwrap();
+}
