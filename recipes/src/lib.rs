@@ -13,6 +13,7 @@
 //! | [`InterProcessMultiLock`] | `InterProcessMultiLock` |
 //! | [`SharedCount`] | `SharedCount` |
 //! | [`LeaderLatch`] | `LeaderLatch` |
+//! | [`LeaderSelector`] | `LeaderSelector` |
 //!
 //! A semaphore's maximum may follow a [`SharedCount`]
 //! ([`InterProcessSemaphoreV2::with_shared_count`]).
@@ -107,6 +108,7 @@
 mod cancel;
 mod hold;
 mod leader_latch;
+mod leader_selector;
 mod lock_internals;
 mod metrics;
 mod multi_lock;
@@ -129,6 +131,7 @@ pub use crossbeam_channel::select;
 pub use cancel::CancelToken;
 pub use hold::HoldEvent;
 pub use leader_latch::{CloseMode, LatchEvent, LatchState, LeaderLatch, LATCH_NAME};
+pub use leader_selector::{LeaderSelector, Leadership};
 pub use lock_internals::{
     Decision, LockDriver, LockInternals, LockNode, StandardDriver, REQUEST_GRACE,
 };

@@ -27,6 +27,13 @@
 //   latch <path> <id> leader                OK <id>  (getLeader; empty if none)
 //   latch <path> <id> participants          OK <id,id,...> in queue order, the leader first
 //   latch <path> <id> close                 OK closed
+//   selector <path> <id> start              OK started  (an auto-requeued LeaderSelector per path whose
+//                                           takeLeadership leads until "release")
+//   selector <path> <id> await <ms>         OK true | OK false  (leading within ms)
+//   selector <path> <id> has                OK true | OK false
+//   selector <path> <id> release            OK released  (ends the current term)
+//   selector <path> <id> terms              OK <n>  (terms begun so far)
+//   selector <path> <id> leader|participants|close   as for latch
 //   bench floor <path> <cycles>             OK <cycles> <total_us> <p50_us> <p99_us>
 //                                           (raw create ephemeral-sequential + getChildren + delete)
 //   bench mutex <path> <cycles>             OK <cycles> <total_us> <p50_us> <p99_us>
@@ -87,6 +94,8 @@ import java.util.concurrent.atomic.AtomicReference;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.leader.LeaderSelector;
+import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
 import org.apache.curator.framework.recipes.leader.Participant;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
@@ -127,6 +136,15 @@ public final class CuratorPeer {
     private final Map<String, Deque<Lease>> leases = new HashMap<>();
     private final Map<String, SharedCount> counts = new HashMap<>();
     private final Map<String, LeaderLatch> latches = new HashMap<>();
+    private final Map<String, PeerSelector> selectors = new HashMap<>();
+
+    /** A LeaderSelector whose term lasts until the driver says "release". */
+    private static final class PeerSelector {
+        final java.util.concurrent.Semaphore release = new java.util.concurrent.Semaphore(0);
+        final java.util.concurrent.atomic.AtomicBoolean leading = new java.util.concurrent.atomic.AtomicBoolean();
+        final AtomicInteger terms = new AtomicInteger();
+        LeaderSelector selector;
+    }
     /** Sessions opened by "bench hold", each holding one mutex. */
     private final List<CuratorFramework> held = new ArrayList<>();
 
@@ -263,6 +281,9 @@ public final class CuratorPeer {
                 }
             }
         }
+        for (PeerSelector sel : selectors.values()) {
+            sel.selector.close();
+        }
         for (LeaderLatch latch : latches.values()) {
             try {
                 latch.close();
@@ -319,6 +340,9 @@ public final class CuratorPeer {
             case "latch":
                 need(w, 4, 5);
                 return latchCommand(w);
+            case "selector":
+                need(w, 4, 5);
+                return selectorCommand(w);
             case "bench":
                 need(w, 2, 6);
                 switch (w[1]) {
@@ -498,6 +522,77 @@ public final class CuratorPeer {
             }
             default:
                 throw new Usage("unknown latch operation: " + w[3]);
+        }
+    }
+
+    /** start | await ms | has | release | terms | leader | participants | close. */
+    private String selectorCommand(String[] w) throws Exception {
+        String path = w[1];
+        if (w[3].equals("start")) {
+            need(w, 4, 4);
+            if (selectors.containsKey(path)) {
+                throw new Usage("a selector on " + path + " is already started");
+            }
+            PeerSelector sel = new PeerSelector();
+            sel.selector = new LeaderSelector(client, path, new LeaderSelectorListenerAdapter() {
+                @Override
+                public void takeLeadership(CuratorFramework c) throws Exception {
+                    sel.terms.incrementAndGet();
+                    sel.leading.set(true);
+                    try {
+                        sel.release.acquire();
+                    } finally {
+                        sel.leading.set(false);
+                    }
+                }
+            });
+            sel.selector.setId(w[2]);
+            sel.selector.autoRequeue();
+            sel.selector.start();
+            selectors.put(path, sel);
+            return "OK started";
+        }
+        PeerSelector sel = selectors.get(path);
+        if (sel == null) {
+            throw new Usage("no selector started on " + path);
+        }
+        switch (w[3]) {
+            case "await": {
+                need(w, 5, 5);
+                long until = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(parseLong(w[4], "ms"));
+                while (!sel.leading.get() && System.nanoTime() < until) {
+                    Thread.sleep(10);
+                }
+                return "OK " + sel.leading.get();
+            }
+            case "has":
+                need(w, 4, 4);
+                return "OK " + sel.selector.hasLeadership();
+            case "release":
+                need(w, 4, 4);
+                sel.release.release();
+                return "OK released";
+            case "terms":
+                need(w, 4, 4);
+                return "OK " + sel.terms.get();
+            case "leader":
+                need(w, 4, 4);
+                return "OK " + sel.selector.getLeader().getId();
+            case "participants": {
+                need(w, 4, 4);
+                List<String> ids = new ArrayList<>();
+                for (Participant p : sel.selector.getParticipants()) {
+                    ids.add(p.getId());
+                }
+                return list(ids);
+            }
+            case "close":
+                need(w, 4, 4);
+                sel.selector.close();
+                selectors.remove(path);
+                return "OK closed";
+            default:
+                throw new Usage("unknown selector operation: " + w[3]);
         }
     }
 

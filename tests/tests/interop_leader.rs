@@ -91,3 +91,65 @@ fn rust_and_curator_latches_share_one_election() {
     ok(&mut java, &format!("latch {path} java close"));
     java.quit(STEP).unwrap();
 }
+
+#[test]
+fn rust_and_curator_selectors_take_turns_on_one_lock() {
+    use latchkey_recipes::LeaderSelector;
+    let Some(mut java) = curator() else { return };
+    let path = unique("interop-selector");
+    let c = connect(&shared_server().connect_string(), Duration::from_secs(10));
+
+    ok(&mut java, &format!("selector {path} java start"));
+    assert_eq!(
+        ok(&mut java, &format!("selector {path} java await 10000")),
+        "true"
+    );
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let rust = LeaderSelector::new(&c, &path, "rust", move |l| {
+        let _ = tx.send("lead");
+        l.wait(Duration::from_millis(500));
+    })
+    .unwrap();
+    rust.start().unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || rust.participants().map(|p| p.len() == 2).unwrap_or(false),
+        String::new,
+    );
+    // Each side sees the other, Java leading.
+    let ids: Vec<String> = rust
+        .participants()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(ids, ["java", "rust"]);
+    assert_eq!(rust.leader().unwrap().id, "java");
+    assert_eq!(
+        ok(&mut java, &format!("selector {path} java participants")),
+        "java,rust"
+    );
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "Rust led beside Java"
+    );
+
+    // Java's term ends: Rust leads, Java (requeued) sees it, and gets its
+    // next term once Rust's ends.
+    ok(&mut java, &format!("selector {path} java release"));
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("lead"));
+    assert_eq!(
+        ok(&mut java, &format!("selector {path} java leader")),
+        "rust"
+    );
+    assert_eq!(ok(&mut java, &format!("selector {path} java has")), "false");
+    assert_eq!(
+        ok(&mut java, &format!("selector {path} java await 10000")),
+        "true"
+    );
+    assert_eq!(ok(&mut java, &format!("selector {path} java terms")), "2");
+    rust.close();
+    ok(&mut java, &format!("selector {path} java release"));
+    ok(&mut java, &format!("selector {path} java close"));
+    java.quit(STEP).unwrap();
+}

@@ -369,3 +369,249 @@ fn never_two_leaders_through_leader_kills_and_a_rolling_restart() {
     assert_eq!(v, 0, "two latches led at once");
     assert_eq!(latches[0].participants().unwrap().len(), sessions);
 }
+
+mod selector {
+    use super::*;
+    use latchkey_recipes::{LeaderSelector, Leadership};
+    use std::sync::Arc;
+
+    /// Counts leaders at once (only valid terms) and terms per participant.
+    #[derive(Default)]
+    struct Oracle {
+        leading: AtomicUsize,
+        violations: AtomicUsize,
+        terms: std::sync::Mutex<Vec<usize>>,
+    }
+
+    impl Oracle {
+        /// Leads in short steps while the term is valid, at most `steps`.
+        fn lead(&self, me: usize, l: &Leadership, steps: usize) {
+            {
+                let mut t = self.terms.lock().unwrap();
+                if t.len() <= me {
+                    t.resize(me + 1, 0);
+                }
+                t[me] += 1;
+            }
+            for _ in 0..steps {
+                if !l.is_valid() {
+                    return;
+                }
+                if self.leading.fetch_add(1, Ordering::SeqCst) != 0 {
+                    self.violations.fetch_add(1, Ordering::SeqCst);
+                }
+                thread::sleep(Duration::from_millis(5));
+                self.leading.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+
+        fn total_terms(&self) -> usize {
+            self.terms.lock().unwrap().iter().sum()
+        }
+    }
+
+    fn selectors(
+        cs: &[Client],
+        path: &str,
+        oracle: &Arc<Oracle>,
+        steps: usize,
+    ) -> Vec<LeaderSelector> {
+        cs.iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let o = Arc::clone(oracle);
+                let s =
+                    LeaderSelector::new(c, path, &format!("s{i}"), move |l| o.lead(i, l, steps))
+                        .unwrap();
+                s.auto_requeue();
+                s
+            })
+            .collect()
+    }
+
+    #[test]
+    fn selectors_take_turns_one_at_a_time_and_requeue() {
+        let cs = clients(3, SESSION);
+        let path = unique("selector-turns");
+        let oracle = Arc::new(Oracle::default());
+        let sel = selectors(&cs, &path, &oracle, 20);
+        for s in &sel {
+            s.start().unwrap();
+        }
+        wait_until(
+            Duration::from_secs(30),
+            || {
+                oracle
+                    .terms
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|&&t| t >= 2)
+                    .count()
+                    == 3
+            },
+            || format!("terms {:?}", oracle.terms.lock().unwrap()),
+        );
+        // Curator's lock nodes hold the ids; every participant is listed.
+        let p = sel[0].participants().unwrap();
+        assert_eq!(p.len(), 3, "{p:?}");
+        let mut ids: Vec<String> = p.iter().map(|p| p.id.clone()).collect();
+        ids.sort();
+        assert_eq!(ids, ["s0", "s1", "s2"]);
+        assert!(p[0].is_leader && !p[1].is_leader);
+        for c in sorted_children(&cs[0], &path) {
+            assert!(c.starts_with("_c_") && c.contains("-lock-"), "{c}");
+        }
+        drop(sel);
+        wait_until(
+            Duration::from_secs(10),
+            || sorted_children(&cs[0], &path).is_empty(),
+            || format!("{:?}", sorted_children(&cs[0], &path)),
+        );
+        assert_eq!(oracle.violations.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn interrupt_ends_a_term_and_close_releases() {
+        let cs = clients(2, SESSION);
+        let path = unique("selector-interrupt");
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let a = LeaderSelector::new(&cs[0], &path, "a", move |l| {
+            let _ = tx.send("lead");
+            // Lead until told otherwise.
+            let valid = l.wait(Duration::MAX);
+            let _ = tx.send(if l.is_interrupted() && !valid {
+                "interrupted"
+            } else {
+                "other"
+            });
+        })
+        .unwrap();
+        a.start().unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("lead"));
+        assert!(a.has_leadership());
+        assert_eq!(a.leader().unwrap().id, "a");
+        let b = LeaderSelector::new(&cs[1], &path, "b", |_| {}).unwrap();
+        b.start().unwrap();
+        wait_until(
+            Duration::from_secs(10),
+            || b.participants().map(|p| p.len() == 2).unwrap_or(false),
+            String::new,
+        );
+        assert!(!b.has_leadership());
+        let t = Instant::now();
+        a.interrupt_leadership();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok("interrupted"));
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        // Without auto-requeue, `a` is out until it requeues; `b` led and is done.
+        wait_until(
+            Duration::from_secs(10),
+            || sorted_children(&cs[0], &path).is_empty(),
+            || format!("{:?}", sorted_children(&cs[0], &path)),
+        );
+        assert!(a.requeue().unwrap());
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("lead"));
+        a.close();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok("interrupted"));
+        wait_until(
+            Duration::from_secs(10),
+            || sorted_children(&cs[0], &path).is_empty(),
+            || format!("{:?}", sorted_children(&cs[0], &path)),
+        );
+        assert!(a.requeue().is_err());
+        assert!(LeaderSelector::new(&cs[0], "/", "x", |_| {}).is_err());
+    }
+
+    #[test]
+    fn a_suspended_connection_interrupts_the_term() {
+        let mut server = TestingServer::start().unwrap();
+        let c = connect(&server.connect_string(), Duration::from_secs(30));
+        let ctx = Ctx::new(&server, &c);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let s = LeaderSelector::new(&c, &unique("selector-suspend"), "solo", move |l| {
+            let _ = tx.send(true);
+            l.wait(Duration::MAX);
+            let _ = tx.send(l.is_interrupted());
+        })
+        .unwrap();
+        s.auto_requeue();
+        s.start().unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true));
+        server.stop().unwrap();
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(30)),
+            Ok(true),
+            "the term was not interrupted\n{}",
+            ctx.dump()
+        );
+        assert!(!s.has_leadership());
+        server.restart().unwrap();
+        // Queued again: leads again once reconnected.
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(60)),
+            Ok(true),
+            "{}",
+            ctx.dump()
+        );
+        assert!(s.has_leadership());
+    }
+
+    #[test]
+    fn never_two_selector_leaders_through_leader_kills() {
+        let mut cluster = TestingCluster::start(3).unwrap();
+        let path = unique("selector-ensemble");
+        let cs: Vec<Client> = (0..4)
+            .map(|_| {
+                start_connected(
+                    Client::builder()
+                        .connect_string(cluster.connect_string())
+                        .session_timeout(Duration::from_secs(6))
+                        .connection_timeout(Duration::from_secs(3))
+                        .retry_policy(ExponentialBackoffRetry::with_max_sleep(
+                            Duration::from_millis(50),
+                            29,
+                            Duration::from_millis(500),
+                        )),
+                )
+            })
+            .collect();
+        let oracle = Arc::new(Oracle::default());
+        let sel = selectors(&cs, &path, &oracle, 40);
+        for s in &sel {
+            s.start().unwrap();
+        }
+        let progress = |what: &str, c: &TestingCluster| {
+            let before = oracle.total_terms();
+            let t = Instant::now();
+            wait_until(
+                Duration::from_secs(60),
+                || oracle.total_terms() >= before + 2,
+                || {
+                    format!(
+                        "no new term after {what}\n{}",
+                        (0..3)
+                            .map(|i| c.log_tail(i, 10))
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    )
+                },
+            );
+            println!("{what}: new terms after {:?}", t.elapsed());
+        };
+        progress("start", &cluster);
+        for _ in 0..2 {
+            let zk_leader = cluster.leader().expect("an ensemble leader");
+            cluster.kill(zk_leader).unwrap();
+            progress("leader kill", &cluster);
+            cluster.restart(zk_leader).unwrap();
+            progress("leader restart", &cluster);
+        }
+        drop(sel);
+        let v = oracle.violations.load(Ordering::SeqCst);
+        println!(
+            "selector ensemble: {} terms, {v} overlaps",
+            oracle.total_terms()
+        );
+        assert_eq!(v, 0, "two selectors led at once");
+    }
+}
