@@ -14,6 +14,7 @@
 //! | [`SharedCount`] | `SharedCount` |
 //! | [`LeaderLatch`] | `LeaderLatch` |
 //! | [`LeaderSelector`] | `LeaderSelector` |
+//! | [`DistributedAtomicLong`], [`DistributedAtomicInteger`] | `DistributedAtomicLong`, `DistributedAtomicInteger` |
 //!
 //! A semaphore's maximum may follow a [`SharedCount`]
 //! ([`InterProcessSemaphoreV2::with_shared_count`]).
@@ -105,6 +106,7 @@
 //! (`recipe`, `path`, `waited_ms`, `outcome`, `error`), around the
 //! framework's `operation` spans of its requests.
 
+mod atomic;
 mod cancel;
 mod hold;
 mod leader_latch;
@@ -128,6 +130,10 @@ pub use crossbeam_channel::Receiver;
 /// other channels or a timeout (see "Holding a lock safely" above).
 pub use crossbeam_channel::select;
 
+pub use atomic::{
+    AtomicNumber, AtomicStats, AtomicValue, DistributedAtomic, DistributedAtomicInteger,
+    DistributedAtomicLong, PromotedToLock,
+};
 pub use cancel::CancelToken;
 pub use hold::HoldEvent;
 pub use leader_latch::{CloseMode, LatchEvent, LatchState, LeaderLatch, LATCH_NAME};

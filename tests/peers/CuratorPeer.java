@@ -34,6 +34,9 @@
 //   selector <path> <id> release            OK released  (ends the current term)
 //   selector <path> <id> terms              OK <n>  (terms begun so far)
 //   selector <path> <id> leader|participants|close   as for latch
+//   atomic <path> get                       OK <value>  (DistributedAtomicLong, RetryNTimes(1000, 1))
+//   atomic <path> add <delta>               OK <succeeded> <pre> <post>
+//   atomic <path> bump <n>                  OK <successes>  (n increments in a row)
 //   bench floor <path> <cycles>             OK <cycles> <total_us> <p50_us> <p99_us>
 //                                           (raw create ephemeral-sequential + getChildren + delete)
 //   bench mutex <path> <cycles>             OK <cycles> <total_us> <p50_us> <p99_us>
@@ -93,6 +96,8 @@ import java.util.concurrent.atomic.AtomicReference;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.atomic.AtomicValue;
+import org.apache.curator.framework.recipes.atomic.DistributedAtomicLong;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.leader.LeaderSelector;
 import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
@@ -343,6 +348,9 @@ public final class CuratorPeer {
             case "selector":
                 need(w, 4, 5);
                 return selectorCommand(w);
+            case "atomic":
+                need(w, 3, 4);
+                return atomicCommand(w);
             case "bench":
                 need(w, 2, 6);
                 switch (w[1]) {
@@ -593,6 +601,35 @@ public final class CuratorPeer {
                 return "OK closed";
             default:
                 throw new Usage("unknown selector operation: " + w[3]);
+        }
+    }
+
+    /** get | add delta | bump n, on a DistributedAtomicLong. */
+    private String atomicCommand(String[] w) throws Exception {
+        DistributedAtomicLong counter = new DistributedAtomicLong(
+                client, w[1], new org.apache.curator.retry.RetryNTimes(1000, 1));
+        switch (w[2]) {
+            case "get":
+                need(w, 3, 3);
+                return "OK " + counter.get().postValue();
+            case "add": {
+                need(w, 4, 4);
+                AtomicValue<Long> v = counter.add(Long.parseLong(w[3]));
+                return "OK " + v.succeeded() + " " + v.preValue() + " " + v.postValue();
+            }
+            case "bump": {
+                need(w, 4, 4);
+                long n = parseLong(w[3], "n");
+                long ok = 0;
+                for (long i = 0; i < n; i++) {
+                    if (counter.increment().succeeded()) {
+                        ok++;
+                    }
+                }
+                return "OK " + ok;
+            }
+            default:
+                throw new Usage("unknown atomic operation: " + w[2]);
         }
     }
 

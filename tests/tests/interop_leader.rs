@@ -153,3 +153,58 @@ fn rust_and_curator_selectors_take_turns_on_one_lock() {
     ok(&mut java, &format!("selector {path} java close"));
     java.quit(STEP).unwrap();
 }
+
+#[test]
+fn rust_and_curator_count_on_one_atomic_long() {
+    use latchkey_framework::RetryNTimes;
+    use latchkey_recipes::{DistributedAtomicInteger, DistributedAtomicLong};
+    let Some(mut java) = curator() else { return };
+    let path = unique("interop-atomic");
+    let c = connect(&shared_server().connect_string(), Duration::from_secs(10));
+    let counter =
+        DistributedAtomicLong::new(&c, &path, RetryNTimes::new(1000, Duration::from_millis(1)))
+            .unwrap();
+
+    // Each side reads what the other wrote: Curator's 8-byte format.
+    assert_eq!(ok(&mut java, &format!("atomic {path} add 41")), "true 0 41");
+    let v = counter.increment().unwrap();
+    assert_eq!((v.succeeded, v.pre_value, v.post_value), (true, 41, 42));
+    assert_eq!(ok(&mut java, &format!("atomic {path} get")), "42");
+    assert_eq!(c.get_data(&path).unwrap().0, 42i64.to_be_bytes());
+
+    // Both increment at once; none is lost.
+    let per_side = 100;
+    let rust_ok = std::thread::scope(|s| {
+        let rust = s.spawn(|| {
+            (0..per_side)
+                .filter(|_| counter.increment().unwrap().succeeded)
+                .count()
+        });
+        let java_ok: usize = ok(&mut java, &format!("atomic {path} bump {per_side}"))
+            .parse()
+            .unwrap();
+        assert_eq!(java_ok, per_side, "Curator's increments all succeeded");
+        rust.join().unwrap()
+    });
+    assert_eq!(rust_ok, per_side);
+    assert_eq!(counter.get().unwrap().post_value, 42 + 2 * per_side as i64);
+    assert_eq!(
+        ok(&mut java, &format!("atomic {path} get")),
+        (42 + 2 * per_side).to_string()
+    );
+
+    // A 4-byte integer is not a long: both sides refuse to misread it.
+    let int_path = unique("interop-atomic-int");
+    let int =
+        DistributedAtomicInteger::new(&c, &int_path, RetryNTimes::new(3, Duration::ZERO)).unwrap();
+    int.add(7).unwrap();
+    assert_eq!(c.get_data(&int_path).unwrap().0, 7i32.to_be_bytes());
+    let reply = java
+        .command(&format!("atomic {int_path} get"), STEP)
+        .unwrap();
+    assert!(
+        reply.starts_with("ERR") && reply.contains("Corrupted"),
+        "{reply}"
+    );
+    java.quit(STEP).unwrap();
+}
