@@ -15,6 +15,7 @@
 //! | [`LeaderLatch`] | `LeaderLatch` |
 //! | [`LeaderSelector`] | `LeaderSelector` |
 //! | [`DistributedAtomicLong`], [`DistributedAtomicInteger`] | `DistributedAtomicLong`, `DistributedAtomicInteger` |
+//! | [`DistributedBarrier`], [`DistributedDoubleBarrier`] | `DistributedBarrier`, `DistributedDoubleBarrier` |
 //!
 //! A semaphore's maximum may follow a [`SharedCount`]
 //! ([`InterProcessSemaphoreV2::with_shared_count`]).
@@ -107,6 +108,7 @@
 //! framework's `operation` spans of its requests.
 
 mod atomic;
+mod barrier;
 mod cancel;
 mod hold;
 mod leader_latch;
@@ -134,6 +136,7 @@ pub use atomic::{
     AtomicNumber, AtomicStats, AtomicValue, DistributedAtomic, DistributedAtomicInteger,
     DistributedAtomicLong, PromotedToLock,
 };
+pub use barrier::{DistributedBarrier, DistributedDoubleBarrier, READY_NODE};
 pub use cancel::CancelToken;
 pub use hold::HoldEvent;
 pub use leader_latch::{CloseMode, LatchEvent, LatchState, LeaderLatch, LATCH_NAME};

@@ -37,6 +37,10 @@
 //   atomic <path> get                       OK <value>  (DistributedAtomicLong, RetryNTimes(1000, 1))
 //   atomic <path> add <delta>               OK <succeeded> <pre> <post>
 //   atomic <path> bump <n>                  OK <successes>  (n increments in a row)
+//   barrier <path> set | remove             OK set | OK removed  (DistributedBarrier)
+//   barrier <path> wait <ms>                OK true | OK false
+//   dbarrier <path> <members> enter <ms>    OK true | OK false  (one DistributedDoubleBarrier per path)
+//   dbarrier <path> <members> leave <ms>    OK true | OK false
 //   bench floor <path> <cycles>             OK <cycles> <total_us> <p50_us> <p99_us>
 //                                           (raw create ephemeral-sequential + getChildren + delete)
 //   bench mutex <path> <cycles>             OK <cycles> <total_us> <p50_us> <p99_us>
@@ -98,6 +102,8 @@ import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.atomic.AtomicValue;
 import org.apache.curator.framework.recipes.atomic.DistributedAtomicLong;
+import org.apache.curator.framework.recipes.barriers.DistributedBarrier;
+import org.apache.curator.framework.recipes.barriers.DistributedDoubleBarrier;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.leader.LeaderSelector;
 import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
@@ -141,6 +147,7 @@ public final class CuratorPeer {
     private final Map<String, Deque<Lease>> leases = new HashMap<>();
     private final Map<String, SharedCount> counts = new HashMap<>();
     private final Map<String, LeaderLatch> latches = new HashMap<>();
+    private final Map<String, DistributedDoubleBarrier> doubleBarriers = new HashMap<>();
     private final Map<String, PeerSelector> selectors = new HashMap<>();
 
     /** A LeaderSelector whose term lasts until the driver says "release". */
@@ -351,6 +358,38 @@ public final class CuratorPeer {
             case "atomic":
                 need(w, 3, 4);
                 return atomicCommand(w);
+            case "barrier": {
+                need(w, 3, 4);
+                DistributedBarrier barrier = new DistributedBarrier(client, w[1]);
+                switch (w[2]) {
+                    case "set":
+                        barrier.setBarrier();
+                        return "OK set";
+                    case "remove":
+                        barrier.removeBarrier();
+                        return "OK removed";
+                    case "wait":
+                        need(w, 4, 4);
+                        return "OK " + barrier.waitOnBarrier(parseLong(w[3], "ms"), TimeUnit.MILLISECONDS);
+                    default:
+                        throw new Usage("unknown barrier operation: " + w[2]);
+                }
+            }
+            case "dbarrier": {
+                need(w, 5, 5);
+                int members = (int) parseLong(w[2], "members");
+                DistributedDoubleBarrier barrier =
+                        doubleBarriers.computeIfAbsent(w[1], p -> new DistributedDoubleBarrier(client, p, members));
+                long ms = parseLong(w[4], "ms");
+                switch (w[3]) {
+                    case "enter":
+                        return "OK " + barrier.enter(ms, TimeUnit.MILLISECONDS);
+                    case "leave":
+                        return "OK " + barrier.leave(ms, TimeUnit.MILLISECONDS);
+                    default:
+                        throw new Usage("unknown dbarrier operation: " + w[3]);
+                }
+            }
             case "bench":
                 need(w, 2, 6);
                 switch (w[1]) {

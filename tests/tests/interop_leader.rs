@@ -208,3 +208,63 @@ fn rust_and_curator_count_on_one_atomic_long() {
     );
     java.quit(STEP).unwrap();
 }
+
+#[test]
+fn rust_and_curator_share_barriers() {
+    use latchkey_recipes::{DistributedBarrier, DistributedDoubleBarrier};
+    let Some(mut java) = curator() else { return };
+    let c = connect(&shared_server().connect_string(), Duration::from_secs(10));
+
+    // Java sets, Rust waits; Rust removes, Java passes.
+    let path = unique("interop-barrier");
+    ok(&mut java, &format!("barrier {path} set"));
+    let gate = DistributedBarrier::new(&c, &path).unwrap();
+    assert!(!gate.wait_on_barrier(Duration::from_millis(300)).unwrap());
+    gate.remove_barrier().unwrap();
+    assert_eq!(ok(&mut java, &format!("barrier {path} wait 5000")), "true");
+    gate.set_barrier().unwrap();
+    assert_eq!(ok(&mut java, &format!("barrier {path} wait 300")), "false");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            gate.remove_barrier().unwrap();
+        });
+        assert_eq!(ok(&mut java, &format!("barrier {path} wait 30000")), "true");
+    });
+
+    // Two Rust members and one Java member enter and leave together.
+    let path = unique("interop-double-barrier");
+    let cs = clients(2, Duration::from_secs(10));
+    std::thread::scope(|s| {
+        let rust: Vec<_> = cs
+            .iter()
+            .map(|c| {
+                let path = &path;
+                s.spawn(move || {
+                    let b = DistributedDoubleBarrier::new(c, path, 3).unwrap();
+                    let entered = b.enter(Duration::from_secs(30)).unwrap();
+                    let left = b.leave(Duration::from_secs(30)).unwrap();
+                    (entered, left)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            c.get_children(&path).unwrap().len(),
+            2,
+            "Rust waits for Java"
+        );
+        assert_eq!(
+            ok(&mut java, &format!("dbarrier {path} 3 enter 30000")),
+            "true"
+        );
+        assert_eq!(
+            ok(&mut java, &format!("dbarrier {path} 3 leave 30000")),
+            "true"
+        );
+        for r in rust {
+            assert_eq!(r.join().unwrap(), (true, true));
+        }
+    });
+    java.quit(STEP).unwrap();
+}
