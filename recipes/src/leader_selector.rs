@@ -260,13 +260,13 @@ impl LeaderSelector {
     }
 
     /// Starts the selector's thread and queues for leadership. Fails with
-    /// [`Error::IllegalState`] if started before.
+    /// [`Error::IllegalState`] if started before or closed.
     pub fn start(&self) -> Result<()> {
         {
             let mut s = self.inner.state.lock();
-            if s.started {
+            if s.started || s.closed {
                 return Err(Error::IllegalState(format!(
-                    "the leader selector at {} cannot be started more than once",
+                    "the leader selector at {} cannot be started more than once, or once closed",
                     self.inner.mutex.path()
                 )));
             }

@@ -532,6 +532,13 @@ mod selector {
             || format!("{:?}", sorted_children(&cs[0], &path)),
         );
         assert!(a.requeue().is_err());
+        assert!(a.start().is_err(), "started twice");
+        let never = LeaderSelector::new(&cs[0], &path, "never", |_| {}).unwrap();
+        never.close();
+        assert!(
+            matches!(never.start(), Err(Error::IllegalState(_))),
+            "start after close"
+        );
         assert!(LeaderSelector::new(&cs[0], "/", "x", |_| {}).is_err());
     }
 
