@@ -492,6 +492,26 @@ impl Client {
         })
     }
 
+    /// Sets the node's data in one attempt, outside the retry loop, for
+    /// compare-and-set loops that must know whether their write was
+    /// applied: with a `version`, `BadVersion` means that this write was
+    /// refused (a retried [`Client::set_data`] can report `BadVersion` for
+    /// its own earlier attempt, applied before the connection broke), and
+    /// an error whose source is [`Error::NotConnected`] means that nothing
+    /// was sent. After any other connection error the outcome is unknown.
+    pub fn set_data_once(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<Stat> {
+        let sp = self.shared.server_path(path)?;
+        self.shared
+            .try_once(
+                "set_data",
+                path,
+                self.deadline,
+                self.cancel.as_ref(),
+                |s, d| ops::wire_set_data(s, &sp, data, version, d),
+            )
+            .map_err(|e| self.relative(e).for_op("set_data", path))
+    }
+
     /// The names of the node's children, in the server's (unspecified) order.
     pub fn get_children(&self, path: &str) -> Result<Vec<String>> {
         let sp = self.shared.server_path(path)?;

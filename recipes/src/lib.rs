@@ -12,6 +12,10 @@
 //! | [`InterProcessSemaphoreMutex`] | `InterProcessSemaphoreMutex` |
 //! | [`InterProcessMultiLock`] | `InterProcessMultiLock` |
 //! | [`SharedCount`] | `SharedCount` |
+//! | [`LeaderLatch`] | `LeaderLatch` |
+//! | [`LeaderSelector`] | `LeaderSelector` |
+//! | [`DistributedAtomicLong`], [`DistributedAtomicInteger`] | `DistributedAtomicLong`, `DistributedAtomicInteger` |
+//! | [`DistributedBarrier`], [`DistributedDoubleBarrier`] | `DistributedBarrier`, `DistributedDoubleBarrier` |
 //!
 //! A semaphore's maximum may follow a [`SharedCount`]
 //! ([`InterProcessSemaphoreV2::with_shared_count`]).
@@ -104,9 +108,13 @@
 //! framework's `operation` spans of its requests.
 
 mod armed;
+mod atomic;
+mod barrier;
 mod cancel;
 mod curator_cache;
 mod hold;
+mod leader_latch;
+mod leader_selector;
 mod lock_internals;
 mod metrics;
 #[doc(hidden)]
@@ -114,6 +122,7 @@ pub mod model_support;
 mod multi_lock;
 mod mutex;
 mod node_cache;
+mod participant;
 mod persistent_node;
 mod revoke;
 mod rwlock;
@@ -129,9 +138,16 @@ pub use crossbeam_channel::Receiver;
 /// other channels or a timeout (see "Holding a lock safely" above).
 pub use crossbeam_channel::select;
 
+pub use atomic::{
+    AtomicNumber, AtomicStats, AtomicValue, DistributedAtomic, DistributedAtomicInteger,
+    DistributedAtomicLong, PromotedToLock,
+};
+pub use barrier::{DistributedBarrier, DistributedDoubleBarrier, READY_NODE};
 pub use cancel::CancelToken;
 pub use curator_cache::{CacheEvent, CuratorCache};
 pub use hold::HoldEvent;
+pub use leader_latch::{CloseMode, LatchEvent, LatchState, LeaderLatch, LATCH_NAME};
+pub use leader_selector::{LeaderSelector, Leadership};
 pub use lock_internals::{
     Decision, LockDriver, LockInternals, LockNode, StandardDriver, REQUEST_GRACE,
 };
@@ -139,6 +155,7 @@ pub use metrics::{lock_metrics, LockMetrics};
 pub use multi_lock::{InterProcessLock, InterProcessMultiLock, MultiLockGuard};
 pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
 pub use node_cache::{ChildData, NodeCache};
+pub use participant::Participant;
 pub use persistent_node::{GroupMember, PersistentNode};
 pub use revoke::{Revoker, REVOKE_MESSAGE};
 pub use rwlock::{

@@ -21,6 +21,26 @@
 //   children <path>                         OK <child,child,...> (sorted by name)
 //   count <path> <seed> get                 OK <count>  (a started SharedCount, seeded if new)
 //   count <path> <seed> set <n>             OK set
+//   latch <path> <id> start                 OK started  (a LeaderLatch per path, id as node data)
+//   latch <path> <id> has                   OK true | OK false  (hasLeadership)
+//   latch <path> <id> await <ms>            OK true | OK false  (await(ms))
+//   latch <path> <id> leader                OK <id>  (getLeader; empty if none)
+//   latch <path> <id> participants          OK <id,id,...> in queue order, the leader first
+//   latch <path> <id> close                 OK closed
+//   selector <path> <id> start              OK started  (an auto-requeued LeaderSelector per path whose
+//                                           takeLeadership leads until "release")
+//   selector <path> <id> await <ms>         OK true | OK false  (leading within ms)
+//   selector <path> <id> has                OK true | OK false
+//   selector <path> <id> release            OK released  (ends the current term)
+//   selector <path> <id> terms              OK <n>  (terms begun so far)
+//   selector <path> <id> leader|participants|close   as for latch
+//   atomic <path> get                       OK <value>  (DistributedAtomicLong, RetryNTimes(1000, 1))
+//   atomic <path> add <delta>               OK <succeeded> <pre> <post>
+//   atomic <path> bump <n>                  OK <successes>  (n increments in a row)
+//   barrier <path> set | remove             OK set | OK removed  (DistributedBarrier)
+//   barrier <path> wait <ms>                OK true | OK false
+//   dbarrier <path> <members> enter <ms>    OK true | OK false  (one DistributedDoubleBarrier per path)
+//   dbarrier <path> <members> leave <ms>    OK true | OK false
 //   bench floor <path> <cycles>             OK <cycles> <total_us> <p50_us> <p99_us>
 //                                           (raw create ephemeral-sequential + getChildren + delete)
 //   bench mutex <path> <cycles>             OK <cycles> <total_us> <p50_us> <p99_us>
@@ -90,6 +110,14 @@ import java.util.concurrent.atomic.AtomicReference;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.atomic.AtomicValue;
+import org.apache.curator.framework.recipes.atomic.DistributedAtomicLong;
+import org.apache.curator.framework.recipes.barriers.DistributedBarrier;
+import org.apache.curator.framework.recipes.barriers.DistributedDoubleBarrier;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.leader.LeaderSelector;
+import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
+import org.apache.curator.framework.recipes.leader.Participant;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
@@ -139,6 +167,17 @@ public final class CuratorPeer {
     private final List<InterProcessMutex> heldLocks = new ArrayList<>();
     private String heldPath;
     private long heldSession;
+    private final Map<String, LeaderLatch> latches = new HashMap<>();
+    private final Map<String, DistributedDoubleBarrier> doubleBarriers = new HashMap<>();
+    private final Map<String, PeerSelector> selectors = new HashMap<>();
+
+    /** A LeaderSelector whose term lasts until the driver says "release". */
+    private static final class PeerSelector {
+        final java.util.concurrent.Semaphore release = new java.util.concurrent.Semaphore(0);
+        final java.util.concurrent.atomic.AtomicBoolean leading = new java.util.concurrent.atomic.AtomicBoolean();
+        final AtomicInteger terms = new AtomicInteger();
+        LeaderSelector selector;
+    }
     /** Sessions opened by "bench hold", each holding one mutex. */
     private final List<CuratorFramework> held = new ArrayList<>();
 
@@ -276,6 +315,16 @@ public final class CuratorPeer {
                 }
             }
         }
+        for (PeerSelector sel : selectors.values()) {
+            sel.selector.close();
+        }
+        for (LeaderLatch latch : latches.values()) {
+            try {
+                latch.close();
+            } catch (Exception e) {
+                // closing the client below removes its node anyway
+            }
+        }
         for (SharedCount count : counts.values()) {
             try {
                 count.close();
@@ -322,6 +371,47 @@ public final class CuratorPeer {
             case "count":
                 need(w, 4, 5);
                 return countCommand(w);
+            case "latch":
+                need(w, 4, 5);
+                return latchCommand(w);
+            case "selector":
+                need(w, 4, 5);
+                return selectorCommand(w);
+            case "atomic":
+                need(w, 3, 4);
+                return atomicCommand(w);
+            case "barrier": {
+                need(w, 3, 4);
+                DistributedBarrier barrier = new DistributedBarrier(client, w[1]);
+                switch (w[2]) {
+                    case "set":
+                        barrier.setBarrier();
+                        return "OK set";
+                    case "remove":
+                        barrier.removeBarrier();
+                        return "OK removed";
+                    case "wait":
+                        need(w, 4, 4);
+                        return "OK " + barrier.waitOnBarrier(parseLong(w[3], "ms"), TimeUnit.MILLISECONDS);
+                    default:
+                        throw new Usage("unknown barrier operation: " + w[2]);
+                }
+            }
+            case "dbarrier": {
+                need(w, 5, 5);
+                int members = (int) parseLong(w[2], "members");
+                DistributedDoubleBarrier barrier =
+                        doubleBarriers.computeIfAbsent(w[1], p -> new DistributedDoubleBarrier(client, p, members));
+                long ms = parseLong(w[4], "ms");
+                switch (w[3]) {
+                    case "enter":
+                        return "OK " + barrier.enter(ms, TimeUnit.MILLISECONDS);
+                    case "leave":
+                        return "OK " + barrier.leave(ms, TimeUnit.MILLISECONDS);
+                    default:
+                        throw new Usage("unknown dbarrier operation: " + w[3]);
+                }
+            }
             case "bench":
                 need(w, 2, 7);
                 switch (w[1]) {
@@ -477,6 +567,155 @@ public final class CuratorPeer {
             default:
                 throw new Usage("unknown lock operation: " + w[at]);
         }
+    }
+
+    /** start | has | await ms | leader | participants | close, on one LeaderLatch per path. */
+    private String latchCommand(String[] w) throws Exception {
+        String path = w[1];
+        switch (w[3]) {
+            case "start": {
+                need(w, 4, 4);
+                if (latches.containsKey(path)) {
+                    throw new Usage("a latch on " + path + " is already started");
+                }
+                LeaderLatch latch = new LeaderLatch(client, path, w[2]);
+                latch.start();
+                latches.put(path, latch);
+                return "OK started";
+            }
+            case "close":
+                need(w, 4, 4);
+                latch(path).close();
+                latches.remove(path);
+                return "OK closed";
+            case "has":
+                need(w, 4, 4);
+                return "OK " + latch(path).hasLeadership();
+            case "await":
+                need(w, 5, 5);
+                return "OK " + latch(path).await(parseLong(w[4], "ms"), TimeUnit.MILLISECONDS);
+            case "leader":
+                need(w, 4, 4);
+                return "OK " + latch(path).getLeader().getId();
+            case "participants": {
+                need(w, 4, 4);
+                List<String> ids = new ArrayList<>();
+                for (Participant p : latch(path).getParticipants()) {
+                    ids.add(p.getId());
+                }
+                return list(ids);
+            }
+            default:
+                throw new Usage("unknown latch operation: " + w[3]);
+        }
+    }
+
+    /** start | await ms | has | release | terms | leader | participants | close. */
+    private String selectorCommand(String[] w) throws Exception {
+        String path = w[1];
+        if (w[3].equals("start")) {
+            need(w, 4, 4);
+            if (selectors.containsKey(path)) {
+                throw new Usage("a selector on " + path + " is already started");
+            }
+            PeerSelector sel = new PeerSelector();
+            sel.selector = new LeaderSelector(client, path, new LeaderSelectorListenerAdapter() {
+                @Override
+                public void takeLeadership(CuratorFramework c) throws Exception {
+                    sel.terms.incrementAndGet();
+                    sel.leading.set(true);
+                    try {
+                        sel.release.acquire();
+                    } finally {
+                        sel.leading.set(false);
+                    }
+                }
+            });
+            sel.selector.setId(w[2]);
+            sel.selector.autoRequeue();
+            sel.selector.start();
+            selectors.put(path, sel);
+            return "OK started";
+        }
+        PeerSelector sel = selectors.get(path);
+        if (sel == null) {
+            throw new Usage("no selector started on " + path);
+        }
+        switch (w[3]) {
+            case "await": {
+                need(w, 5, 5);
+                long until = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(parseLong(w[4], "ms"));
+                while (!sel.leading.get() && System.nanoTime() < until) {
+                    Thread.sleep(10);
+                }
+                return "OK " + sel.leading.get();
+            }
+            case "has":
+                need(w, 4, 4);
+                return "OK " + sel.selector.hasLeadership();
+            case "release":
+                need(w, 4, 4);
+                sel.release.release();
+                return "OK released";
+            case "terms":
+                need(w, 4, 4);
+                return "OK " + sel.terms.get();
+            case "leader":
+                need(w, 4, 4);
+                return "OK " + sel.selector.getLeader().getId();
+            case "participants": {
+                need(w, 4, 4);
+                List<String> ids = new ArrayList<>();
+                for (Participant p : sel.selector.getParticipants()) {
+                    ids.add(p.getId());
+                }
+                return list(ids);
+            }
+            case "close":
+                need(w, 4, 4);
+                sel.selector.close();
+                selectors.remove(path);
+                return "OK closed";
+            default:
+                throw new Usage("unknown selector operation: " + w[3]);
+        }
+    }
+
+    /** get | add delta | bump n, on a DistributedAtomicLong. */
+    private String atomicCommand(String[] w) throws Exception {
+        DistributedAtomicLong counter = new DistributedAtomicLong(
+                client, w[1], new org.apache.curator.retry.RetryNTimes(1000, 1));
+        switch (w[2]) {
+            case "get":
+                need(w, 3, 3);
+                return "OK " + counter.get().postValue();
+            case "add": {
+                need(w, 4, 4);
+                AtomicValue<Long> v = counter.add(Long.parseLong(w[3]));
+                return "OK " + v.succeeded() + " " + v.preValue() + " " + v.postValue();
+            }
+            case "bump": {
+                need(w, 4, 4);
+                long n = parseLong(w[3], "n");
+                long ok = 0;
+                for (long i = 0; i < n; i++) {
+                    if (counter.increment().succeeded()) {
+                        ok++;
+                    }
+                }
+                return "OK " + ok;
+            }
+            default:
+                throw new Usage("unknown atomic operation: " + w[2]);
+        }
+    }
+
+    private LeaderLatch latch(String path) throws Usage {
+        LeaderLatch latch = latches.get(path);
+        if (latch == null) {
+            throw new Usage("no latch started on " + path);
+        }
+        return latch;
     }
 
     /** get | set n, on one started SharedCount per path. */

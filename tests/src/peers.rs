@@ -30,6 +30,11 @@
 //! | `sem <path> <max> participants` | `OK <lease,lease,…>` in queue order |
 //! | `children <path>` | `OK <child,child,…>` sorted by name |
 //! | `count <path> <seed> get` / `count <path> <seed> set <n>` | `OK <count>` / `OK set`, on one started `SharedCount` per path (seeded if the node is new; Curator peer only) |
+//! | `latch <path> <id> start` / `has` / `await <ms>` / `leader` / `participants` / `close` | `OK started` / `OK true\|false` / `OK true\|false` / `OK <id>` / `OK <id,id,…>` (queue order, leader first) / `OK closed`, on one Curator `LeaderLatch` per path (Curator peer only) |
+//! | `selector <path> <id> start` / `await <ms>` / `has` / `release` / `terms` / `leader` / `participants` / `close` | on one auto-requeued Curator `LeaderSelector` per path whose `takeLeadership` leads until `release`: `OK started` / `OK true\|false` / `OK true\|false` / `OK released` / `OK <terms begun>` / as for `latch` (Curator peer only) |
+//! | `atomic <path> get` / `add <delta>` / `bump <n>` | `OK <value>` / `OK <succeeded> <pre> <post>` / `OK <successes>`, on a Curator `DistributedAtomicLong` with `RetryNTimes(1000, 1)` (Curator peer only) |
+//! | `barrier <path> set` / `remove` / `wait <ms>` | `OK set` / `OK removed` / `OK true\|false`, Curator's `DistributedBarrier` (Curator peer only) |
+//! | `dbarrier <path> <members> enter <ms>` / `leave <ms>` | `OK true\|false`, on one Curator `DistributedDoubleBarrier` per path (Curator peer only) |
 //! | `bench floor <path> <cycles>` | `OK <cycles> <total_us> <p50_us> <p99_us>`: raw create (ephemeral sequential) + getChildren + delete on the peer's own client |
 //! | `bench mutex <path> <cycles>` | `OK <cycles> <total_us> <p50_us> <p99_us>` (per acquire+release cycle) |
 //! | `bench contended <path> <sessions> <seconds> [mntr_host:port]` | `OK <cycles> <elapsed_us> <handoff_p50_us> <handoff_p99_us>`, then with `mntr_host:port` ` <handoffs> <requests> <watch_events>` counted between 1/4 and 3/4 of the run from the server's `mntr` (`zk_packets_received`, `zk_sum_node_*_watch_count`) |

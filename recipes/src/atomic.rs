@@ -1,0 +1,497 @@
+//! Curator's `DistributedAtomicLong` and `DistributedAtomicInteger`: a
+//! number in one node (8 or 4 big-endian bytes), changed by optimistic
+//! compare-and-set with retries, optionally promoted to a mutex.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use latchkey_framework::{Client, Error, ErrorCode, Result, RetryNTimes, RetryPolicy, Stat};
+
+use crate::lock_internals::{deadline_after, validate_recipe_path};
+use crate::mutex::InterProcessMutex;
+
+/// A number type a distributed atomic can hold: `i64` (Curator's
+/// `DistributedAtomicLong`) or `i32` (`DistributedAtomicInteger`).
+pub trait AtomicNumber:
+    Copy + PartialEq + std::fmt::Debug + Send + Sync + 'static + private::Sealed
+{
+    /// How many bytes the node holds.
+    const WIDTH: usize;
+    /// The big-endian bytes of `self`.
+    fn encode(self) -> Vec<u8>;
+    /// The number in `data`: 0 for no data (as Curator reads it), `None`
+    /// for any length other than 0 or [`WIDTH`](Self::WIDTH).
+    fn decode(data: &[u8]) -> Option<Self>;
+    /// `self + delta`, wrapping on overflow as Java's arithmetic does.
+    fn wrapping_add(self, delta: Self) -> Self;
+    /// `-self`, wrapping (the minimum stays itself) as Java's does.
+    fn wrapping_neg(self) -> Self;
+    /// Zero.
+    fn zero() -> Self;
+}
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for i64 {}
+    impl Sealed for i32 {}
+}
+
+macro_rules! atomic_number {
+    ($t:ty) => {
+        impl AtomicNumber for $t {
+            const WIDTH: usize = std::mem::size_of::<$t>();
+            fn encode(self) -> Vec<u8> {
+                self.to_be_bytes().to_vec()
+            }
+            fn decode(data: &[u8]) -> Option<Self> {
+                if data.is_empty() {
+                    return Some(0);
+                }
+                data.try_into().ok().map(<$t>::from_be_bytes)
+            }
+            fn wrapping_add(self, delta: Self) -> Self {
+                <$t>::wrapping_add(self, delta)
+            }
+            fn wrapping_neg(self) -> Self {
+                <$t>::wrapping_neg(self)
+            }
+            fn zero() -> Self {
+                0
+            }
+        }
+    };
+}
+atomic_number!(i64);
+atomic_number!(i32);
+
+/// What an operation did (Curator's `AtomicValue`): whether it
+/// succeeded, the value before and after, and how hard it tried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AtomicValue<T> {
+    /// Whether the change was made. When false, nothing was written and
+    /// `post_value` is meaningless (as in Curator).
+    pub succeeded: bool,
+    /// The value the change started from (0 if the node did not exist).
+    pub pre_value: T,
+    /// The value written, if `succeeded`.
+    pub post_value: T,
+    /// How many attempts it took.
+    pub stats: AtomicStats,
+}
+
+/// Attempts and time spent by one operation (Curator's `AtomicStats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AtomicStats {
+    /// Optimistic compare-and-set attempts.
+    pub optimistic_tries: u32,
+    /// Attempts made holding the promotion lock.
+    pub promoted_tries: u32,
+    /// Time spent in the optimistic attempts.
+    pub optimistic_time: Duration,
+    /// Time spent holding or waiting for the promotion lock.
+    pub promoted_time: Duration,
+}
+
+/// When the optimistic attempts of a distributed atomic give up, try again
+/// holding an [`InterProcessMutex`] at `lock_path` (Curator's
+/// `PromotedToLock`).
+#[derive(Clone)]
+pub struct PromotedToLock {
+    lock_path: String,
+    timeout: Option<Duration>,
+    retry_policy: Arc<dyn RetryPolicy>,
+}
+
+impl std::fmt::Debug for PromotedToLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PromotedToLock")
+            .field("lock_path", &self.lock_path)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl PromotedToLock {
+    /// Promotion to the mutex at `lock_path`, waiting for it without limit
+    /// and trying once while holding it (Curator's defaults); see
+    /// [`timeout`](Self::timeout) and [`retry_policy`](Self::retry_policy).
+    pub fn new(lock_path: &str) -> PromotedToLock {
+        PromotedToLock {
+            lock_path: lock_path.to_owned(),
+            timeout: None,
+            retry_policy: Arc::new(RetryNTimes::new(0, Duration::ZERO)),
+        }
+    }
+
+    /// Waits at most `timeout` for the lock (a deadline; `Duration::MAX`:
+    /// no limit). Not getting it leaves the operation unsucceeded.
+    pub fn timeout(mut self, timeout: Duration) -> PromotedToLock {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// How often to try again while holding the lock.
+    pub fn retry_policy(mut self, policy: impl RetryPolicy + 'static) -> PromotedToLock {
+        self.retry_policy = Arc::new(policy);
+        self
+    }
+}
+
+/// A number shared by every process using the same path, wire-compatible
+/// with Curator's `DistributedAtomicLong` (`DistributedAtomic<i64>`) and
+/// `DistributedAtomicInteger` (`DistributedAtomic<i32>`): the node holds
+/// the number as 8 or 4 big-endian bytes; a missing node or no data reads
+/// as 0.
+///
+/// Each change reads the node and writes it back only if its version is
+/// unchanged, trying again as `retry_policy` allows; with
+/// [`PromotedToLock`], it then tries again holding a mutex. An operation
+/// that did not manage returns `succeeded: false` and wrote nothing.
+///
+/// Unlike Curator's, the conditional write is made once per attempt,
+/// outside the client's retry loop, so a write applied just before the
+/// connection broke is never taken for a conflict and applied again. An
+/// `Err` from a change after its write was sent (connection loss, timeout)
+/// leaves it unknown whether that one change was applied, as for any
+/// ZooKeeper write; every `Ok` with `succeeded` was applied exactly once.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use std::time::Duration;
+/// use latchkey_framework::RetryNTimes;
+/// use latchkey_recipes::{DistributedAtomicLong, PromotedToLock};
+///
+/// let counter = DistributedAtomicLong::new(client, "/counters/jobs", RetryNTimes::new(10, Duration::from_millis(10)))?
+///     .promoted_to_lock(PromotedToLock::new("/counters/jobs-lock").timeout(Duration::from_secs(5)))?;
+/// let done = counter.increment()?;
+/// if done.succeeded {
+///     println!("{} -> {}", done.pre_value, done.post_value);
+/// }
+/// println!("now {}", counter.get()?.post_value);
+/// # Ok(()) }
+/// ```
+pub struct DistributedAtomic<T: AtomicNumber> {
+    client: Client,
+    path: String,
+    retry_policy: Arc<dyn RetryPolicy>,
+    promoted: Option<(PromotedToLock, InterProcessMutex)>,
+    _number: std::marker::PhantomData<T>,
+}
+
+/// Curator's `DistributedAtomicLong`: an `i64` in 8 big-endian bytes.
+pub type DistributedAtomicLong = DistributedAtomic<i64>;
+/// Curator's `DistributedAtomicInteger`: an `i32` in 4 big-endian bytes.
+pub type DistributedAtomicInteger = DistributedAtomic<i32>;
+
+impl<T: AtomicNumber> std::fmt::Debug for DistributedAtomic<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DistributedAtomic")
+            .field("path", &self.path)
+            .field("width", &T::WIDTH)
+            .field("promoted", &self.promoted.as_ref().map(|(p, _)| p))
+            .finish()
+    }
+}
+
+impl<T: AtomicNumber> DistributedAtomic<T> {
+    /// The number at `path` (the node is created on the first change),
+    /// changed optimistically as `retry_policy` allows.
+    pub fn new(
+        client: &Client,
+        path: &str,
+        retry_policy: impl RetryPolicy + 'static,
+    ) -> Result<Self> {
+        validate_recipe_path(client, path)?;
+        Ok(DistributedAtomic {
+            client: client.clone(),
+            path: path.to_owned(),
+            retry_policy: Arc::new(retry_policy),
+            promoted: None,
+            _number: std::marker::PhantomData,
+        })
+    }
+
+    /// Tries again holding a mutex when the optimistic attempts give up.
+    pub fn promoted_to_lock(mut self, promoted: PromotedToLock) -> Result<Self> {
+        let mutex = InterProcessMutex::new(&self.client, &promoted.lock_path)?;
+        self.promoted = Some((promoted, mutex));
+        Ok(self)
+    }
+
+    /// The node's path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The current value (0 if the node does not exist), as both
+    /// `pre_value` and `post_value`, `succeeded` true.
+    pub fn get(&self) -> Result<AtomicValue<T>> {
+        let value = match self.read()? {
+            Some((v, _)) => v,
+            None => T::zero(),
+        };
+        Ok(AtomicValue {
+            succeeded: true,
+            pre_value: value,
+            post_value: value,
+            stats: AtomicStats::default(),
+        })
+    }
+
+    /// Sets the value whatever it is, creating the node if needed.
+    pub fn force_set(&self, value: T) -> Result<()> {
+        match self.client.set_data(&self.path, &value.encode(), None) {
+            Err(e) if e.is(ErrorCode::NoNode) => match self.create(&value.encode()) {
+                Err(e) if e.is(ErrorCode::NodeExists) => self
+                    .client
+                    .set_data(&self.path, &value.encode(), None)
+                    .map(|_| ()),
+                other => other,
+            },
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// Sets `new` only if the node holds exactly `expected` (compared as
+    /// bytes, as Curator does: a node without data does not hold 0 here);
+    /// one attempt, no retries.
+    pub fn compare_and_set(&self, expected: T, new: T) -> Result<AtomicValue<T>> {
+        let mut result = self.unsucceeded();
+        let (data, stat) = match self.client.get_data(&self.path) {
+            Err(e) if e.is(ErrorCode::NoNode) => return Ok(result),
+            other => other?,
+        };
+        result.pre_value = self.decode(&data)?;
+        if data == expected.encode() && self.write_once(&new.encode(), stat.version)? {
+            result.succeeded = true;
+            result.post_value = new;
+        }
+        Ok(result)
+    }
+
+    /// Sets `value` by compare-and-set with retries (and the lock, if
+    /// promoted).
+    pub fn try_set(&self, value: T) -> Result<AtomicValue<T>> {
+        self.change(|_| value)
+    }
+
+    /// Creates the node holding `value` if it does not exist; `false` if
+    /// it does (nothing changes then).
+    pub fn initialize(&self, value: T) -> Result<bool> {
+        match self.create(&value.encode()) {
+            Ok(()) => Ok(true),
+            Err(e) if e.is(ErrorCode::NodeExists) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Adds 1.
+    pub fn increment(&self) -> Result<AtomicValue<T>> {
+        self.add(Self::one())
+    }
+
+    /// Subtracts 1.
+    pub fn decrement(&self) -> Result<AtomicValue<T>> {
+        self.add(Self::one().wrapping_neg())
+    }
+
+    /// Adds `delta` (wrapping on overflow, as Java does).
+    pub fn add(&self, delta: T) -> Result<AtomicValue<T>> {
+        self.change(|v| v.wrapping_add(delta))
+    }
+
+    /// Subtracts `delta` (wrapping on overflow, as Java does).
+    pub fn subtract(&self, delta: T) -> Result<AtomicValue<T>> {
+        self.add(delta.wrapping_neg())
+    }
+
+    fn one() -> T {
+        // 1 in every width: the last byte set, big-endian.
+        let mut bytes = vec![0u8; T::WIDTH];
+        bytes[T::WIDTH - 1] = 1;
+        T::decode(&bytes).unwrap_or_else(T::zero)
+    }
+
+    fn unsucceeded(&self) -> AtomicValue<T> {
+        AtomicValue {
+            succeeded: false,
+            pre_value: T::zero(),
+            post_value: T::zero(),
+            stats: AtomicStats::default(),
+        }
+    }
+
+    fn decode(&self, data: &[u8]) -> Result<T> {
+        T::decode(data).ok_or_else(|| {
+            let shown: Vec<String> = data.iter().take(16).map(|b| format!("0x{b:02x}")).collect();
+            Error::IllegalState(format!(
+                "corrupted data for node {}: {} bytes [{}{}], not a {}-byte number",
+                self.path,
+                data.len(),
+                shown.join(", "),
+                if data.len() > 16 { ", ..." } else { "" },
+                T::WIDTH
+            ))
+        })
+    }
+
+    /// The value and node version; `None` if the node does not exist.
+    fn read(&self) -> Result<Option<(T, Stat)>> {
+        match self.client.get_data(&self.path) {
+            Ok((data, stat)) => Ok(Some((self.decode(&data)?, stat))),
+            Err(e) if e.is(ErrorCode::NoNode) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn create(&self, data: &[u8]) -> Result<()> {
+        self.client
+            .create()
+            .creating_parent_containers_if_needed()
+            .for_path(&self.path, data)
+            .map(|_| ())
+    }
+
+    /// Writes `data` at `version` in one attempt: `Ok(false)` if refused
+    /// (the version moved, the node went, or nothing could be sent).
+    fn write_once(&self, data: &[u8], version: i32) -> Result<bool> {
+        match self.client.set_data_once(&self.path, data, Some(version)) {
+            Ok(_) => Ok(true),
+            Err(e) if e.is(ErrorCode::BadVersion) || e.is(ErrorCode::NoNode) => Ok(false),
+            Err(e) if not_sent(&e) => {
+                // Nothing was sent: wait for the connection, then retry.
+                let _ = self
+                    .client
+                    .block_until_connected(self.client.connection_timeout());
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One read-modify-write; `Ok(true)` if it was applied.
+    fn attempt(&self, make: &impl Fn(T) -> T, result: &mut AtomicValue<T>) -> Result<bool> {
+        let (pre, stat) = match self.read()? {
+            Some(found) => found,
+            None => {
+                // Create the node holding 0, then change it like any other:
+                // a create retried after a connection loss may be answered
+                // NodeExists for itself, and 0 is what a missing node reads
+                // as, so this create cannot be applied twice to any effect.
+                match self.create(&T::zero().encode()) {
+                    Err(e) if !e.is(ErrorCode::NodeExists) => return Err(e),
+                    _ => {}
+                }
+                match self.read()? {
+                    Some(found) => found,
+                    None => return Ok(false),
+                }
+            }
+        };
+        result.pre_value = pre;
+        let new = make(pre);
+        if self.write_once(&new.encode(), stat.version)? {
+            result.post_value = new;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    fn change(&self, make: impl Fn(T) -> T) -> Result<AtomicValue<T>> {
+        let mut result = self.unsucceeded();
+        let started = Instant::now();
+        let mut retries = 0u32;
+        loop {
+            result.stats.optimistic_tries += 1;
+            if self.attempt(&make, &mut result)? {
+                result.succeeded = true;
+                break;
+            }
+            match self.retry_policy.allow_retry(retries, started.elapsed()) {
+                Some(pause) => std::thread::sleep(pause),
+                None => break,
+            }
+            retries += 1;
+        }
+        result.stats.optimistic_time = started.elapsed();
+        if !result.succeeded {
+            if let Some((promoted, mutex)) = &self.promoted {
+                self.change_locked(promoted, mutex, &make, &mut result)?;
+            }
+        }
+        Ok(result)
+    }
+
+    fn change_locked(
+        &self,
+        promoted: &PromotedToLock,
+        mutex: &InterProcessMutex,
+        make: &impl Fn(T) -> T,
+        result: &mut AtomicValue<T>,
+    ) -> Result<()> {
+        let started = Instant::now();
+        let timeout = promoted.timeout.unwrap_or(Duration::MAX);
+        let acquired = match deadline_after(timeout) {
+            None => {
+                mutex.acquire()?;
+                true
+            }
+            Some(_) => mutex.acquire_timeout(timeout)?,
+        };
+        if acquired {
+            let outcome: Result<()> = (|| {
+                let mut retries = 0u32;
+                loop {
+                    result.stats.promoted_tries += 1;
+                    if self.attempt(make, result)? {
+                        result.succeeded = true;
+                        return Ok(());
+                    }
+                    match promoted
+                        .retry_policy
+                        .allow_retry(retries, started.elapsed())
+                    {
+                        Some(pause) => std::thread::sleep(pause),
+                        None => return Ok(()),
+                    }
+                    retries += 1;
+                }
+            })();
+            let released = mutex.release();
+            outcome?;
+            released?;
+        }
+        result.stats.promoted_time = started.elapsed();
+        Ok(())
+    }
+}
+
+/// Whether `e` says that a request was never sent (no connection).
+fn not_sent(e: &Error) -> bool {
+    match e {
+        Error::NotConnected { .. } => true,
+        Error::Operation { source, .. } => not_sent(source),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_curators_big_endian_bytes() {
+        assert_eq!(258i64.encode(), [0, 0, 0, 0, 0, 0, 1, 2]);
+        assert_eq!(258i32.encode(), [0, 0, 1, 2]);
+        assert_eq!(i64::decode(&(-1i64).encode()), Some(-1));
+        assert_eq!(
+            i32::decode(&[]),
+            Some(0),
+            "no data reads as 0, as in Curator"
+        );
+        assert_eq!(i64::decode(&[0; 4]), None);
+        assert_eq!(i32::decode(&[0; 8]), None);
+        assert_eq!(i64::MAX.wrapping_add(1), i64::MIN);
+        assert_eq!(AtomicNumber::wrapping_neg(i32::MIN), i32::MIN);
+    }
+}

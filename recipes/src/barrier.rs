@@ -1,0 +1,290 @@
+//! Curator's `DistributedBarrier` (wait while a node exists) and
+//! `DistributedDoubleBarrier` (enter together when a member count is
+//! reached, leave together).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use latchkey_framework::{paths, Client, CreateMode, Error, ErrorCode, ListenerHandle, Result};
+
+use crate::lock_internals::{deadline_after, validate_recipe_path, Signal};
+
+/// The node whose creation tells a double barrier's members to enter.
+pub const READY_NODE: &str = "ready";
+
+/// Something to wait on: a wake-up from a watch or a connection-state
+/// change, by a deadline.
+struct Waiter {
+    signal: Arc<Signal>,
+    _state: ListenerHandle,
+}
+
+impl Waiter {
+    fn new(client: &Client) -> Waiter {
+        let signal = Arc::new(Signal::default());
+        let wake = Arc::clone(&signal);
+        let state = client.add_waker(move || wake.notify());
+        Waiter {
+            signal,
+            _state: state,
+        }
+    }
+
+    /// A watch callback that wakes this waiter.
+    fn wake(&self) -> impl FnOnce(latchkey_framework::WatchedEvent) + Send + 'static {
+        let signal = Arc::downgrade(&self.signal);
+        move |_| {
+            if let Some(s) = signal.upgrade() {
+                s.notify();
+            }
+        }
+    }
+
+    /// Waits for a wake-up after `epoch`; false if the deadline passed.
+    fn wait(&self, epoch: u64, deadline: Option<Instant>) -> bool {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return false;
+        }
+        self.signal.wait(epoch, deadline);
+        true
+    }
+}
+
+/// Curator's `DistributedBarrier`: processes wait while the barrier node
+/// exists; removing it lets them all through.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use std::time::Duration;
+/// use latchkey_recipes::DistributedBarrier;
+///
+/// let barrier = DistributedBarrier::new(client, "/jobs/start-gate")?;
+/// barrier.set_barrier()?;
+/// // ... elsewhere, workers call barrier.wait_on_barrier(timeout) ...
+/// barrier.remove_barrier()?; // lets every waiter through
+/// assert!(barrier.wait_on_barrier(Duration::ZERO)?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct DistributedBarrier {
+    client: Client,
+    path: String,
+}
+
+impl DistributedBarrier {
+    /// A barrier at `path`.
+    pub fn new(client: &Client, path: &str) -> Result<DistributedBarrier> {
+        validate_recipe_path(client, path)?;
+        Ok(DistributedBarrier {
+            client: client.clone(),
+            path: path.to_owned(),
+        })
+    }
+
+    /// Sets the barrier (creates the node, with parents as containers); a
+    /// barrier already set stays as it is.
+    pub fn set_barrier(&self) -> Result<()> {
+        match self
+            .client
+            .create()
+            .creating_parent_containers_if_needed()
+            .for_path(&self.path, &[])
+        {
+            Err(e) if e.is(ErrorCode::NodeExists) => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// Removes the barrier, letting every waiter through; a barrier not
+    /// set is fine.
+    pub fn remove_barrier(&self) -> Result<()> {
+        match self.client.delete().for_path(&self.path) {
+            Err(e) if e.is(ErrorCode::NoNode) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Waits until the barrier is removed: `Ok(true)` once it is gone,
+    /// `Ok(false)` when `timeout` (a deadline; `Duration::MAX`: no limit)
+    /// passes first.
+    pub fn wait_on_barrier(&self, timeout: Duration) -> Result<bool> {
+        let deadline = deadline_after(timeout);
+        let waiter = Waiter::new(&self.client);
+        loop {
+            let epoch = waiter.signal.epoch();
+            let exists = self
+                .client
+                .with_deadline(deadline.map(|d| d.max(Instant::now() + crate::REQUEST_GRACE)))
+                .exists_watch_waker(&self.path, waiter.wake());
+            match exists {
+                Ok(None) => return Ok(true),
+                Ok(Some(_)) => {}
+                Err(Error::Timeout { .. }) if deadline.is_some() => return Ok(false),
+                Err(e) => return Err(e),
+            }
+            if !waiter.wait(epoch, deadline) {
+                return Ok(false);
+            }
+        }
+    }
+}
+
+/// Curator's `DistributedDoubleBarrier`: `member_count` processes enter
+/// together (each waits in [`enter`](Self::enter) until that many have
+/// arrived) and leave together (each waits in [`leave`](Self::leave) until
+/// all have left). Nodes are Curator's: an ephemeral node per member named
+/// by a random UUID, and `ready` once the count is reached, so Java and
+/// Rust members share a barrier.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use std::time::Duration;
+/// use latchkey_recipes::DistributedDoubleBarrier;
+///
+/// let barrier = DistributedDoubleBarrier::new(client, "/jobs/round-1", 3)?;
+/// if barrier.enter(Duration::from_secs(30))? {
+///     // ... the three members compute together ...
+///     barrier.leave(Duration::from_secs(30))?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct DistributedDoubleBarrier {
+    client: Client,
+    path: String,
+    member_count: usize,
+    our_path: String,
+    ready_path: String,
+}
+
+impl DistributedDoubleBarrier {
+    /// A double barrier at `path` for `member_count` members (at least 1).
+    pub fn new(
+        client: &Client,
+        path: &str,
+        member_count: usize,
+    ) -> Result<DistributedDoubleBarrier> {
+        validate_recipe_path(client, path)?;
+        if member_count == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "double barrier at {path}: the member count must be at least 1"
+            )));
+        }
+        Ok(DistributedDoubleBarrier {
+            client: client.clone(),
+            path: path.to_owned(),
+            member_count,
+            our_path: paths::make_path(path, &paths::new_protection_id()),
+            ready_path: paths::make_path(path, READY_NODE),
+        })
+    }
+
+    /// Enters: adds this member and waits until `member_count` members
+    /// have. `Ok(false)` if `timeout` (a deadline; `Duration::MAX`: no
+    /// limit) passes first; this member's node is then removed, so it is
+    /// not counted (Curator leaves it).
+    pub fn enter(&self, timeout: Duration) -> Result<bool> {
+        let deadline = deadline_after(timeout);
+        let waiter = Waiter::new(&self.client);
+        let ready = self
+            .client
+            .exists_watch_waker(&self.ready_path, waiter.wake())?
+            .is_some();
+        self.client
+            .create()
+            .creating_parent_containers_if_needed()
+            .mode(CreateMode::Ephemeral)
+            .for_path(&self.our_path, &[])?;
+        if ready {
+            return Ok(true);
+        }
+        loop {
+            let epoch = waiter.signal.epoch();
+            let children = self.client.get_children(&self.path)?;
+            if children.len() >= self.member_count {
+                match self.client.create().for_path(&self.ready_path, &[]) {
+                    Err(e) if !e.is(ErrorCode::NodeExists) => return Err(e),
+                    _ => return Ok(true),
+                }
+            }
+            if self.client.exists(&self.ready_path)?.is_some() {
+                return Ok(true);
+            }
+            if !waiter.wait(epoch, deadline) {
+                self.delete(&self.our_path)?;
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Leaves: removes this member and waits until every member has left.
+    /// `Ok(false)` if `timeout` (a deadline) passes first. Fails with
+    /// [`Error::IllegalState`] if this member's node went meanwhile (its
+    /// session was lost).
+    pub fn leave(&self, timeout: Duration) -> Result<bool> {
+        let deadline = deadline_after(timeout);
+        let waiter = Waiter::new(&self.client);
+        let ours = paths::get_node_from_path(&self.our_path).to_owned();
+        let mut ours_exists = true;
+        let mut result = true;
+        loop {
+            let epoch = waiter.signal.epoch();
+            let mut children = match self.client.get_children(&self.path) {
+                Err(e) if e.is(ErrorCode::NoNode) => Vec::new(),
+                other => other?,
+            };
+            children.retain(|c| c != READY_NODE);
+            children.sort();
+            if children.is_empty() {
+                break;
+            }
+            let index = children.iter().position(|c| *c == ours);
+            if index.is_none() && ours_exists {
+                return Err(Error::IllegalState(format!(
+                    "double barrier at {}: our node {ours} is missing",
+                    self.path
+                )));
+            }
+            if children.len() == 1 {
+                if ours_exists {
+                    if children[0] != ours {
+                        return Err(Error::IllegalState(format!(
+                            "double barrier at {}: the last node {} is not ours ({ours})",
+                            self.path, children[0]
+                        )));
+                    }
+                    self.delete(&self.our_path)?;
+                }
+                break;
+            }
+            // The lowest member waits for the highest; the others leave at
+            // once and wait for the lowest.
+            let watched = if index == Some(0) {
+                children[children.len() - 1].clone()
+            } else {
+                if ours_exists {
+                    self.delete(&self.our_path)?;
+                    ours_exists = false;
+                }
+                children[0].clone()
+            };
+            let still_there = self
+                .client
+                .exists_watch_waker(&paths::make_path(&self.path, &watched), waiter.wake())?
+                .is_some();
+            if still_there && !waiter.wait(epoch, deadline) {
+                result = false;
+                break;
+            }
+        }
+        self.delete(&self.ready_path)?;
+        Ok(result)
+    }
+
+    fn delete(&self, path: &str) -> Result<()> {
+        match self.client.delete().for_path(path) {
+            Err(e) if e.is(ErrorCode::NoNode) => Ok(()),
+            other => other,
+        }
+    }
+}

@@ -1,0 +1,466 @@
+//! Curator's `LeaderSelector`: participants queue on an
+//! [`InterProcessMutex`]; whoever holds it leads for as long as its
+//! `take_leadership` runs, then gives the lock up.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use latchkey_framework::{Client, ConnectionState, Error, ListenerHandle, Result};
+use parking_lot::{Condvar, Mutex};
+
+use crate::cancel::CancelToken;
+use crate::hold::{self, HoldEvent};
+use crate::lock_internals::{deadline_after, validate_node_size};
+use crate::mutex::InterProcessMutex;
+use crate::participant::{self, Participant};
+
+/// How long the selector waits before queueing again after an error, with
+/// [`LeaderSelector::auto_requeue`] on.
+const ERROR_PAUSE: Duration = Duration::from_secs(1);
+
+/// The longest one sleep of [`Leadership::wait`] before it looks again.
+const WAIT_POLL: Duration = Duration::from_millis(50);
+
+type TakeLeadership = dyn Fn(&Leadership) + Send + Sync;
+
+/// One term of leadership, handed to `take_leadership`: the term lasts
+/// until the closure returns, and the closure should return as soon as the
+/// term is no longer [`valid`](Leadership::is_valid).
+///
+/// Following Curator's `LeaderSelectorListenerAdapter`, a `Suspended` or
+/// `Lost` connection interrupts the term (another process may lead soon),
+/// as do [`LeaderSelector::interrupt_leadership`] and closing the selector.
+/// Rust cannot interrupt a running closure; it checks
+/// [`is_valid`](Leadership::is_valid) or sleeps with
+/// [`wait`](Leadership::wait), which returns early when the term ends.
+pub struct Leadership {
+    client: Client,
+    /// The session that owns the lock node.
+    owner: i64,
+    term: Arc<Term>,
+}
+
+struct Term {
+    /// The session that owns the lock node.
+    owner: i64,
+    interrupted: AtomicBool,
+    lost: AtomicBool,
+    /// Wakes [`Leadership::wait`] when the term is interrupted.
+    lock: Mutex<()>,
+    changed: Condvar,
+    subscriptions: Mutex<Vec<ListenerHandle>>,
+}
+
+impl Term {
+    fn new(owner: i64) -> Term {
+        Term {
+            owner,
+            interrupted: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
+            lock: Mutex::new(()),
+            changed: Condvar::new(),
+            subscriptions: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Whether the term may go on (see [`Leadership::is_valid`]).
+    fn is_valid(&self, client: &Client) -> bool {
+        !self.interrupted.load(Ordering::Acquire)
+            && !self.lost.load(Ordering::Acquire)
+            && !hold::in_doubt(client, self.owner)
+    }
+
+    fn interrupt(&self) {
+        self.interrupted.store(true, Ordering::Release);
+        let _guard = self.lock.lock();
+        self.changed.notify_all();
+    }
+}
+
+impl Leadership {
+    /// Whether the term may go on: not interrupted, and the lock not in
+    /// doubt (connected, in the session that holds it). Check it right
+    /// before each step that needs to be the only leader.
+    pub fn is_valid(&self) -> bool {
+        self.term.is_valid(&self.client)
+    }
+
+    /// Whether the term was interrupted: by
+    /// [`LeaderSelector::interrupt_leadership`], by closing the selector, or
+    /// by a `Suspended` or `Lost` connection. For good: return.
+    pub fn is_interrupted(&self) -> bool {
+        self.term.interrupted.load(Ordering::Acquire)
+    }
+
+    /// Whether the lock, and leadership with it, was lost with its session.
+    pub fn is_lost(&self) -> bool {
+        self.term.lost.load(Ordering::Acquire) || self.client.session_id() != self.owner
+    }
+
+    /// Whether the lock is in doubt right now: lost, or the client not
+    /// connected.
+    pub fn is_in_doubt(&self) -> bool {
+        hold::in_doubt(&self.client, self.owner)
+    }
+
+    /// Sleeps for `timeout` (`Duration::MAX`: as long as the term lasts),
+    /// waking early when the term ends; returns
+    /// [`is_valid`](Leadership::is_valid) at the end. A leader that has
+    /// nothing to do but lead sleeps in this and returns when it is false.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let deadline = deadline_after(timeout);
+        let mut guard = self.term.lock.lock();
+        loop {
+            if !self.is_valid() {
+                return false;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return true;
+            }
+            let poll = now + WAIT_POLL;
+            let until = deadline.map_or(poll, |d| d.min(poll));
+            let _ = self.term.changed.wait_until(&mut guard, until);
+        }
+    }
+
+    /// The lock's standing as it changes (see [`HoldEvent`]); the channel
+    /// disconnects when the term ends.
+    pub fn events(&self) -> Receiver<HoldEvent> {
+        let (rx, handle) = hold::subscribe(&self.client, self.owner);
+        self.term.subscriptions.lock().push(handle);
+        rx
+    }
+}
+
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership")
+            .field("valid", &self.is_valid())
+            .field("interrupted", &self.is_interrupted())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+/// Leader election by Curator's `LeaderSelector`, wire-compatible with it:
+/// participants queue on an [`InterProcessMutex`] at the path (nodes
+/// `_c_<uuid>-lock-<seq>` holding the participant id), so Java and Rust
+/// processes take part in the same election.
+///
+/// The holder of the lock leads: `take_leadership` runs on the selector's
+/// thread with a [`Leadership`] handle, and leadership ends (the lock is
+/// released) when it returns. With [`auto_requeue`](Self::auto_requeue)
+/// the selector queues again each time, also after errors; without it,
+/// [`requeue`](Self::requeue) queues it again. Dropping the selector closes
+/// it.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use std::time::Duration;
+/// use latchkey_recipes::LeaderSelector;
+///
+/// let selector = LeaderSelector::new(client, "/services/scheduler/leader", "host-a", |leadership| {
+///     // Lead in steps while the term is valid; return to give leadership up.
+///     for _step in 0..10 {
+///         if !leadership.wait(Duration::from_millis(500)) {
+///             return; // interrupted, suspended or lost
+///         }
+///         // ... one step of the leader's work ...
+///     }
+/// })?;
+/// selector.auto_requeue();
+/// selector.start()?;
+/// // ... later: selector.close() or drop(selector)
+/// # Ok(()) }
+/// ```
+pub struct LeaderSelector {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    mutex: InterProcessMutex,
+    id: Mutex<String>,
+    take: Box<TakeLeadership>,
+    auto_requeue: AtomicBool,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    started: bool,
+    closed: bool,
+    /// Queued (or about to be), not yet leading.
+    queued: bool,
+    /// The term under way.
+    term: Option<Arc<Term>>,
+    /// Cancels the acquire under way on close.
+    cancel: Option<CancelToken>,
+    /// The error that ended the selector's work (without auto-requeue).
+    last_error: Option<String>,
+}
+
+impl std::fmt::Debug for LeaderSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderSelector")
+            .field("path", &self.inner.mutex.path())
+            .field("id", &*self.inner.id.lock())
+            .field("leader", &self.has_leadership())
+            .finish()
+    }
+}
+
+impl LeaderSelector {
+    /// A selector on `path` whose lock node holds `id` (empty: who holds
+    /// it, as for any mutex); `take_leadership` runs each time it leads.
+    /// Not started.
+    pub fn new(
+        client: &Client,
+        path: &str,
+        id: &str,
+        take_leadership: impl Fn(&Leadership) + Send + Sync + 'static,
+    ) -> Result<LeaderSelector> {
+        let mutex = InterProcessMutex::with_lock_data(client, path, id.as_bytes())?;
+        Ok(LeaderSelector {
+            inner: Arc::new(Inner {
+                client: client.clone(),
+                mutex,
+                id: Mutex::new(id.to_owned()),
+                take: Box::new(take_leadership),
+                auto_requeue: AtomicBool::new(false),
+                state: Mutex::default(),
+                changed: Condvar::new(),
+            }),
+        })
+    }
+
+    /// Queues again each time leadership ends, and after errors (Curator's
+    /// `autoRequeue`).
+    pub fn auto_requeue(&self) {
+        self.inner.auto_requeue.store(true, Ordering::Release);
+        self.inner.changed.notify_all();
+    }
+
+    /// Sets the id the next lock node holds.
+    pub fn set_id(&self, id: &str) -> Result<()> {
+        validate_node_size("LeaderSelector", self.inner.mutex.path(), id.as_bytes())?;
+        self.inner.mutex.set_lock_data(id.as_bytes())?;
+        *self.inner.id.lock() = id.to_owned();
+        Ok(())
+    }
+
+    /// This selector's id.
+    pub fn id(&self) -> String {
+        self.inner.id.lock().clone()
+    }
+
+    /// Starts the selector's thread and queues for leadership. Fails with
+    /// [`Error::IllegalState`] if started before or closed.
+    pub fn start(&self) -> Result<()> {
+        {
+            let mut s = self.inner.state.lock();
+            if s.started || s.closed {
+                return Err(Error::IllegalState(format!(
+                    "the leader selector at {} cannot be started more than once, or once closed",
+                    self.inner.mutex.path()
+                )));
+            }
+            s.started = true;
+            s.queued = true;
+        }
+        let inner = Arc::clone(&self.inner);
+        let spawned = std::thread::Builder::new()
+            .name("latchkey-leader-selector".into())
+            .spawn(move || inner.run());
+        if let Err(e) = spawned {
+            self.inner.state.lock().closed = true;
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Queues for leadership again after a term ended (not needed with
+    /// auto-requeue). `Ok(false)` if already queued or leading. Fails with
+    /// [`Error::IllegalState`] if not started or closed.
+    pub fn requeue(&self) -> Result<bool> {
+        let mut s = self.inner.state.lock();
+        if !s.started || s.closed {
+            return Err(Error::IllegalState(format!(
+                "the leader selector at {} is not started or is closed",
+                self.inner.mutex.path()
+            )));
+        }
+        if s.queued || s.term.is_some() {
+            return Ok(false);
+        }
+        s.queued = true;
+        self.inner.changed.notify_all();
+        Ok(true)
+    }
+
+    /// Whether this selector leads now: a term is under way and valid.
+    pub fn has_leadership(&self) -> bool {
+        let term = self.inner.state.lock().term.clone();
+        term.is_some_and(|t| t.is_valid(&self.inner.client))
+    }
+
+    /// Interrupts the term under way, if any (Curator's
+    /// `interruptLeadership`): its [`Leadership`] turns invalid and its
+    /// waits return.
+    pub fn interrupt_leadership(&self) {
+        if let Some(term) = self.inner.state.lock().term.clone() {
+            term.interrupt();
+        }
+    }
+
+    /// Every participant, in queue order, the first marked as leader.
+    pub fn participants(&self) -> Result<Vec<Participant>> {
+        let nodes = self.participant_nodes()?;
+        participant::participants(&self.inner.client, &nodes)
+    }
+
+    /// The current leader as ZooKeeper sees it, or
+    /// [`Participant::default`] (empty id, not leader) if nobody queues.
+    pub fn leader(&self) -> Result<Participant> {
+        let nodes = self.participant_nodes()?;
+        participant::leader(&self.inner.client, &nodes)
+    }
+
+    fn participant_nodes(&self) -> Result<Vec<String>> {
+        match self.inner.mutex.participant_nodes() {
+            Err(e) if e.is(latchkey_framework::ErrorCode::NoNode) => Ok(Vec::new()),
+            other => other,
+        }
+    }
+
+    /// The error that stopped the selector's work, if one did (without
+    /// auto-requeue, an error queueing ends the work as in Curator).
+    pub fn last_error(&self) -> Option<String> {
+        self.inner.state.lock().last_error.clone()
+    }
+
+    /// Leaves the election: a queued attempt is cancelled (its node
+    /// removed), a term under way is interrupted, and the lock is released
+    /// once `take_leadership` returns. Does not wait for it. Idempotent;
+    /// dropping the selector closes it too.
+    pub fn close(&self) {
+        let mut s = self.inner.state.lock();
+        s.closed = true;
+        if let Some(term) = &s.term {
+            term.interrupt();
+        }
+        if let Some(cancel) = &s.cancel {
+            cancel.cancel();
+        }
+        self.inner.changed.notify_all();
+    }
+}
+
+impl Drop for LeaderSelector {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Inner {
+    /// The selector's thread: queue, lead, release, and again while
+    /// queued, until closed.
+    fn run(self: Arc<Self>) {
+        loop {
+            let cancel = {
+                let mut s = self.state.lock();
+                while !s.closed && !s.queued {
+                    self.changed.wait(&mut s);
+                }
+                if s.closed {
+                    return;
+                }
+                let cancel = CancelToken::new();
+                s.cancel = Some(cancel.clone());
+                cancel
+            };
+            let outcome = self.mutex.acquire_cancellable(Duration::MAX, &cancel);
+            self.state.lock().cancel = None;
+            match outcome {
+                Ok(true) => self.lead(),
+                Ok(false) | Err(Error::Cancelled) => {}
+                Err(e) => {
+                    log::warn!("leader selector {}: {e}", self.mutex.path());
+                    let mut s = self.state.lock();
+                    if !self.auto_requeue.load(Ordering::Acquire) {
+                        s.last_error = Some(e.to_string());
+                        s.queued = false;
+                        continue;
+                    }
+                    let _ = self
+                        .changed
+                        .wait_until(&mut s, Instant::now() + ERROR_PAUSE);
+                    continue;
+                }
+            }
+            let mut s = self.state.lock();
+            s.queued = self.auto_requeue.load(Ordering::Acquire);
+        }
+    }
+
+    /// One term: `take_leadership` runs with the handle, then the lock goes.
+    fn lead(&self) {
+        let owner = self.client.session_id();
+        let term = Arc::new(Term::new(owner));
+        if self.mutex.is_lost() {
+            term.lost.store(true, Ordering::Release);
+            term.interrupted.store(true, Ordering::Release);
+        }
+        // Curator's adapter: Suspended or Lost interrupts the term.
+        let weak = Arc::downgrade(&term);
+        let listener = self.client.add_listener(move |state| {
+            if let Some(term) = weak.upgrade() {
+                match state {
+                    ConnectionState::Suspended => term.interrupt(),
+                    ConnectionState::Lost => {
+                        term.lost.store(true, Ordering::Release);
+                        term.interrupt();
+                    }
+                    _ => {}
+                }
+            }
+        });
+        {
+            let mut s = self.state.lock();
+            s.queued = false;
+            if s.closed {
+                term.interrupt();
+            }
+            s.term = Some(Arc::clone(&term));
+        }
+        let leadership = Leadership {
+            client: self.client.clone(),
+            owner,
+            term: Arc::clone(&term),
+        };
+        if !self
+            .client
+            .state()
+            .is_some_and(ConnectionState::is_connected)
+        {
+            term.interrupt();
+        }
+        if catch_unwind(AssertUnwindSafe(|| (self.take)(&leadership))).is_err() {
+            log::warn!(
+                "leader selector {}: take_leadership panicked; leadership ends",
+                self.mutex.path()
+            );
+        }
+        drop(listener);
+        term.subscriptions.lock().clear();
+        self.state.lock().term = None;
+        if let Err(e) = self.mutex.release() {
+            log::warn!("leader selector {}: releasing: {e}", self.mutex.path());
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! Who takes part in an election, read from the election's nodes (Curator's
+//! `Participant`), shared by [`crate::LeaderLatch`] and
+//! [`crate::LeaderSelector`].
+
+use latchkey_framework::{paths, Client, ErrorCode, Result};
+
+use crate::lock_internals::sort_children;
+
+/// One participant of an election: its id (the data of its node, as
+/// UTF-8) and whether it leads (its node is first in the queue).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Participant {
+    /// The participant's id; empty for [`Participant::default`], which
+    /// [`crate::LeaderLatch::leader`] returns when nobody takes part.
+    pub id: String,
+    /// Whether this participant is the leader.
+    pub is_leader: bool,
+}
+
+/// The children of `path` in Curator's queue order for `lock_name`, as full
+/// paths; none if the path does not exist.
+pub(crate) fn participant_nodes(
+    client: &Client,
+    path: &str,
+    lock_name: &str,
+) -> Result<Vec<String>> {
+    let mut children = match client.get_children(path) {
+        Err(e) if e.is(ErrorCode::NoNode) => return Ok(Vec::new()),
+        other => other?,
+    };
+    sort_children(&mut children, &[lock_name]);
+    Ok(children.iter().map(|c| paths::make_path(path, c)).collect())
+}
+
+/// The participants behind `nodes` (in queue order), the first that still
+/// exists marked as leader; nodes gone meanwhile are left out.
+pub(crate) fn participants(client: &Client, nodes: &[String]) -> Result<Vec<Participant>> {
+    let mut out = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        if let Some(id) = read_id(client, node)? {
+            out.push(Participant {
+                id,
+                is_leader: out.is_empty(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The first participant behind `nodes` that still exists, as leader, or
+/// [`Participant::default`] (empty id, not leader) if none does.
+pub(crate) fn leader(client: &Client, nodes: &[String]) -> Result<Participant> {
+    for node in nodes {
+        if let Some(id) = read_id(client, node)? {
+            return Ok(Participant {
+                id,
+                is_leader: true,
+            });
+        }
+    }
+    Ok(Participant::default())
+}
+
+fn read_id(client: &Client, node: &str) -> Result<Option<String>> {
+    match client.get_data(node) {
+        Ok((data, _)) => Ok(Some(String::from_utf8_lossy(&data).into_owned())),
+        Err(e) if e.is(ErrorCode::NoNode) => Ok(None),
+        Err(e) => Err(e),
+    }
+}

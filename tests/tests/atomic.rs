@@ -1,0 +1,237 @@
+//! `DistributedAtomicLong` / `DistributedAtomicInteger` against real
+//! ZooKeeper: Curator's semantics and format, contention, promotion to a
+//! lock, and no lost or doubled increment through an ensemble's leader
+//! kills.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use latchkey_framework::{Client, Error, ExponentialBackoffRetry, RetryNTimes};
+use latchkey_recipes::{DistributedAtomicInteger, DistributedAtomicLong, PromotedToLock};
+use latchkey_test::TestingCluster;
+
+const SESSION: Duration = Duration::from_secs(10);
+
+fn retries(n: u32) -> RetryNTimes {
+    RetryNTimes::new(n, Duration::from_millis(1))
+}
+
+#[test]
+fn operations_follow_curators_semantics_and_format() {
+    let c = connect(&shared_server().connect_string(), SESSION);
+    let path = unique("atomic-ops");
+    let a = DistributedAtomicLong::new(&c, &path, retries(3)).unwrap();
+    let v = a.get().unwrap();
+    assert!(v.succeeded);
+    assert_eq!(
+        (v.pre_value, v.post_value),
+        (0, 0),
+        "a missing node reads as 0"
+    );
+    assert!(c.exists(&path).unwrap().is_none(), "get creates nothing");
+
+    let v = a.increment().unwrap();
+    assert_eq!((v.succeeded, v.pre_value, v.post_value), (true, 0, 1));
+    assert_eq!(c.get_data(&path).unwrap().0, 1i64.to_be_bytes());
+    assert_eq!(a.add(10).unwrap().post_value, 11);
+    assert_eq!(a.subtract(4).unwrap().post_value, 7);
+    assert_eq!(a.decrement().unwrap().post_value, 6);
+    assert_eq!(v.stats.optimistic_tries, 1);
+
+    let miss = a.compare_and_set(5, 100).unwrap();
+    assert!(!miss.succeeded);
+    assert_eq!(miss.pre_value, 6);
+    let hit = a.compare_and_set(6, 100).unwrap();
+    assert!(hit.succeeded);
+    assert_eq!(hit.post_value, 100);
+    assert_eq!(a.try_set(-5).unwrap().post_value, -5);
+    assert!(!a.initialize(9).unwrap(), "exists already");
+    a.force_set(i64::MAX).unwrap();
+    let wrapped = a.increment().unwrap();
+    assert_eq!(wrapped.post_value, i64::MIN, "wraps as Java's long does");
+    assert!(a.subtract(i64::MIN).unwrap().succeeded);
+
+    let fresh = DistributedAtomicInteger::new(&c, &unique("atomic-int"), retries(0)).unwrap();
+    assert!(fresh.initialize(3).unwrap());
+    assert_eq!(fresh.add(2).unwrap().post_value, 5);
+    assert_eq!(c.get_data(fresh.path()).unwrap().0, 5i32.to_be_bytes());
+    let cas_missing = DistributedAtomicLong::new(&c, &unique("atomic-none"), retries(0)).unwrap();
+    assert!(!cas_missing.compare_and_set(0, 1).unwrap().succeeded);
+}
+
+#[test]
+fn corrupted_data_and_bad_paths_are_errors() {
+    let c = connect(&shared_server().connect_string(), SESSION);
+    let path = unique("atomic-corrupt");
+    c.create()
+        .creating_parents_if_needed()
+        .for_path(&path, b"abc")
+        .unwrap();
+    let a = DistributedAtomicLong::new(&c, &path, retries(0)).unwrap();
+    for result in [a.get().map(|_| ()), a.increment().map(|_| ())] {
+        match result {
+            Err(Error::IllegalState(m)) => {
+                assert!(m.contains(&path) && m.contains("3 bytes"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(c.get_data(&path).unwrap().0, b"abc", "nothing written");
+    for bad in ["", "/", "x", "/a/"] {
+        assert!(
+            DistributedAtomicLong::new(&c, bad, retries(0)).is_err(),
+            "{bad:?}"
+        );
+    }
+}
+
+/// Four sessions increment one counter at once. With enough retries every
+/// increment succeeds; with none, some give up, and the counter still
+/// equals the number that succeeded.
+#[test]
+fn contended_increments_are_never_lost_or_doubled() {
+    let cs = clients(4, SESSION);
+    for (name, policy_retries, promoted) in [
+        ("retries", 1000, false),
+        ("no-retries", 0, false),
+        ("promoted", 0, true),
+    ] {
+        let path = unique(&format!("atomic-contended-{name}"));
+        let succeeded = AtomicU64::new(0);
+        let failed = AtomicU64::new(0);
+        thread::scope(|s| {
+            for c in &cs {
+                let (path, succeeded, failed) = (&path, &succeeded, &failed);
+                s.spawn(move || {
+                    let mut a =
+                        DistributedAtomicLong::new(c, path, retries(policy_retries)).unwrap();
+                    if promoted {
+                        a = a
+                            .promoted_to_lock(
+                                PromotedToLock::new(&format!("{path}-lock"))
+                                    .timeout(Duration::from_secs(30))
+                                    // Optimistic writers still race the lock holder
+                                    // (as in Curator): it retries until it wins.
+                                    .retry_policy(retries(1000)),
+                            )
+                            .unwrap();
+                    }
+                    for _ in 0..50 {
+                        let v = a.increment().unwrap();
+                        if v.succeeded {
+                            assert_eq!(v.post_value, v.pre_value + 1);
+                            succeeded.fetch_add(1, Ordering::SeqCst);
+                        } else {
+                            failed.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                });
+            }
+        });
+        let ok = succeeded.load(Ordering::SeqCst);
+        let value = DistributedAtomicLong::new(&cs[0], &path, retries(0))
+            .unwrap()
+            .get()
+            .unwrap()
+            .post_value;
+        println!(
+            "{name}: {ok} succeeded, {} gave up, value {value}",
+            failed.load(Ordering::SeqCst)
+        );
+        assert_eq!(value, ok as i64, "{name}");
+        if name != "no-retries" {
+            assert_eq!(ok, 200, "{name}: every increment succeeds");
+        }
+    }
+}
+
+/// Increments from four sessions while the ensemble's leader is killed and
+/// restarted twice. Every increment that reported success is in the final
+/// value, and none is counted twice: the final value is at least the
+/// successes and at most the successes plus the increments whose outcome
+/// was left unknown by an error after their write was sent.
+#[test]
+fn no_increment_is_lost_through_leader_kills() {
+    let mut cluster = TestingCluster::start(3).unwrap();
+    let path = unique("atomic-ensemble");
+    let cs: Vec<Client> = (0..4)
+        .map(|_| {
+            start_connected(
+                Client::builder()
+                    .connect_string(cluster.connect_string())
+                    .session_timeout(Duration::from_secs(6))
+                    .connection_timeout(Duration::from_secs(3))
+                    .retry_policy(ExponentialBackoffRetry::with_max_sleep(
+                        Duration::from_millis(50),
+                        29,
+                        Duration::from_millis(500),
+                    )),
+            )
+        })
+        .collect();
+    let succeeded = AtomicU64::new(0);
+    let gave_up = AtomicU64::new(0);
+    let errors = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let deadline = Instant::now() + Duration::from_secs(150);
+    thread::scope(|s| {
+        for c in &cs {
+            let (path, succeeded, gave_up, errors, stop) =
+                (&path, &succeeded, &gave_up, &errors, &stop);
+            s.spawn(move || {
+                let a = DistributedAtomicLong::new(c, path, retries(50)).unwrap();
+                let mut n = 0;
+                while !stop.load(Ordering::SeqCst) && n < 5000 && Instant::now() < deadline {
+                    n += 1;
+                    match a.increment() {
+                        Ok(v) if v.succeeded => succeeded.fetch_add(1, Ordering::SeqCst),
+                        Ok(_) => gave_up.fetch_add(1, Ordering::SeqCst),
+                        Err(_) => errors.fetch_add(1, Ordering::SeqCst),
+                    };
+                }
+            });
+        }
+        let progress = |what: &str| {
+            let before = succeeded.load(Ordering::SeqCst);
+            wait_until(
+                Duration::from_secs(60),
+                || succeeded.load(Ordering::SeqCst) >= before + 20,
+                || format!("no increments after {what}"),
+            );
+        };
+        progress("start");
+        for _ in 0..2 {
+            let leader = cluster.leader().expect("an ensemble leader");
+            cluster.kill(leader).unwrap();
+            progress("leader kill");
+            cluster.restart(leader).unwrap();
+            progress("leader restart");
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    let (ok, unknown) = (
+        succeeded.load(Ordering::SeqCst),
+        errors.load(Ordering::SeqCst),
+    );
+    let value = DistributedAtomicLong::new(&cs[0], &path, retries(0))
+        .unwrap()
+        .get()
+        .unwrap()
+        .post_value as u64;
+    println!(
+        "ensemble: {ok} succeeded, {} gave up, {unknown} errors (outcome unknown), final value {value}",
+        gave_up.load(Ordering::SeqCst)
+    );
+    assert!(
+        value >= ok,
+        "an increment that succeeded was lost: {value} < {ok}"
+    );
+    assert!(
+        value <= ok + unknown,
+        "an increment was applied twice: {value} > {ok} + {unknown}"
+    );
+}

@@ -1,0 +1,637 @@
+//! Leader election (`LeaderLatch`) against real ZooKeeper: one leader at a
+//! time, Curator's nodes, listeners and close modes, and leadership across
+//! suspended connections, expired sessions and an ensemble's leader kills.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use latchkey_framework::{Client, ConnectionState, Error, ExponentialBackoffRetry};
+use latchkey_recipes::{CloseMode, LatchEvent, LatchState, LeaderLatch, Participant};
+use latchkey_test::{TestingCluster, TestingServer};
+
+const SESSION: Duration = Duration::from_secs(10);
+/// How long a new leader may take after the old one goes.
+const NEW_LEADER_WITHIN: Duration = Duration::from_secs(20);
+
+fn leaders(latches: &[LeaderLatch]) -> Vec<usize> {
+    (0..latches.len())
+        .filter(|&i| latches[i].has_leadership())
+        .collect()
+}
+
+fn wait_one_leader(latches: &[LeaderLatch], within: Duration) -> usize {
+    let mut found = None;
+    wait_until(
+        within,
+        || {
+            let l = leaders(latches);
+            found = l.first().copied();
+            l.len() == 1
+        },
+        || format!("leaders: {:?}", leaders(latches)),
+    );
+    found.unwrap()
+}
+
+#[test]
+fn one_of_three_latches_leads_and_the_next_takes_over_on_close() {
+    let cs = clients(3, SESSION);
+    let path = unique("latch-basic");
+    let latches: Vec<LeaderLatch> = cs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| LeaderLatch::with_id(c, &path, &format!("p{i}")).unwrap())
+        .collect();
+    assert_eq!(latches[0].state(), LatchState::Latent);
+    for l in &latches {
+        l.start().unwrap();
+    }
+    let first = wait_one_leader(&latches, NEW_LEADER_WITHIN);
+
+    // Curator's nodes: protected, `latch-`, the id as data.
+    let children = sorted_children(&cs[0], &path);
+    assert_eq!(children.len(), 3, "{children:?}");
+    for c in &children {
+        assert!(
+            c.starts_with("_c_") && c.contains("-latch-"),
+            "{children:?}"
+        );
+    }
+    let participants = latches[1].participants().unwrap();
+    assert_eq!(participants.len(), 3, "{participants:?}");
+    assert_eq!(
+        participants[0],
+        Participant {
+            id: format!("p{first}"),
+            is_leader: true
+        }
+    );
+    assert!(participants[1..].iter().all(|p| !p.is_leader));
+    assert_eq!(latches[2].leader().unwrap().id, format!("p{first}"));
+
+    // The leader closes: one of the others leads within the bound.
+    let closed_at = Instant::now();
+    latches[first].close().unwrap();
+    assert!(!latches[first].has_leadership());
+    let rest: Vec<LeaderLatch> = latches
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| *i != first)
+        .map(|(_, l)| l)
+        .collect();
+    let second = wait_one_leader(&rest, NEW_LEADER_WITHIN);
+    println!("new leader after close in {:?}", closed_at.elapsed());
+    assert_eq!(rest[0].participants().unwrap().len(), 2);
+    assert_eq!(rest[0].leader().unwrap().id, rest[second].id());
+
+    // Dropping a latch closes it too.
+    drop(rest);
+    wait_until(
+        Duration::from_secs(10),
+        || sorted_children(&cs[0], &path).is_empty(),
+        || format!("{:?}", sorted_children(&cs[0], &path)),
+    );
+}
+
+#[test]
+fn listeners_hear_leadership_and_close_modes_differ() {
+    let c = connect(&shared_server().connect_string(), SESSION);
+    let path = unique("latch-listen");
+    for (mode, want_not_leader) in [(CloseMode::Silent, false), (CloseMode::NotifyLeader, true)] {
+        let latch = LeaderLatch::with_close_mode(&c, &path, "me", mode).unwrap();
+        let events = latch.listen();
+        latch.start().unwrap();
+        assert!(latch.await_leadership(Duration::from_secs(10)).unwrap());
+        assert_eq!(
+            events.recv_timeout(Duration::from_secs(5)),
+            Ok(LatchEvent::IsLeader)
+        );
+        latch.close().unwrap();
+        let after: Vec<LatchEvent> = events.iter().collect(); // disconnects on close
+        let want = if want_not_leader {
+            vec![LatchEvent::NotLeader]
+        } else {
+            vec![]
+        };
+        assert_eq!(after, want, "{mode:?}");
+        assert_eq!(latch.state(), LatchState::Closed);
+    }
+}
+
+#[test]
+fn await_leadership_is_a_deadline_and_misuse_is_an_error() {
+    let cs = clients(2, SESSION);
+    let path = unique("latch-await");
+    let leader = LeaderLatch::new(&cs[0], &path).unwrap();
+    let waiting = LeaderLatch::new(&cs[1], &path).unwrap();
+    assert!(matches!(
+        waiting.await_leadership(Duration::ZERO),
+        Err(Error::IllegalState(_))
+    ));
+    leader.start().unwrap();
+    assert!(leader.await_leadership(Duration::from_secs(10)).unwrap());
+    waiting.start().unwrap();
+    assert!(matches!(waiting.start(), Err(Error::IllegalState(_))));
+    for timeout in [Duration::ZERO, Duration::from_millis(300)] {
+        let t = Instant::now();
+        assert!(!waiting.await_leadership(timeout).unwrap());
+        let took = t.elapsed();
+        assert!(
+            took < timeout + Duration::from_millis(500),
+            "await {timeout:?} took {took:?}"
+        );
+    }
+    // Waiting without limit returns once the leader goes.
+    thread::scope(|s| {
+        let w = s.spawn(|| waiting.await_leadership(Duration::MAX));
+        thread::sleep(Duration::from_millis(100));
+        leader.close().unwrap();
+        assert!(w.join().unwrap().unwrap());
+    });
+    assert!(matches!(leader.close(), Err(Error::IllegalState(_))));
+    // A close while another thread waits ends its wait with an error.
+    let third = LeaderLatch::new(&cs[0], &path).unwrap();
+    third.start().unwrap();
+    thread::scope(|s| {
+        let w = s.spawn(|| third.await_leadership(Duration::from_secs(30)));
+        thread::sleep(Duration::from_millis(200));
+        third.close().unwrap();
+        assert!(matches!(w.join().unwrap(), Err(Error::IllegalState(_))));
+    });
+}
+
+#[test]
+fn bad_arguments_are_errors_not_panics() {
+    let c = connect(&shared_server().connect_string(), SESSION);
+    for bad in ["", "/", "no-slash", "/a//b", "/zookeeper/x"] {
+        assert!(LeaderLatch::new(&c, bad).is_err(), "{bad:?}");
+    }
+    let huge = "x".repeat(2 << 20);
+    match LeaderLatch::with_id(&c, "/latch-huge", &huge) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("/latch-huge"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // Never started: dropping does nothing; reading works.
+    let idle = LeaderLatch::new(&c, &unique("latch-idle")).unwrap();
+    assert!(idle.participants().unwrap().is_empty());
+    assert_eq!(idle.leader().unwrap(), Participant::default());
+    assert!(!idle.has_leadership());
+    assert!(idle.close().is_err());
+}
+
+#[test]
+fn a_suspended_leader_stops_leading_until_reconnected_confirms_it() {
+    let mut server = TestingServer::start().unwrap();
+    let c = connect(&server.connect_string(), Duration::from_secs(30));
+    let ctx = Ctx::new(&server, &c);
+    let states = c.listen();
+    let latch = LeaderLatch::with_id(&c, &unique("latch-suspend"), "solo").unwrap();
+    let events = latch.listen();
+    latch.start().unwrap();
+    assert!(latch.await_leadership(Duration::from_secs(10)).unwrap());
+    assert_eq!(
+        events.recv_timeout(Duration::from_secs(5)),
+        Ok(LatchEvent::IsLeader)
+    );
+
+    server.stop().unwrap();
+    ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(30));
+    assert!(
+        !latch.has_leadership(),
+        "suspended, yet leading\n{}",
+        ctx.dump()
+    );
+    assert_eq!(
+        events.recv_timeout(Duration::from_secs(5)),
+        Ok(LatchEvent::NotLeader),
+        "{}",
+        ctx.dump()
+    );
+
+    server.restart().unwrap();
+    ctx.expect(
+        &states,
+        ConnectionState::Reconnected,
+        Duration::from_secs(30),
+    );
+    assert!(
+        latch.await_leadership(Duration::from_secs(20)).unwrap(),
+        "{}",
+        ctx.dump()
+    );
+    assert_eq!(
+        events.recv_timeout(Duration::from_secs(5)),
+        Ok(LatchEvent::IsLeader)
+    );
+    assert_eq!(
+        sorted_children(&c, latch.path()).len(),
+        1,
+        "the same node, not a second one"
+    );
+}
+
+#[test]
+fn an_expired_leader_gives_way_and_queues_again() {
+    let cs = clients(2, SESSION);
+    let path = unique("latch-expire");
+    let a = LeaderLatch::with_id(&cs[0], &path, "a").unwrap();
+    a.start().unwrap();
+    assert!(a.await_leadership(Duration::from_secs(10)).unwrap());
+    let b = LeaderLatch::with_id(&cs[1], &path, "b").unwrap();
+    b.start().unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || a.participants().map(|p| p.len() == 2).unwrap_or(false),
+        String::new,
+    );
+    let events = a.listen();
+    cs[0].expire_session_for_testing().unwrap();
+    assert!(
+        b.await_leadership(NEW_LEADER_WITHIN).unwrap(),
+        "{:?}",
+        cs[0].state_history()
+    );
+    assert_eq!(
+        events.recv_timeout(Duration::from_secs(10)),
+        Ok(LatchEvent::NotLeader)
+    );
+    // `a` queues again behind `b`, with a node of its new session.
+    wait_until(
+        Duration::from_secs(20),
+        || {
+            b.participants()
+                .map(|p| p.iter().map(|p| p.id.clone()).collect::<Vec<_>>() == ["b", "a"])
+                .unwrap_or(false)
+        },
+        || format!("{:?} {:?}", b.participants(), cs[0].state_history()),
+    );
+    assert!(!a.has_leadership());
+}
+
+/// The ensemble scenario: five latches on five sessions while the
+/// ensemble's leader is killed and restarted, then every member restarted
+/// in turn. An oracle outside ZooKeeper counts the latches that lead (by
+/// `has_leadership`, which is false while suspended or lost) and must never
+/// see two; after every fault some latch must lead again within a bound.
+#[test]
+fn never_two_leaders_through_leader_kills_and_a_rolling_restart() {
+    let mut cluster = TestingCluster::start(3).unwrap();
+    let path = unique("latch-ensemble");
+    let sessions = 5;
+    let cs: Vec<Client> = (0..sessions)
+        .map(|_| {
+            start_connected(
+                Client::builder()
+                    .connect_string(cluster.connect_string())
+                    .session_timeout(Duration::from_secs(6))
+                    .connection_timeout(Duration::from_secs(3))
+                    .retry_policy(ExponentialBackoffRetry::with_max_sleep(
+                        Duration::from_millis(50),
+                        29,
+                        Duration::from_millis(500),
+                    )),
+            )
+        })
+        .collect();
+    let latches: Vec<LeaderLatch> = cs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| LeaderLatch::with_id(c, &path, &format!("s{i}")).unwrap())
+        .collect();
+    for l in &latches {
+        l.start().unwrap();
+    }
+    let leading = AtomicUsize::new(0);
+    let violations = AtomicUsize::new(0);
+    let terms = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let dump = |c: &TestingCluster| {
+        (0..3)
+            .map(|i| format!("member {i}:\n{}", c.log_tail(i, 10)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    thread::scope(|s| {
+        for l in &latches {
+            let (leading, violations, terms, stop) = (&leading, &violations, &terms, &stop);
+            s.spawn(move || {
+                let mut was = false;
+                while !stop.load(Ordering::SeqCst) {
+                    if l.has_leadership() {
+                        if !was {
+                            terms.fetch_add(1, Ordering::SeqCst);
+                        }
+                        was = true;
+                        if leading.fetch_add(1, Ordering::SeqCst) != 0 {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        thread::sleep(Duration::from_millis(5));
+                        leading.fetch_sub(1, Ordering::SeqCst);
+                    } else {
+                        was = false;
+                        thread::sleep(Duration::from_millis(2));
+                    }
+                }
+            });
+        }
+        let some_leader = |what: &str, c: &TestingCluster| {
+            let t = Instant::now();
+            // Once the clients are back (each noticed the fault and
+            // reconnected), exactly one latch leads.
+            thread::sleep(Duration::from_millis(500));
+            wait_until(
+                Duration::from_secs(60),
+                || {
+                    cs.iter()
+                        .all(|c| c.state().is_some_and(ConnectionState::is_connected))
+                        && leaders(&latches).len() == 1
+                },
+                || {
+                    format!(
+                        "no single latch leads after {what}: {:?}\n{}",
+                        leaders(&latches),
+                        dump(c)
+                    )
+                },
+            );
+            println!("{what}: one latch leads after {:?}", t.elapsed());
+        };
+        some_leader("start", &cluster);
+        for _ in 0..2 {
+            let zk_leader = cluster.leader().expect("an ensemble leader");
+            cluster.kill(zk_leader).unwrap();
+            some_leader("leader kill", &cluster);
+            cluster.restart(zk_leader).unwrap();
+            some_leader("leader restart", &cluster);
+        }
+        for member in 0..3 {
+            cluster.restart(member).unwrap();
+            some_leader("rolling restart", &cluster);
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    let v = violations.load(Ordering::SeqCst);
+    println!(
+        "ensemble: {} leadership terms, {v} times two leaders at once",
+        terms.load(Ordering::SeqCst)
+    );
+    assert_eq!(v, 0, "two latches led at once");
+    assert_eq!(latches[0].participants().unwrap().len(), sessions);
+}
+
+mod selector {
+    use super::*;
+    use latchkey_recipes::{LeaderSelector, Leadership};
+    use std::sync::Arc;
+
+    /// Counts leaders at once (only valid terms) and terms per participant.
+    #[derive(Default)]
+    struct Oracle {
+        leading: AtomicUsize,
+        violations: AtomicUsize,
+        terms: std::sync::Mutex<Vec<usize>>,
+    }
+
+    impl Oracle {
+        /// Leads in short steps while the term is valid, at most `steps`.
+        fn lead(&self, me: usize, l: &Leadership, steps: usize) {
+            {
+                let mut t = self.terms.lock().unwrap();
+                if t.len() <= me {
+                    t.resize(me + 1, 0);
+                }
+                t[me] += 1;
+            }
+            for _ in 0..steps {
+                if !l.is_valid() {
+                    return;
+                }
+                if self.leading.fetch_add(1, Ordering::SeqCst) != 0 {
+                    self.violations.fetch_add(1, Ordering::SeqCst);
+                }
+                thread::sleep(Duration::from_millis(5));
+                self.leading.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+
+        fn total_terms(&self) -> usize {
+            self.terms.lock().unwrap().iter().sum()
+        }
+    }
+
+    fn selectors(
+        cs: &[Client],
+        path: &str,
+        oracle: &Arc<Oracle>,
+        steps: usize,
+    ) -> Vec<LeaderSelector> {
+        cs.iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let o = Arc::clone(oracle);
+                let s =
+                    LeaderSelector::new(c, path, &format!("s{i}"), move |l| o.lead(i, l, steps))
+                        .unwrap();
+                s.auto_requeue();
+                s
+            })
+            .collect()
+    }
+
+    #[test]
+    fn selectors_take_turns_one_at_a_time_and_requeue() {
+        let cs = clients(3, SESSION);
+        let path = unique("selector-turns");
+        let oracle = Arc::new(Oracle::default());
+        let sel = selectors(&cs, &path, &oracle, 20);
+        for s in &sel {
+            s.start().unwrap();
+        }
+        wait_until(
+            Duration::from_secs(30),
+            || {
+                oracle
+                    .terms
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|&&t| t >= 2)
+                    .count()
+                    == 3
+            },
+            || format!("terms {:?}", oracle.terms.lock().unwrap()),
+        );
+        // Curator's lock nodes hold the ids; every participant is listed.
+        let p = sel[0].participants().unwrap();
+        assert_eq!(p.len(), 3, "{p:?}");
+        let mut ids: Vec<String> = p.iter().map(|p| p.id.clone()).collect();
+        ids.sort();
+        assert_eq!(ids, ["s0", "s1", "s2"]);
+        assert!(p[0].is_leader && !p[1].is_leader);
+        for c in sorted_children(&cs[0], &path) {
+            assert!(c.starts_with("_c_") && c.contains("-lock-"), "{c}");
+        }
+        drop(sel);
+        wait_until(
+            Duration::from_secs(10),
+            || sorted_children(&cs[0], &path).is_empty(),
+            || format!("{:?}", sorted_children(&cs[0], &path)),
+        );
+        assert_eq!(oracle.violations.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn interrupt_ends_a_term_and_close_releases() {
+        let cs = clients(2, SESSION);
+        let path = unique("selector-interrupt");
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let a = LeaderSelector::new(&cs[0], &path, "a", move |l| {
+            let _ = tx.send("lead");
+            // Lead until told otherwise.
+            let valid = l.wait(Duration::MAX);
+            let _ = tx.send(if l.is_interrupted() && !valid {
+                "interrupted"
+            } else {
+                "other"
+            });
+        })
+        .unwrap();
+        a.start().unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("lead"));
+        assert!(a.has_leadership());
+        assert_eq!(a.leader().unwrap().id, "a");
+        let b = LeaderSelector::new(&cs[1], &path, "b", |_| {}).unwrap();
+        b.start().unwrap();
+        wait_until(
+            Duration::from_secs(10),
+            || b.participants().map(|p| p.len() == 2).unwrap_or(false),
+            String::new,
+        );
+        assert!(!b.has_leadership());
+        let t = Instant::now();
+        a.interrupt_leadership();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok("interrupted"));
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        // Without auto-requeue, `a` is out until it requeues; `b` led and is done.
+        wait_until(
+            Duration::from_secs(10),
+            || sorted_children(&cs[0], &path).is_empty(),
+            || format!("{:?}", sorted_children(&cs[0], &path)),
+        );
+        assert!(a.requeue().unwrap());
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("lead"));
+        a.close();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok("interrupted"));
+        wait_until(
+            Duration::from_secs(10),
+            || sorted_children(&cs[0], &path).is_empty(),
+            || format!("{:?}", sorted_children(&cs[0], &path)),
+        );
+        assert!(a.requeue().is_err());
+        assert!(a.start().is_err(), "started twice");
+        let never = LeaderSelector::new(&cs[0], &path, "never", |_| {}).unwrap();
+        never.close();
+        assert!(
+            matches!(never.start(), Err(Error::IllegalState(_))),
+            "start after close"
+        );
+        assert!(LeaderSelector::new(&cs[0], "/", "x", |_| {}).is_err());
+    }
+
+    #[test]
+    fn a_suspended_connection_interrupts_the_term() {
+        let mut server = TestingServer::start().unwrap();
+        let c = connect(&server.connect_string(), Duration::from_secs(30));
+        let ctx = Ctx::new(&server, &c);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let s = LeaderSelector::new(&c, &unique("selector-suspend"), "solo", move |l| {
+            let _ = tx.send(true);
+            l.wait(Duration::MAX);
+            let _ = tx.send(l.is_interrupted());
+        })
+        .unwrap();
+        s.auto_requeue();
+        s.start().unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true));
+        server.stop().unwrap();
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(30)),
+            Ok(true),
+            "the term was not interrupted\n{}",
+            ctx.dump()
+        );
+        assert!(!s.has_leadership());
+        server.restart().unwrap();
+        // Queued again: leads again once reconnected.
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(60)),
+            Ok(true),
+            "{}",
+            ctx.dump()
+        );
+        assert!(s.has_leadership());
+    }
+
+    #[test]
+    fn never_two_selector_leaders_through_leader_kills() {
+        let mut cluster = TestingCluster::start(3).unwrap();
+        let path = unique("selector-ensemble");
+        let cs: Vec<Client> = (0..4)
+            .map(|_| {
+                start_connected(
+                    Client::builder()
+                        .connect_string(cluster.connect_string())
+                        .session_timeout(Duration::from_secs(6))
+                        .connection_timeout(Duration::from_secs(3))
+                        .retry_policy(ExponentialBackoffRetry::with_max_sleep(
+                            Duration::from_millis(50),
+                            29,
+                            Duration::from_millis(500),
+                        )),
+                )
+            })
+            .collect();
+        let oracle = Arc::new(Oracle::default());
+        let sel = selectors(&cs, &path, &oracle, 40);
+        for s in &sel {
+            s.start().unwrap();
+        }
+        let progress = |what: &str, c: &TestingCluster| {
+            let before = oracle.total_terms();
+            let t = Instant::now();
+            wait_until(
+                Duration::from_secs(60),
+                || oracle.total_terms() >= before + 2,
+                || {
+                    format!(
+                        "no new term after {what}\n{}",
+                        (0..3)
+                            .map(|i| c.log_tail(i, 10))
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    )
+                },
+            );
+            println!("{what}: new terms after {:?}", t.elapsed());
+        };
+        progress("start", &cluster);
+        for _ in 0..2 {
+            let zk_leader = cluster.leader().expect("an ensemble leader");
+            cluster.kill(zk_leader).unwrap();
+            progress("leader kill", &cluster);
+            cluster.restart(zk_leader).unwrap();
+            progress("leader restart", &cluster);
+        }
+        drop(sel);
+        let v = oracle.violations.load(Ordering::SeqCst);
+        println!(
+            "selector ensemble: {} terms, {v} overlaps",
+            oracle.total_terms()
+        );
+        assert_eq!(v, 0, "two selectors led at once");
+    }
+}
