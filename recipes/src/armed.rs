@@ -4,8 +4,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use latchkey_framework::{Client, Result, WatchedEvent};
 use parking_lot::Mutex;
+
+use crate::lock_internals::Signal;
 
 /// A session id no session has: a watch whose read has not returned yet.
 const UNCONFIRMED: i64 = 0;
@@ -72,6 +76,49 @@ impl<K: Ord + Clone> WatchArms<K> {
     /// Forgets every watch not of `session` (their session ended).
     pub(crate) fn keep_only(&self, session: i64) {
         self.pending.lock().retain(|_, (_, s)| *s == session);
+    }
+}
+
+/// A watched read through `arms`: `plain` if a watch of `key` is pending
+/// on the client's session, else `watched` with a one-shot watcher that
+/// clears its entry and runs `on_fire`. The watch counts as pending on the
+/// session seen once the read returned; a failed read leaves none.
+pub(crate) fn read_watched<K, T>(
+    arms: &Arc<WatchArms<K>>,
+    key: &K,
+    client: &Client,
+    on_fire: impl FnOnce() + Send + 'static,
+    watched: impl FnOnce(Box<dyn FnOnce(WatchedEvent) + Send>) -> Result<T>,
+    plain: impl FnOnce() -> Result<T>,
+) -> Result<T>
+where
+    K: Ord + Clone + Send + Sync + 'static,
+{
+    if arms.is_armed(key, client.session_id()) {
+        return plain();
+    }
+    let token = arms.arm(key);
+    let (weak, owned) = (Arc::downgrade(arms), key.clone());
+    let got = watched(Box::new(move |_event| {
+        if let Some(arms) = weak.upgrade() {
+            arms.fired(&owned, token);
+        }
+        on_fire();
+    }));
+    match &got {
+        Ok(_) => arms.confirm(key, token, client.session_id()),
+        Err(_) => arms.fired(key, token),
+    }
+    got
+}
+
+/// A callback that wakes `signal`, if it still exists.
+pub(crate) fn waking(signal: &Arc<Signal>) -> impl FnOnce() + Send + 'static {
+    let signal = Arc::downgrade(signal);
+    move || {
+        if let Some(signal) = signal.upgrade() {
+            signal.notify();
+        }
     }
 }
 

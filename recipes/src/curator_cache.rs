@@ -4,24 +4,17 @@
 //! and rebuilt (with events for what changed meanwhile) on a new session.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use latchkey_framework::paths;
-use latchkey_framework::{
-    CancelToken, Client, Error, ErrorCode, ListenerHandle, Result, WatchedEvent,
-};
+use latchkey_framework::{Client, Error, ErrorCode, Result, WatchedEvent};
 use parking_lot::Mutex;
 
-use crate::armed::WatchArms;
-use crate::lock_internals::Signal;
+use crate::armed::{read_watched, waking, WatchArms};
+use crate::keeper::{Keeper, Kept};
 use crate::node_cache::ChildData;
-
-/// How long the cache waits before reading again after a failed read.
-const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 /// A change a [`CuratorCache`] saw (Curator's `CuratorCacheListener`
 /// events).
@@ -71,7 +64,6 @@ pub enum CacheEvent {
 /// ```
 pub struct CuratorCache {
     inner: Arc<Inner>,
-    worker: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// What is watched on a node.
@@ -92,9 +84,7 @@ struct Inner {
     armed: Arc<WatchArms<(String, Watch)>>,
     /// The session the copy was built on: a new one reads everything.
     session: AtomicI64,
-    signal: Arc<Signal>,
-    closed: AtomicBool,
-    cancel: CancelToken,
+    keeper: Keeper,
 }
 
 impl CuratorCache {
@@ -104,21 +94,18 @@ impl CuratorCache {
             path: root.chars().take(200).collect(),
             reason: e.kind().to_string(),
         })?;
-        let cancel = CancelToken::new();
+        let keeper = Keeper::default();
         Ok(CuratorCache {
             inner: Arc::new(Inner {
-                client: client.with_cancel(Some(&cancel)),
+                client: client.with_cancel(Some(keeper.cancel_token())),
                 root: root.to_owned(),
                 nodes: Mutex::new(BTreeMap::new()),
                 subscribers: Mutex::new(Vec::new()),
                 dirty: Arc::default(),
                 armed: Arc::default(),
                 session: AtomicI64::new(0),
-                signal: Arc::default(),
-                closed: AtomicBool::new(false),
-                cancel,
+                keeper,
             }),
-            worker: Mutex::new(None),
         })
     }
 
@@ -126,25 +113,12 @@ impl CuratorCache {
     /// policy allows) and then keeps the copy current on a thread of its
     /// own. Fails if the first read fails; starting twice is an error.
     pub fn start(&self) -> Result<()> {
-        let mut worker = self.worker.lock();
-        if worker.is_some() || self.inner.closed.load(Ordering::Acquire) {
-            return Err(Error::IllegalState(format!(
-                "the cache of {} was started already",
-                self.inner.root
-            )));
-        }
-        let wake = Arc::clone(&self.inner.signal);
-        let waker = self.inner.client.add_waker(move || wake.notify());
-        let epoch = self.inner.signal.epoch();
-        while !self.inner.sync()? {}
-        let weak = Arc::downgrade(&self.inner);
-        let signal = Arc::clone(&self.inner.signal);
-        *worker = Some(
-            std::thread::Builder::new()
-                .name("latchkey-curator-cache".into())
-                .spawn(move || run(&weak, &signal, waker, epoch))?,
-        );
-        Ok(())
+        let inner = &self.inner;
+        let first = || {
+            while !inner.sync()? {}
+            Ok(())
+        };
+        Keeper::start(inner, "latchkey-curator-cache", &inner.client, Some(&first))
     }
 
     /// The node at `path` as last seen, if it is in the subtree.
@@ -174,15 +148,8 @@ impl CuratorCache {
     /// channels disconnect; the copy stays as last seen. Idempotent;
     /// dropping the cache does the same.
     pub fn close(&self) {
-        self.inner.closed.store(true, Ordering::Release);
-        self.inner.cancel.cancel();
-        self.inner.signal.notify();
+        self.inner.keeper.close();
         self.inner.subscribers.lock().clear();
-        if let Some(worker) = self.worker.lock().take() {
-            if worker.thread().id() != std::thread::current().id() {
-                let _ = worker.join();
-            }
-        }
     }
 }
 
@@ -201,24 +168,15 @@ impl std::fmt::Debug for CuratorCache {
     }
 }
 
-fn run(weak: &Weak<Inner>, signal: &Signal, _waker: ListenerHandle, mut epoch: u64) {
-    loop {
-        signal.wait(epoch, None);
-        epoch = signal.epoch();
-        let Some(inner) = weak.upgrade() else { return };
-        if inner.closed.load(Ordering::Acquire) {
-            return;
-        }
-        if let Err(e) = inner.sync().map(|_| ()) {
-            if inner.closed.load(Ordering::Acquire) {
-                return;
-            }
-            log::debug!("cache of {}: {e}; reading again", inner.root);
-            drop(inner);
-            if !signal.wait(epoch, Some(Instant::now() + RETRY_PAUSE)) {
-                signal.notify();
-            }
-        }
+impl Kept for Inner {
+    fn keeper(&self) -> &Keeper {
+        &self.keeper
+    }
+    fn work(&self) -> Result<()> {
+        self.sync().map(|_| ())
+    }
+    fn what(&self) -> String {
+        format!("the cache of {}", self.root)
     }
 }
 
@@ -241,7 +199,7 @@ impl Inner {
             if self.client.session_id() != session {
                 // A read went on in a new session: start over on it (its
                 // watches are kept, the rest is read again).
-                self.signal.notify();
+                self.keeper.signal().notify();
                 return Ok(false);
             }
             let next = self.dirty.lock().pop_first();
@@ -250,7 +208,7 @@ impl Inner {
             };
             let read = match what {
                 Watch::Data => self.read_data(&path, session),
-                Watch::Children => self.read_children(&path, session),
+                Watch::Children => self.read_children(&path),
             };
             if let Err(e) = read {
                 self.dirty.lock().insert((path, what));
@@ -259,45 +217,35 @@ impl Inner {
         }
     }
 
-    /// Runs a watched read whose watcher marks `key` to be read again
-    /// when it fires. The watch counts as pending on the session seen once
-    /// the read returned; if the read failed, it is set again next time.
+    /// A watched read whose watcher marks `key` to be read again when it
+    /// fires (see [`read_watched`]).
     fn watched<T>(
         &self,
         key: &(String, Watch),
-        read: impl FnOnce(Box<dyn FnOnce(WatchedEvent) + Send>) -> Result<T>,
+        watched: impl FnOnce(Box<dyn FnOnce(WatchedEvent) + Send>) -> Result<T>,
+        plain: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
-        let token = self.armed.arm(key);
-        let (armed, dirty, signal) = (
-            Arc::downgrade(&self.armed),
+        let (dirty, owned, wake) = (
             Arc::downgrade(&self.dirty),
-            Arc::downgrade(&self.signal),
+            key.clone(),
+            waking(self.keeper.signal()),
         );
-        let owned = key.clone();
-        let got = read(Box::new(move |_event| {
-            if let Some(armed) = armed.upgrade() {
-                armed.fired(&owned, token);
-            }
+        let on_fire = move || {
             if let Some(dirty) = dirty.upgrade() {
                 dirty.lock().insert(owned);
             }
-            if let Some(signal) = signal.upgrade() {
-                signal.notify();
-            }
-        }));
-        match &got {
-            Ok(_) => self.armed.confirm(key, token, self.client.session_id()),
-            Err(_) => self.armed.fired(key, token),
-        }
-        got
+            wake();
+        };
+        read_watched(&self.armed, key, &self.client, on_fire, watched, plain)
     }
 
     fn read_data(&self, path: &str, session: i64) -> Result<()> {
         let key = (path.to_owned(), Watch::Data);
-        let got = match self.armed.is_armed(&key, session) {
-            true => self.client.get_data(path),
-            false => self.watched(&key, |w| self.client.get_data_watch(path, w)),
-        };
+        let got = self.watched(
+            &key,
+            |w| self.client.get_data_watch(path, w),
+            || self.client.get_data(path),
+        );
         match got {
             Ok((data, stat)) => {
                 self.seen(ChildData {
@@ -311,7 +259,11 @@ impl Inner {
                 self.gone(path);
                 if path == self.root && !self.armed.is_armed(&key, session) {
                     // Watch for the root's creation.
-                    let exists = self.watched(&key, |w| self.client.exists_watch(path, w))?;
+                    let exists = self.watched(
+                        &key,
+                        |w| self.client.exists_watch(path, w),
+                        || self.client.exists(path),
+                    )?;
                     if exists.is_some() {
                         // Created meanwhile: read it now.
                         self.dirty.lock().insert(key);
@@ -323,12 +275,13 @@ impl Inner {
         }
     }
 
-    fn read_children(&self, path: &str, session: i64) -> Result<()> {
+    fn read_children(&self, path: &str) -> Result<()> {
         let key = (path.to_owned(), Watch::Children);
-        let listed = match self.armed.is_armed(&key, session) {
-            true => self.client.get_children(path),
-            false => self.watched(&key, |w| self.client.get_children_watch(path, w)),
-        };
+        let listed = self.watched(
+            &key,
+            |w| self.client.get_children_watch(path, w),
+            || self.client.get_children(path),
+        );
         let children = match listed {
             // No watch is left on a missing node; its data read tells.
             Err(e) if e.is(ErrorCode::NoNode) => return Ok(()),

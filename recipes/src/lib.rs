@@ -113,6 +113,7 @@ mod barrier;
 mod cancel;
 mod curator_cache;
 mod hold;
+mod keeper;
 mod leader_latch;
 mod leader_selector;
 mod lock_internals;

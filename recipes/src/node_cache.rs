@@ -3,21 +3,14 @@
 //! reconnection and new session, so that it converges to the server's
 //! state after any fault.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::sync::Arc;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use latchkey_framework::{CancelToken, Client, Error, ErrorCode, ListenerHandle, Result, Stat};
+use latchkey_framework::{Client, Error, ErrorCode, Result, Stat};
 use parking_lot::Mutex;
 
-use crate::armed::WatchArms;
-use crate::lock_internals::Signal;
-
-/// How long the cache waits before reading again after a failed read
-/// (a state change or a watch event wakes it sooner).
-const RETRY_PAUSE: Duration = Duration::from_secs(1);
+use crate::armed::{read_watched, waking, WatchArms};
+use crate::keeper::{Keeper, Kept};
 
 /// A node as a cache saw it (Curator's `ChildData`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,7 +51,6 @@ pub struct ChildData {
 /// ```
 pub struct NodeCache {
     inner: Arc<Inner>,
-    worker: Mutex<Option<JoinHandle<()>>>,
 }
 
 struct Inner {
@@ -67,13 +59,10 @@ struct Inner {
     path: String,
     current: Mutex<Option<ChildData>>,
     subscribers: Mutex<Vec<Sender<Option<ChildData>>>>,
-    /// Wakes the worker: a watch fired, the state changed, or closing.
-    signal: Arc<Signal>,
     /// The watch on the node still pending, so that re-reads after a
     /// reconnection do not pile up watches.
     armed: Arc<WatchArms<()>>,
-    closed: AtomicBool,
-    cancel: CancelToken,
+    keeper: Keeper,
 }
 
 impl NodeCache {
@@ -84,19 +73,16 @@ impl NodeCache {
             path: path.chars().take(200).collect(),
             reason: e.kind().to_string(),
         })?;
-        let cancel = CancelToken::new();
+        let keeper = Keeper::default();
         Ok(NodeCache {
             inner: Arc::new(Inner {
-                client: client.with_cancel(Some(&cancel)),
+                client: client.with_cancel(Some(keeper.cancel_token())),
                 path: path.to_owned(),
                 current: Mutex::new(None),
                 subscribers: Mutex::new(Vec::new()),
-                signal: Arc::default(),
                 armed: Arc::default(),
-                closed: AtomicBool::new(false),
-                cancel,
+                keeper,
             }),
-            worker: Mutex::new(None),
         })
     }
 
@@ -105,26 +91,13 @@ impl NodeCache {
     /// on a thread of its own. Fails if the first read fails; starting a
     /// started or closed cache is an error.
     pub fn start(&self) -> Result<()> {
-        let mut worker = self.worker.lock();
-        if worker.is_some() || self.inner.closed.load(Ordering::Acquire) {
-            return Err(Error::IllegalState(format!(
-                "the node cache of {} was started already",
-                self.inner.path
-            )));
-        }
-        let wake = Arc::clone(&self.inner.signal);
-        // Registered before the first read, so no state change is missed.
-        let waker = self.inner.client.add_waker(move || wake.notify());
-        let epoch = self.inner.signal.epoch();
-        self.inner.refresh()?;
-        let weak = Arc::downgrade(&self.inner);
-        let signal = Arc::clone(&self.inner.signal);
-        *worker = Some(
-            std::thread::Builder::new()
-                .name("latchkey-node-cache".into())
-                .spawn(move || run(&weak, &signal, waker, epoch))?,
-        );
-        Ok(())
+        let inner = &self.inner;
+        Keeper::start(
+            inner,
+            "latchkey-node-cache",
+            &inner.client,
+            Some(&|| inner.refresh()),
+        )
     }
 
     /// The node as last seen: `None` if it did not exist (or the cache has
@@ -151,15 +124,8 @@ impl NodeCache {
     /// channels disconnect; [`current_data`](Self::current_data) keeps the
     /// last copy. Idempotent; dropping the cache does the same.
     pub fn close(&self) {
-        self.inner.closed.store(true, Ordering::Release);
-        self.inner.cancel.cancel();
-        self.inner.signal.notify();
+        self.inner.keeper.close();
         self.inner.subscribers.lock().clear();
-        if let Some(worker) = self.worker.lock().take() {
-            if worker.thread().id() != std::thread::current().id() {
-                let _ = worker.join();
-            }
-        }
     }
 }
 
@@ -178,27 +144,15 @@ impl std::fmt::Debug for NodeCache {
     }
 }
 
-/// The worker: re-reads on every wake-up until the cache closes; after a
-/// failed read it waits a little (or for the next wake-up) and tries again.
-fn run(weak: &Weak<Inner>, signal: &Signal, _waker: ListenerHandle, mut epoch: u64) {
-    loop {
-        signal.wait(epoch, None);
-        epoch = signal.epoch();
-        let Some(inner) = weak.upgrade() else { return };
-        if inner.closed.load(Ordering::Acquire) {
-            return;
-        }
-        if let Err(e) = inner.refresh() {
-            if inner.closed.load(Ordering::Acquire) {
-                return;
-            }
-            log::debug!("node cache of {}: {e}; reading again", inner.path);
-            drop(inner);
-            if !signal.wait(epoch, Some(std::time::Instant::now() + RETRY_PAUSE)) {
-                // Nothing woke us: try again anyway.
-                signal.notify();
-            }
-        }
+impl Kept for Inner {
+    fn keeper(&self) -> &Keeper {
+        &self.keeper
+    }
+    fn work(&self) -> Result<()> {
+        self.refresh()
+    }
+    fn what(&self) -> String {
+        format!("the node cache of {}", self.path)
     }
 }
 
@@ -206,28 +160,15 @@ impl Inner {
     /// Reads the node, arming a watch unless one of this session is still
     /// pending, and tells subscribers if it changed.
     fn refresh(&self) -> Result<()> {
-        let session = self.client.session_id();
-        let stat = match self.armed.is_armed(&(), session) {
-            true => self.client.exists(&self.path)?,
-            false => {
-                let token = self.armed.arm(&());
-                let (armed, signal) = (Arc::downgrade(&self.armed), Arc::downgrade(&self.signal));
-                let stat = self
-                    .client
-                    .exists_watch(&self.path, move |_event| {
-                        if let Some(armed) = armed.upgrade() {
-                            armed.fired(&(), token);
-                        }
-                        if let Some(signal) = signal.upgrade() {
-                            signal.notify();
-                        }
-                    })
-                    // Whether the watch was left is unknown: set it again.
-                    .inspect_err(|_| self.armed.fired(&(), token))?;
-                self.armed.confirm(&(), token, self.client.session_id());
-                stat
-            }
-        };
+        let path = &self.path;
+        let stat = read_watched(
+            &self.armed,
+            &(),
+            &self.client,
+            waking(self.keeper.signal()),
+            |w| self.client.exists_watch(path, w),
+            || self.client.exists(path),
+        )?;
         let now = match stat {
             None => None,
             Some(_) => match self.client.get_data(&self.path) {

@@ -4,23 +4,16 @@
 //! on it.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use latchkey_framework::paths;
-use latchkey_framework::{
-    CancelToken, Client, CreateMode, Error, ErrorCode, ListenerHandle, Result,
-};
+use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result};
 use parking_lot::{Condvar, Mutex};
 
-use crate::armed::WatchArms;
-use crate::lock_internals::{deadline_after, Signal};
-
-/// How long the node's keeper waits before trying again after a failure
-/// (a state change or a watch event wakes it sooner).
-const RETRY_PAUSE: Duration = Duration::from_secs(1);
+use crate::armed::{read_watched, waking, WatchArms};
+use crate::keeper::{Keeper, Kept};
+use crate::lock_internals::deadline_after;
 
 /// A node kept present for as long as this object lives (Curator's
 /// `PersistentNode`): created when started, re-created when it goes (its
@@ -52,7 +45,6 @@ const RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// ```
 pub struct PersistentNode {
     inner: Arc<Inner>,
-    worker: Mutex<Option<JoinHandle<()>>>,
 }
 
 struct Inner {
@@ -66,11 +58,9 @@ struct Inner {
     state: Mutex<NodeState>,
     /// Notified when the node is created for the first time.
     created: Condvar,
-    signal: Arc<Signal>,
     /// The watch on the node still pending.
     armed: Arc<WatchArms<()>>,
-    closed: AtomicBool,
-    cancel: CancelToken,
+    keeper: Keeper,
 }
 
 struct NodeState {
@@ -107,10 +97,10 @@ impl PersistentNode {
                 "a persistent node at {path} cannot be a container (the server deletes those)"
             )));
         }
-        let cancel = CancelToken::new();
+        let keeper = Keeper::default();
         Ok(PersistentNode {
             inner: Arc::new(Inner {
-                client: client.with_cancel(Some(&cancel)),
+                client: client.with_cancel(Some(keeper.cancel_token())),
                 plain: client.with_cancel(None),
                 base_path: path.to_owned(),
                 mode,
@@ -121,12 +111,9 @@ impl PersistentNode {
                     dirty: false,
                 }),
                 created: Condvar::new(),
-                signal: Arc::default(),
                 armed: Arc::default(),
-                closed: AtomicBool::new(false),
-                cancel,
+                keeper,
             }),
-            worker: Mutex::new(None),
         })
     }
 
@@ -134,25 +121,8 @@ impl PersistentNode {
     /// (see [`wait_for_initial_create`](Self::wait_for_initial_create)).
     /// Starting twice, or after closing, is an error.
     pub fn start(&self) -> Result<()> {
-        let mut worker = self.worker.lock();
-        if worker.is_some() || self.inner.closed.load(Ordering::Acquire) {
-            return Err(Error::IllegalState(format!(
-                "the persistent node {} was started already",
-                self.inner.base_path
-            )));
-        }
-        let wake = Arc::clone(&self.inner.signal);
-        let waker = self.inner.client.add_waker(move || wake.notify());
-        let weak = Arc::downgrade(&self.inner);
-        let signal = Arc::clone(&self.inner.signal);
-        // An epoch before the current one: the keeper works at once.
-        let epoch = signal.epoch().wrapping_sub(1);
-        *worker = Some(
-            std::thread::Builder::new()
-                .name("latchkey-persistent-node".into())
-                .spawn(move || keep(&weak, &signal, waker, epoch))?,
-        );
-        Ok(())
+        let inner = &self.inner;
+        Keeper::start(inner, "latchkey-persistent-node", &inner.client, None)
     }
 
     /// Waits until the node has been created once, at most `timeout`
@@ -162,7 +132,7 @@ impl PersistentNode {
         let deadline = deadline_after(timeout);
         let mut state = self.inner.state.lock();
         while state.actual.is_none() {
-            if self.inner.closed.load(Ordering::Acquire) {
+            if self.inner.keeper.is_closed() {
                 return Err(Error::IllegalState(format!(
                     "the persistent node {} is closed",
                     self.inner.base_path
@@ -195,7 +165,7 @@ impl PersistentNode {
     /// whenever it is re-created. Fails on a closed node; a failure to
     /// write now is retried in the background.
     pub fn set_data(&self, data: &[u8]) -> Result<()> {
-        if self.inner.closed.load(Ordering::Acquire) {
+        if self.inner.keeper.is_closed() {
             return Err(Error::IllegalState(format!(
                 "the persistent node {} is closed",
                 self.inner.base_path
@@ -205,7 +175,7 @@ impl PersistentNode {
         state.data = data.to_vec();
         state.dirty = true;
         drop(state);
-        self.inner.signal.notify();
+        self.inner.keeper.signal().notify();
         Ok(())
     }
 
@@ -213,16 +183,13 @@ impl PersistentNode {
     /// retries in the background if ZooKeeper cannot be reached). Its
     /// requests under way end at once. Idempotent; dropping does the same.
     pub fn close(&self) {
-        if self.inner.closed.swap(true, Ordering::AcqRel) {
+        if !self.inner.keeper.close() {
             return;
         }
-        self.inner.cancel.cancel();
-        self.inner.signal.notify();
-        self.inner.created.notify_all();
-        if let Some(worker) = self.worker.lock().take() {
-            if worker.thread().id() != std::thread::current().id() {
-                let _ = worker.join();
-            }
+        {
+            // Under the lock its waiters check `is_closed` with.
+            let _state = self.inner.state.lock();
+            self.inner.created.notify_all();
         }
         if let Some(path) = self.actual_path() {
             if let Err(e) = self.inner.plain.delete().in_background().for_path(&path) {
@@ -247,26 +214,15 @@ impl std::fmt::Debug for PersistentNode {
     }
 }
 
-/// The keeper: on every wake-up (a watch, a state change, new data),
-/// makes sure the node is there with the latest data.
-fn keep(weak: &Weak<Inner>, signal: &Signal, _waker: ListenerHandle, mut epoch: u64) {
-    loop {
-        signal.wait(epoch, None);
-        epoch = signal.epoch();
-        let Some(inner) = weak.upgrade() else { return };
-        if inner.closed.load(Ordering::Acquire) {
-            return;
-        }
-        if let Err(e) = inner.ensure() {
-            if inner.closed.load(Ordering::Acquire) {
-                return;
-            }
-            log::debug!("persistent node {}: {e}; trying again", inner.base_path);
-            drop(inner);
-            if !signal.wait(epoch, Some(Instant::now() + RETRY_PAUSE)) {
-                signal.notify();
-            }
-        }
+impl Kept for Inner {
+    fn keeper(&self) -> &Keeper {
+        &self.keeper
+    }
+    fn work(&self) -> Result<()> {
+        self.ensure()
+    }
+    fn what(&self) -> String {
+        format!("the persistent node {}", self.base_path)
     }
 }
 
@@ -344,7 +300,7 @@ impl Inner {
             // our data to it.
             Err(e) if e.is(ErrorCode::NodeExists) => {
                 self.state.lock().dirty = true;
-                self.signal.notify();
+                self.keeper.signal().notify();
                 Ok(())
             }
             Err(e) => {
@@ -358,25 +314,14 @@ impl Inner {
     /// Whether the node exists, leaving a watch on it unless one of this
     /// session is pending already.
     fn watch(&self, path: &str) -> Result<Option<latchkey_framework::Stat>> {
-        let session = self.client.session_id();
-        if self.armed.is_armed(&(), session) {
-            return self.client.exists(path);
-        }
-        let token = self.armed.arm(&());
-        let (armed, signal) = (Arc::downgrade(&self.armed), Arc::downgrade(&self.signal));
-        let stat = self
-            .client
-            .exists_watch(path, move |_event| {
-                if let Some(armed) = armed.upgrade() {
-                    armed.fired(&(), token);
-                }
-                if let Some(signal) = signal.upgrade() {
-                    signal.notify();
-                }
-            })
-            .inspect_err(|_| self.armed.fired(&(), token))?;
-        self.armed.confirm(&(), token, self.client.session_id());
-        Ok(stat)
+        read_watched(
+            &self.armed,
+            &(),
+            &self.client,
+            waking(self.keeper.signal()),
+            |w| self.client.exists_watch(path, w),
+            || self.client.exists(path),
+        )
     }
 }
 
