@@ -218,28 +218,13 @@ impl Transaction<'_> {
             .zip(&acls)
             .map(|(((_, op), path), acl)| sub_request(path, op, acl))
             .collect();
-        let body = encode(shared, &subs, op::MULTI, &server_paths[0])?;
-        let replies = self
-            .client
-            .retrying("transaction", first_path, |s, deadline| {
-                let reply = s
-                    .call(
-                        op::MULTI,
-                        |w| {
-                            w.raw(&body);
-                        },
-                        None,
-                        deadline,
-                    )
-                    .map_err(|e| e.with_path(&server_paths[0]))?;
-                multi::read_response(&reply)
-            })?;
-        if replies.len() != self.ops.len() {
-            return Err(
-                Error::Marshalling("multi reply has the wrong number of results")
-                    .for_op("transaction", first_path),
-            );
-        }
+        let replies = exchange(
+            self.client,
+            "transaction",
+            op::MULTI,
+            (first_path, &server_paths[0]),
+            &subs,
+        )?;
         if let Some((index, code)) = replies.iter().enumerate().find_map(|(i, r)| match r {
             SubReply::Error(code) if *code != 0 => Some((i, *code)),
             _ => None,
@@ -332,6 +317,40 @@ fn sub_request<'a>(path: &'a str, op: &'a Op, acl: &'a [Acl]) -> SubRequest<'a> 
 
 /// The request body, refused before sending if the whole request would be
 /// over `max_request_size` (the server would drop the connection).
+/// Sends `subs` as one `opcode` request (`multi` or `multiRead`) in the
+/// retry loop and returns one reply per sub-request. `operation` and the
+/// first path (as the caller gave it, and on the server) name it in errors.
+fn exchange(
+    client: &Client,
+    operation: &'static str,
+    opcode: i32,
+    (first_path, server_path): (&str, &str),
+    subs: &[SubRequest<'_>],
+) -> Result<Vec<SubReply>> {
+    let body = encode(&client.shared, subs, opcode, server_path)?;
+    let replies = client.retrying(operation, first_path, |s, deadline| {
+        let reply = s
+            .call(
+                opcode,
+                |w| {
+                    w.raw(&body);
+                },
+                None,
+                deadline,
+            )
+            .map_err(|e| e.with_path(server_path))?;
+        multi::read_response(&reply)
+    })?;
+    if replies.len() != subs.len() {
+        let what = match opcode {
+            op::MULTI_READ => "multiRead reply has the wrong number of results",
+            _ => "multi reply has the wrong number of results",
+        };
+        return Err(Error::Marshalling(what).for_op(operation, first_path));
+    }
+    Ok(replies)
+}
+
 fn encode(shared: &Shared, subs: &[SubRequest<'_>], opcode: i32, path: &str) -> Result<Vec<u8>> {
     let mut w = Writer::default();
     multi::write_request(&mut w, subs);
@@ -464,28 +483,13 @@ impl MultiRead<'_> {
                 Read::Children => SubRequest::GetChildren { path },
             })
             .collect();
-        let body = encode(shared, &subs, op::MULTI_READ, &server_paths[0])?;
-        let replies = self
-            .client
-            .retrying("multi_read", first_path, |s, deadline| {
-                let reply = s
-                    .call(
-                        op::MULTI_READ,
-                        |w| {
-                            w.raw(&body);
-                        },
-                        None,
-                        deadline,
-                    )
-                    .map_err(|e| e.with_path(&server_paths[0]))?;
-                multi::read_response(&reply)
-            })?;
-        if replies.len() != self.reads.len() {
-            return Err(
-                Error::Marshalling("multiRead reply has the wrong number of results")
-                    .for_op("multi_read", first_path),
-            );
-        }
+        let replies = exchange(
+            self.client,
+            "multi_read",
+            op::MULTI_READ,
+            (first_path, &server_paths[0]),
+            &subs,
+        )?;
         let results = self
             .reads
             .into_iter()
