@@ -29,6 +29,7 @@
 //! ```
 
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use latchkey_framework::CancelToken;
 use latchkey_framework::{OnCancel, Result};
@@ -38,6 +39,17 @@ use crate::lock_internals::Signal;
 /// Checks `cancel`, if any.
 pub(crate) fn check(cancel: Option<&CancelToken>) -> Result<()> {
     cancel.map_or(Ok(()), CancelToken::check)
+}
+
+/// Sleeps for `pause` (a retry's back-off), or until `cancel` is
+/// cancelled.
+pub(crate) fn pause(cancel: Option<&CancelToken>, pause: Duration) {
+    match cancel {
+        Some(cancel) => {
+            cancel.sleep(pause);
+        }
+        None => std::thread::sleep(pause),
+    }
 }
 
 /// Has `signal` woken when `cancel` is cancelled (at once if it is), for

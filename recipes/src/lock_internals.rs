@@ -718,9 +718,6 @@ impl LockInternals {
         // The call's requests end at a cancel, even while they wait for a
         // reply; what gives its node back goes through `client`.
         let asking = client.with_cancel(cancel);
-        // Wakes a retry's pause when cancelled.
-        let pause = Arc::new(Signal::default());
-        let _on_cancel = cancel::wake_on_cancel(cancel, &pause);
         loop {
             cancel::check(cancel)?;
             // The first listing rides along with the create: one round trip.
@@ -777,9 +774,8 @@ impl LockInternals {
                     };
                     match policy.allow_retry(retries, started.elapsed()) {
                         Some(sleep) if in_time(sleep) => {
-                            let epoch = pause.epoch();
                             cancel::check(cancel)?;
-                            let _ = pause.wait(epoch, deadline_after(sleep));
+                            cancel::pause(cancel, sleep);
                             retries += 1;
                         }
                         // The policy would queue again, but only after the

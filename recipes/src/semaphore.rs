@@ -346,12 +346,7 @@ impl InterProcessSemaphoreV2 {
                             if deadline.is_some_and(|d| resume.is_none_or(|r| r >= d)) {
                                 return Ok(None);
                             }
-                            match cancel {
-                                Some(cancel) => {
-                                    cancel.sleep(sleep);
-                                }
-                                None => std::thread::sleep(sleep),
-                            }
+                            cancel::pause(cancel, sleep);
                             cancel::check(cancel)
                                 .map_err(|e| give_back_on(&mut leases, &client, e))?;
                             retries += 1;
