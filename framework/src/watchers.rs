@@ -59,9 +59,12 @@ impl Client {
     /// [`EventType::PersistentWatchRemoved`](crate::EventType::PersistentWatchRemoved)).
     ///
     /// The watch survives reconnects: it is set again (SetWatches2) before
-    /// any other request. As in ZooKeeper, changes made while the client
-    /// was disconnected raise no event for it; re-read after
-    /// `Reconnected` if they matter. If the session is lost the watch goes with it: the watcher
+    /// any other request. As in ZooKeeper, changes made before the re-armed
+    /// watch reaches the server raise no event for it: those made while the
+    /// client was disconnected, and another session's made just after
+    /// `Reconnected` is told. Any reply this client gets after `Reconnected`
+    /// comes after the re-arm, so re-read then if those changes matter.
+    /// If the session is lost the watch goes with it: the watcher
     /// runs once with [`EventType::SessionExpired`](crate::EventType::SessionExpired)
     /// and must be added again.
     ///

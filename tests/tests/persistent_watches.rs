@@ -102,6 +102,7 @@ fn a_persistent_watch_keeps_firing_after_many_events_across_reconnects_and_resta
         ConnectionState::Reconnected,
         Duration::from_secs(20),
     );
+    rearmed(&c, &node);
     changes_are_seen(&writer, &node, 10, [&node_events, &tree_events], &ctx);
 
     // The server restarts (same data, the session survives).
@@ -114,6 +115,7 @@ fn a_persistent_watch_keeps_firing_after_many_events_across_reconnects_and_resta
     assert!(writer
         .block_until_connected(Duration::from_secs(30))
         .unwrap());
+    rearmed(&c, &node);
     changes_are_seen(&writer, &node, 10, [&node_events, &tree_events], &ctx);
     writer.delete().for_path(&child).unwrap();
     expect_event(&node_events, EventType::NodeChildrenChanged, &node, &ctx);
@@ -147,6 +149,46 @@ fn changes_are_seen_by_tree_only(
     // Both watchers run on the one watcher thread, in the server's order:
     // had the removed watch fired, its event would be queued by now.
     assert!(removed.try_recv().is_err(), "a removed watch fired");
+}
+
+/// `Reconnected` is told once the handshake is answered; the re-armed
+/// persistent watch reaches the server just after. Another session's write
+/// in between raises no event (ZooKeeper sends no catch-up event for
+/// persistent watches, unlike one-shot ones). A request of the watching
+/// client itself is answered after the re-arm, so a write made after that
+/// answer is seen. A delay on the watching client's link widens the window.
+#[test]
+fn a_write_after_the_watching_clients_first_reply_since_reconnecting_is_seen() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = connect(&proxy.connect_string(), Duration::from_secs(30));
+    let writer = connect(&server.connect_string(), Duration::from_secs(30));
+    let ctx = Ctx::new(server, &c);
+    let states = c.listen();
+    let node = unique("pw-rearm");
+    writer.create().for_path(&node, b"").unwrap();
+    let (on_node, events) = collector();
+    c.add_watch(&node, AddWatchMode::Persistent, on_node)
+        .unwrap();
+
+    proxy.set_delay(Duration::from_millis(300));
+    proxy.cut();
+    ctx.expect(
+        &states,
+        ConnectionState::Reconnected,
+        Duration::from_secs(20),
+    );
+    rearmed(&c, &node);
+    writer.set_data(&node, b"after", None).unwrap();
+    expect_event(&events, EventType::NodeDataChanged, &node, &ctx);
+    c.close();
+    writer.close();
+}
+
+/// Returns once the server has the watches `c` re-armed on reconnecting:
+/// a session's requests are answered in order, and the re-arm went first.
+fn rearmed(c: &Client, path: &str) {
+    c.exists(path).expect("a request after reconnecting");
 }
 
 #[test]
