@@ -263,7 +263,9 @@ fn a_fresh_namespace_is_created_on_first_use() {
 #[test]
 fn server_restart_within_session_is_suspended_then_reconnected() {
     let mut server = TestingServer::start().unwrap();
-    let c = connect(&server.connect_string(), Duration::from_secs(8));
+    // Well above a JVM's stop and start on a loaded machine (over 7 s
+    // seen), so the session outlives the restart.
+    let c = connect(&server.connect_string(), Duration::from_secs(30));
     let ctx = Ctx::new(&server, &c);
     let states = c.listen();
     let session = c.session_id();
