@@ -11,6 +11,7 @@
 //!   ([`LockDriver::sorting_sequence`]); a model gives the read driver its
 //!   own [`WriteSide`];
 //! - [`lease_granted`]: when the semaphore grants a lease.
+//! - [`may_wait_for_room`]: when a semaphore waiter may go on waiting.
 //!
 //! [`StandardDriver`]: crate::StandardDriver
 //! [`LockDriver::decide`]: crate::LockDriver::decide
@@ -18,4 +19,4 @@
 
 pub use crate::lock_internals::{sort_children, sort_key};
 pub use crate::rwlock::{ReadDriver, WriteHold, WriteSide};
-pub use crate::semaphore::lease_granted;
+pub use crate::semaphore::{lease_granted, may_wait_for_room};

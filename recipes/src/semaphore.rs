@@ -421,7 +421,9 @@ impl InterProcessSemaphoreV2 {
         let _count_hook = self.max_leases.wake_on_change(&signal);
         let _on_cancel = cancel::wake_on_cancel(cancel, &signal);
         loop {
-            if self.client.session_id() != stat.ephemeral_owner {
+            let session = self.client.session_id();
+            if !may_wait_for_room(session, stat.ephemeral_owner, self.lock.is_lost()) {
+                // Dropping `lease` removes our node if this session made it.
                 return Ok(Attempt::NodeMissing);
             }
             let epoch = signal.epoch();
@@ -458,6 +460,17 @@ impl InterProcessSemaphoreV2 {
             }
         }
     }
+}
+
+/// Whether a waiter may go on waiting for room: its lease node belongs to
+/// the current session and so does its internal lock. A session that
+/// expired between the internal lock's grant and the lease's create leaves
+/// a lease node of the new session and an internal lock that is gone;
+/// such waiters, not serialized by the lock, could wait for each other for
+/// ever (two of them with one lease). The waiter gives its node back and
+/// queues for the internal lock again.
+pub fn may_wait_for_room(session: i64, lease_owner: i64, internal_lock_lost: bool) -> bool {
+    session == lease_owner && !internal_lock_lost
 }
 
 /// Curator's rule for the waiter that holds the internal lock: its lease is
