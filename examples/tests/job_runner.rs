@@ -90,10 +90,17 @@ fn the_job_runner_survives_a_partition_and_an_outage_longer_than_the_session() {
     assert_eq!(figure(&output, "jobs finished:"), 20, "{output}");
     assert_eq!(figure(&output, "steps done:"), 200, "{output}");
     assert!(output.contains("\n0 violations"), "{output}");
-    // The outage outlasted the session: holds were lost and taken again.
+    // The outage outlasted the session: holds were lost, and their jobs
+    // taken up again, by the thread that lost one or, when another process
+    // asked first (as on a loaded machine), by that process.
     assert!(figure(&output, "holds gone in doubt:") >= 1, "{output}");
     assert!(figure(&output, "holds lost:") >= 1, "{output}");
-    assert!(figure(&output, "jobs taken again:") >= 1, "{output}");
+    assert!(
+        figure(&output, "jobs taken again:")
+            + figure(&output, "jobs worked on by more than one process:")
+            >= 1,
+        "{output}"
+    );
     eprintln!("{output}");
 }
 
