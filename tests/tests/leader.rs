@@ -52,9 +52,17 @@ fn one_of_three_latches_leads_and_the_next_takes_over_on_close() {
     }
     let first = wait_one_leader(&latches, NEW_LEADER_WITHIN);
 
-    // Curator's nodes: protected, `latch-`, the id as data.
-    let children = sorted_children(&cs[0], &path);
-    assert_eq!(children.len(), 3, "{children:?}");
+    // Curator's nodes: protected, `latch-`, the id as data. `start` joins
+    // in the background, so the last node may come after the first leads.
+    let mut children = Vec::new();
+    wait_until(
+        NEW_LEADER_WITHIN,
+        || {
+            children = sorted_children(&cs[0], &path);
+            children.len() == 3
+        },
+        || format!("latch nodes: {:?}", sorted_children(&cs[0], &path)),
+    );
     for c in &children {
         assert!(
             c.starts_with("_c_") && c.contains("-latch-"),
