@@ -248,11 +248,11 @@ fn rust_and_curator_share_barriers() {
                 })
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(300));
-        assert_eq!(
-            c.get_children(&path).unwrap().len(),
-            2,
-            "Rust waits for Java"
+        // Both Rust members join and wait for Java.
+        wait_until(
+            Duration::from_secs(10),
+            || c.get_children(&path).is_ok_and(|ch| ch.len() == 2),
+            || format!("barrier nodes: {:?}", c.get_children(&path)),
         );
         assert_eq!(
             ok(&mut java, &format!("dbarrier {path} 3 enter 30000")),
