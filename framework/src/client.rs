@@ -51,6 +51,7 @@ pub struct ClientBuilder {
     max_reply_size: usize,
     max_request_size: usize,
     tls: Option<crate::TlsConfig>,
+    sasl: Option<crate::wire::SaslDigest>,
 }
 
 impl Default for ClientBuilder {
@@ -68,6 +69,7 @@ impl Default for ClientBuilder {
             max_reply_size: crate::wire::DEFAULT_MAX_REPLY,
             max_request_size: crate::wire::JUTE_MAXBUFFER,
             tls: None,
+            sasl: None,
         }
     }
 }
@@ -171,6 +173,36 @@ impl ClientBuilder {
         self
     }
 
+    /// Logs in as `user` with SASL DIGEST-MD5 on every connection, before
+    /// any request: ZooKeeper's JAAS digest login (`DigestLoginModule`,
+    /// the server's `SASLAuthenticationProvider`); nodes with a
+    /// `sasl:<user>` ACL are then the client's. The README shows the
+    /// matching server settings. Kerberos (GSSAPI) is not supported.
+    ///
+    /// A server that refuses the login (a wrong password, an unknown
+    /// user) ends the session with `AuthFailed`, as a rejected
+    /// [`authorization`](Self::authorization) does: calls fail with
+    /// `AuthFailed`, the state goes `Lost`, and new sessions are tried only
+    /// as the retry policy allows, at least 1 s apart, before the client
+    /// gives up for good. A server without SASL configured refuses it too.
+    ///
+    /// ```no_run
+    /// use latchkey_framework::Client;
+    ///
+    /// let client = Client::builder()
+    ///     .connect_string("127.0.0.1:2181")
+    ///     .sasl_digest("bob", "bobsecret")
+    ///     .build()?;
+    /// # Ok::<(), latchkey_framework::Error>(())
+    /// ```
+    pub fn sasl_digest(mut self, user: &str, password: &str) -> Self {
+        self.sasl = Some(crate::wire::SaslDigest {
+            user: user.to_owned(),
+            password: password.to_owned(),
+        });
+        self
+    }
+
     /// Checks the settings and makes the client (not started yet).
     pub fn build(self) -> Result<Client> {
         let (hosts, chroot) = parse_connect_string(&self.connect_string)?;
@@ -230,6 +262,7 @@ impl ClientBuilder {
                         max_request: self.max_request_size,
                         counters: Arc::clone(&counters),
                         tls,
+                        sasl: self.sasl,
                     },
                     retry: self.retry,
                     namespace: namespace.clone(),
@@ -243,6 +276,7 @@ impl ClientBuilder {
                 started: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
                 auth_failed: AtomicBool::new(false),
+                auth_failure: Mutex::new(String::new()),
                 namespace_ready: AtomicBool::new(namespace.is_none()),
                 background: Arc::new(Background::default()),
                 counters,
@@ -313,6 +347,8 @@ pub(crate) struct Shared {
     /// Set while the server has rejected the client's auth and no new
     /// session has been started since: calls fail with `AuthFailed`.
     auth_failed: AtomicBool,
+    /// What the server refused, for the `AuthFailed` errors meanwhile.
+    auth_failure: Mutex<String>,
     /// Whether the namespace's nodes are known to exist (see
     /// `Shared::ensure_namespace`).
     pub(crate) namespace_ready: AtomicBool,
@@ -659,6 +695,14 @@ impl Client {
 }
 
 impl Shared {
+    /// The error of calls while the server's rejection of the client's
+    /// auth stands.
+    fn auth_error(&self) -> Error {
+        Error::AuthFailed {
+            reason: self.auth_failure.lock().clone(),
+        }
+    }
+
     pub(crate) fn session(&self) -> Option<WireSession> {
         self.session.read().clone()
     }
@@ -772,7 +816,7 @@ impl Shared {
                 cancel.check()?;
             }
             if self.auth_failed.load(Ordering::Acquire) {
-                return Err(Error::from_code(ErrorCode::AuthFailed));
+                return Err(self.auth_error());
             }
             let attempt_deadline = self.attempt_deadline(deadline);
             let result = match self.session() {
@@ -870,7 +914,7 @@ impl Shared {
     ) -> Result<T> {
         self.check_usable()?;
         if self.auth_failed.load(Ordering::Acquire) {
-            return Err(Error::from_code(ErrorCode::AuthFailed));
+            return Err(self.auth_error());
         }
         let session = self.session().ok_or(Error::Closed)?;
         if !session.wait_connected(Instant::now()) {
@@ -989,8 +1033,9 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
                     lost_at = None;
                     shared.lose_session();
                 }
-                WireEvent::AuthFailed => {
+                WireEvent::AuthFailed { reason } => {
                     lost_at = None;
+                    *shared.auth_failure.lock() = reason;
                     shared.auth_failed.store(true, Ordering::Release);
                     metrics::add(&shared.counters.auth_failures, 1);
                     if shared.board.current() != Some(ConnectionState::Lost) {

@@ -226,6 +226,13 @@ pub enum Error {
         /// The limit in bytes.
         max: usize,
     },
+    /// The server rejected the client's authentication: a refused SASL
+    /// login (a wrong password, an unknown user) or an auth packet of a
+    /// scheme it does not know. Its code is `AuthFailed`.
+    AuthFailed {
+        /// What was refused, and by which server.
+        reason: String,
+    },
     /// ZooKeeper refused a transaction because one of its operations
     /// failed, and changed nothing. Its code is the failing operation's.
     TransactionFailed {
@@ -259,13 +266,14 @@ impl Error {
     /// they are about (bad input, closed client) stay as they are.
     pub(crate) fn for_op(self, name: &'static str, user_path: &str) -> Self {
         match self {
-            e @ (Error::Zk { .. } | Error::Marshalling(_) | Error::NotConnected { .. }) => {
-                Error::Operation {
-                    op: name,
-                    path: user_path.to_owned(),
-                    source: Box::new(e),
-                }
-            }
+            e @ (Error::Zk { .. }
+            | Error::Marshalling(_)
+            | Error::NotConnected { .. }
+            | Error::AuthFailed { .. }) => Error::Operation {
+                op: name,
+                path: user_path.to_owned(),
+                source: Box::new(e),
+            },
             Error::Timeout {
                 op: "",
                 path: None,
@@ -297,6 +305,7 @@ impl Error {
             Error::Timeout { .. } => Some(ErrorCode::OperationTimeout),
             Error::NotConnected { .. } => Some(ErrorCode::ConnectionLoss),
             Error::TransactionFailed { code, .. } => Some(*code),
+            Error::AuthFailed { .. } => Some(ErrorCode::AuthFailed),
             _ => None,
         }
     }
@@ -351,6 +360,7 @@ impl fmt::Display for Error {
             Error::Cancelled => write!(f, "the call was cancelled"),
             Error::Marshalling(m) => write!(f, "malformed reply: {m}"),
             Error::Io(e) => write!(f, "I/O error: {e}"),
+            Error::AuthFailed { reason } => write!(f, "AuthFailed: {reason}"),
             Error::NotConnected { last_attempt } => {
                 write!(f, "ConnectionLoss: not connected to ZooKeeper")?;
                 match last_attempt {

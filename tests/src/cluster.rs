@@ -23,6 +23,8 @@ struct Member {
     client_port: u16,
     quorum_port: u16,
     election_port: u16,
+    /// `secureClientPort`, when the config serves TLS.
+    secure_port: Option<u16>,
     dir: PathBuf,
     process: Mutex<Option<ZkProcess>>,
 }
@@ -141,14 +143,16 @@ impl TestingCluster {
     /// Lays out fresh members on fresh ports, starts them all and waits for
     /// the quorum.
     fn try_start(&mut self, n: usize, attempt: u32) -> Result<(), (io::Error, bool)> {
-        let ports = jvm::free_ports(3 * n).map_err(|e| (e, false))?;
+        let per_member = 3 + usize::from(self.config.tls.is_some());
+        let ports = jvm::free_ports(per_member * n).map_err(|e| (e, false))?;
         let base = self.root.join(format!("attempt-{attempt}"));
         self.members = (0..n)
             .map(|i| Member {
                 id: i + 1,
-                client_port: ports[3 * i],
-                quorum_port: ports[3 * i + 1],
-                election_port: ports[3 * i + 2],
+                client_port: ports[per_member * i],
+                quorum_port: ports[per_member * i + 1],
+                election_port: ports[per_member * i + 2],
+                secure_port: self.config.tls.as_ref().map(|_| ports[per_member * i + 3]),
                 dir: base.join(format!("member-{i}")),
                 process: Mutex::new(None),
             })
@@ -215,6 +219,10 @@ impl TestingCluster {
         let _ = writeln!(cfg, "dataDir={}", data.display());
         let _ = writeln!(cfg, "clientPort={}", m.client_port);
         cfg.push_str("clientPortAddress=127.0.0.1\n");
+        if let Some(port) = m.secure_port {
+            let _ = writeln!(cfg, "secureClientPort={port}");
+            cfg.push_str(&self.config.tls_cfg());
+        }
         cfg.push_str(peers);
         std::fs::write(m.cfg_path(), cfg)
     }
@@ -302,6 +310,14 @@ impl TestingCluster {
         self.member_addr(i)
             .map(|a| a.to_string())
             .unwrap_or_default()
+    }
+
+    /// Member `i`'s TLS address as a connect string, when the cluster
+    /// serves TLS (see [`ServerConfig::tls`]); the plain port stays open
+    /// for the harness's four-letter words.
+    pub fn member_secure_connect_string(&self, i: usize) -> Option<String> {
+        let port = self.members.get(i)?.secure_port?;
+        Some(format!("127.0.0.1:{port}"))
     }
 
     /// Member `i`'s client address.

@@ -184,9 +184,19 @@ impl ZkProcess {
         let mut out = OpenOptions::new().create(true).append(true).open(log)?;
         writeln!(out, "{START_MARKER} ({label}) at {} UTC -----", clock())?;
         let err = out.try_clone()?;
+        let mut jaas = Vec::new();
+        if let Some(text) = config.jaas() {
+            let path = cwd.join("jaas.conf");
+            std::fs::write(&path, text)?;
+            jaas.push(format!(
+                "-Djava.security.auth.login.config={}",
+                path.display()
+            ));
+        }
         let child = Command::new(&launcher.java)
             .args(jvm_flags())
             .args(&config.jvm_args)
+            .args(&jaas)
             .args(
                 config
                     .system_properties

@@ -59,6 +59,9 @@ pub struct ServerConfig {
     /// TLS on a second, secure client port (see [`ServerConfig::tls`]).
     /// Default none.
     pub tls: Option<ServerTls>,
+    /// Users (name, password) of the SASL DIGEST-MD5 login (see
+    /// [`ServerConfig::sasl_digest`]). Default none: no SASL.
+    pub sasl_users: Vec<(String, String)>,
 }
 
 /// The TLS settings of a [`TestingServer`]: PEM key and trust stores and
@@ -90,6 +93,7 @@ impl Default for ServerConfig {
             system_properties: Vec::new(),
             jvm_args: Vec::new(),
             tls: None,
+            sasl_users: Vec::new(),
         }
     }
 }
@@ -161,7 +165,7 @@ impl ServerConfig {
     }
 
     /// The `zoo.cfg` lines of the TLS settings, without the port.
-    fn tls_cfg(&self) -> String {
+    pub(crate) fn tls_cfg(&self) -> String {
         let Some(tls) = &self.tls else {
             return String::new();
         };
@@ -175,6 +179,45 @@ impl ServerConfig {
             tls.truststore.display(),
             tls.client_auth.as_cfg()
         )
+    }
+
+    /// Takes SASL DIGEST-MD5 logins from `users` (name, password), as
+    /// ZooKeeper's JAAS digest login does: a `Server` section with
+    /// `DigestLoginModule` in a JAAS file the JVM is given
+    /// (`-Djava.security.auth.login.config`), and the SASL auth provider in
+    /// `zoo.cfg`. A client that does not log in is still served, as
+    /// anonymous; nodes with a `sasl:<user>` ACL are its own.
+    ///
+    /// ```no_run
+    /// use latchkey_test::{ServerConfig, TestingServer};
+    ///
+    /// let server = TestingServer::start_with(ServerConfig::default().sasl_digest(&[("bob", "bobsecret")]))?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn sasl_digest(mut self, users: &[(&str, &str)]) -> Self {
+        self.sasl_users = users
+            .iter()
+            .map(|(u, p)| ((*u).to_owned(), (*p).to_owned()))
+            .collect();
+        self.extra(
+            "authProvider.sasl",
+            "org.apache.zookeeper.server.auth.SASLAuthenticationProvider",
+        )
+    }
+
+    /// The JAAS file's text for [`ServerConfig::sasl_digest`], or `None`.
+    pub(crate) fn jaas(&self) -> Option<String> {
+        if self.sasl_users.is_empty() {
+            return None;
+        }
+        let quote = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+        let mut s =
+            String::from("Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required");
+        for (user, password) in &self.sasl_users {
+            let _ = write!(s, "\n  user_{user}=\"{}\"", quote(password));
+        }
+        s.push_str(";\n};\n");
+        Some(s)
     }
 
     /// Appends a `key=value` line to `zoo.cfg`.

@@ -359,3 +359,91 @@ fn server_restart_over_tls_resumes_the_session() {
     );
     c.close();
 }
+
+/// `expire_session_for_testing` reaches the server the way the client
+/// does: over TLS.
+#[test]
+fn a_test_expiry_goes_over_tls() {
+    let certs = TestCerts::generate().unwrap();
+    let server = tls_server(&certs, ClientAuth::None);
+    let c = start_connected(builder(&secure(&server), TlsConfig::new(certs.ca_file())));
+    let ctx = Ctx::new(&server, &c);
+    let states = c.listen();
+    let session = c.session_id();
+    c.expire_session_for_testing()
+        .unwrap_or_else(|e| panic!("expiry over TLS: {e}\n{}", ctx.dump()));
+    ctx.expect(
+        &states,
+        latchkey_framework::ConnectionState::Lost,
+        Duration::from_secs(20),
+    );
+    wait_until(
+        Duration::from_secs(20),
+        || c.exists("/").is_ok() && c.session_id() != session,
+        || ctx.dump(),
+    );
+    c.close();
+}
+
+/// Connected read-only over TLS, the client looks for a read-write server
+/// (`isro`) over TLS too, and moves there. The read-only server is the
+/// survivor of a 3-member TLS ensemble whose other members are down; the
+/// read-write one is a standalone TLS server behind a relay that refuses
+/// connections until the client is read-only.
+#[test]
+fn a_read_only_client_over_tls_finds_a_read_write_server() {
+    let certs = TestCerts::generate().unwrap();
+    let config = ServerConfig {
+        system_properties: vec![("readonlymode.enabled".into(), "true".into())],
+        // A read-only server serves local sessions only.
+        extra: vec![("localSessionsEnabled".into(), "true".into())],
+        ..Default::default()
+    }
+    .tls(&certs, ClientAuth::None);
+    let mut cluster = latchkey_test::TestingCluster::start_with(3, config).unwrap();
+    cluster.kill(1).unwrap();
+    cluster.kill(2).unwrap();
+    let read_write = tls_server(&certs, ClientAuth::None);
+    let relay = latchkey_test::FaultProxy::start(secure(&read_write).parse().unwrap()).unwrap();
+    relay.set_refuse(true);
+    let read_only = cluster.member_secure_connect_string(0).unwrap();
+    let c = Client::builder()
+        .connect_string(format!("{read_only},{}", relay.connect_string()))
+        .session_timeout(SESSION)
+        .connection_timeout(Duration::from_secs(4))
+        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10))
+        .can_be_read_only(true)
+        .tls(TlsConfig::new(certs.ca_file()))
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    let dump = |c: &Client| {
+        format!(
+            "client states: {:?}\nmember 0:\n{}\nread-write server:\n{}",
+            c.state_history(),
+            cluster.log_tail(0, 20),
+            read_write.log_tail(20)
+        )
+    };
+    wait_until(
+        Duration::from_secs(60),
+        || c.state() == Some(latchkey_framework::ConnectionState::ReadOnly),
+        || dump(&c),
+    );
+    let before = relay.connection_count();
+    relay.set_refuse(false);
+    // Writes succeed once the client is on the read-write server, which it
+    // finds only by asking it `isro` over TLS.
+    let path = unique("tls-ro");
+    wait_until(
+        Duration::from_secs(60),
+        || c.create().for_path(&path, b"rw").is_ok(),
+        || dump(&c),
+    );
+    assert!(
+        relay.connection_count() > before,
+        "the write went elsewhere\n{}",
+        dump(&c)
+    );
+    c.close();
+}

@@ -5,10 +5,12 @@
 pub(crate) mod jute;
 pub(crate) mod multi;
 pub(crate) mod proto;
+pub(crate) mod sasl;
 pub(crate) mod session;
 pub(crate) mod transport;
 pub(crate) mod watches;
 
+pub(crate) use sasl::SaslDigest;
 pub(crate) use session::{WireConfig, WireEvent, WireSession, DEFAULT_MAX_REPLY, JUTE_MAXBUFFER};
 pub(crate) use transport::TlsSettings;
 pub(crate) use watches::{RemoveKind, WatchKind, WatchRegistration, Watcher};

@@ -30,6 +30,7 @@ pub(crate) mod op {
     pub const GET_ALL_CHILDREN_NUMBER: i32 = 104;
     pub const WHO_AM_I: i32 = 107;
     pub const AUTH: i32 = 100;
+    pub const SASL: i32 = 102;
     pub const SET_WATCHES: i32 = 101;
     pub const REMOVE_WATCHES: i32 = 18;
     pub const SET_WATCHES2: i32 = 105;
@@ -64,6 +65,7 @@ pub(crate) fn op_name(opcode: i32) -> &'static str {
         op::SET_WATCHES2 => "setWatches2",
         op::MULTI => "multi",
         op::MULTI_READ => "multiRead",
+        op::SASL => "sasl",
         _ => "request",
     }
 }

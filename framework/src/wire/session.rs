@@ -20,6 +20,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::jute::{Reader, Writer};
 use super::proto::{self, op, xid, ConnectRequest, ConnectResponse, ReplyHeader, WatcherEvent};
+use super::sasl::{self, LoginError, SaslDigest};
 use super::transport::{self, Stream, TlsFailure, TlsSettings};
 use super::watches::{RemoveKind, WatchFn, WatchRegistration, Watches};
 use crate::cancel;
@@ -64,6 +65,8 @@ pub(crate) struct WireConfig {
     pub counters: Arc<Counters>,
     /// TLS on every connection; `None` for plain TCP.
     pub tls: Option<TlsSettings>,
+    /// A SASL DIGEST-MD5 login on every connection, before any request.
+    pub sasl: Option<SaslDigest>,
 }
 
 /// Why the last attempt to connect failed.
@@ -230,26 +233,60 @@ impl RwProbe {
     }
 
     /// Probes the next host if one is due; its address if it is read-write.
-    fn due(&mut self, hosts: &mut HostList) -> Option<SocketAddr> {
+    fn due(&mut self, hosts: &mut HostList, tls: Option<&TlsSettings>) -> Option<SocketAddr> {
         if self.last.elapsed() < self.every {
             return None;
         }
         self.every = (self.every * 2).min(Duration::from_secs(60));
         let (host, _) = hosts.next();
         let addr = resolve_one(host).ok()?;
-        let found = is_read_write(addr, self.timeout);
+        let found = is_read_write(host, addr, tls, self.timeout);
         self.last = Instant::now();
         found.then_some(addr)
     }
 }
 
+/// A connection to `addr` (`host` in the connect string), over TLS when
+/// the client uses it, as every connection of the client is: the session's,
+/// the read-write probe's and a test's expiry. Connecting and the TLS
+/// handshake take at most `timeout`, which reads and writes then get too.
+fn open_stream(
+    host: &str,
+    addr: SocketAddr,
+    tls: Option<&TlsSettings>,
+    timeout: Duration,
+) -> Result<Stream, ConnectFailure> {
+    let started = Instant::now();
+    let connecting = |e: io::Error| ConnectFailure::connecting(addr, &e);
+    let sock = TcpStream::connect_timeout(&addr, timeout).map_err(connecting)?;
+    sock.set_nodelay(true).map_err(connecting)?;
+    sock.set_write_timeout(Some(timeout)).map_err(connecting)?;
+    let s = match tls {
+        None => Stream::plain(sock),
+        Some(tls) => {
+            let name = tls
+                .server_name
+                .as_deref()
+                .unwrap_or(transport::host_of(host));
+            Stream::tls(sock, tls, name, started + timeout)
+                .map_err(|e| ConnectFailure::tls(host, addr, e))?
+        }
+    };
+    s.set_read_timeout(Some(timeout)).map_err(connecting)?;
+    Ok(s)
+}
+
 /// Asks a server with the `isro` four-letter word whether it serves
 /// read-write.
-fn is_read_write(addr: SocketAddr, timeout: Duration) -> bool {
+fn is_read_write(
+    host: &str,
+    addr: SocketAddr,
+    tls: Option<&TlsSettings>,
+    timeout: Duration,
+) -> bool {
     let ask = || -> io::Result<bool> {
-        let mut s = TcpStream::connect_timeout(&addr, timeout)?;
-        s.set_read_timeout(Some(timeout))?;
-        s.set_write_timeout(Some(timeout))?;
+        let mut s =
+            open_stream(host, addr, tls, timeout).map_err(|e| io::Error::other(e.to_string()))?;
         s.write_all(b"isro")?;
         let mut answer = Vec::new();
         s.take(16).read_to_end(&mut answer)?;
@@ -266,7 +303,7 @@ fn shuffle<T>(items: &mut [T]) {
 }
 
 /// Session-level happenings, sent to the framework's state thread.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum WireEvent {
     Connected {
         read_only: bool,
@@ -276,7 +313,10 @@ pub(crate) enum WireEvent {
         silent_for: Duration,
     },
     Expired,
-    AuthFailed,
+    /// The server rejected the client's auth: why.
+    AuthFailed {
+        reason: String,
+    },
     Closed,
 }
 
@@ -398,6 +438,8 @@ struct Inner {
     closing: AtomicBool,
     /// The server's reason, when the server ended the session.
     ended_by: Mutex<Option<ErrorCode>>,
+    /// What the server refused, when it ended the session for a rejected auth.
+    auth_failure: Mutex<String>,
     /// Whether a read-write server has granted this session.
     seen_read_write: AtomicBool,
     /// Why the last connect attempt failed; `None` after a success.
@@ -447,6 +489,7 @@ impl WireSession {
             last_connect_error: Mutex::new(None),
             seen_read_write: AtomicBool::new(false),
             ended_by: Mutex::new(None),
+            auth_failure: Mutex::new(String::new()),
             events,
             watch_events: LazyThread::new("latchkey-watch", run_watchers),
         });
@@ -583,7 +626,9 @@ impl WireSession {
     /// cue to retry on the next session).
     pub(crate) fn end_error(&self) -> Error {
         match *self.inner.ended_by.lock() {
-            Some(ErrorCode::AuthFailed) => Error::from_code(ErrorCode::AuthFailed),
+            Some(ErrorCode::AuthFailed) => Error::AuthFailed {
+                reason: self.inner.auth_failure.lock().clone(),
+            },
             _ => Error::from_code(ErrorCode::ConnectionLoss),
         }
     }
@@ -618,7 +663,8 @@ impl WireSession {
         if id == 0 {
             return Err(Error::IllegalState("not connected yet".into()));
         }
-        close_session_by_credentials(&self.inner.cfg.hosts, id, &passwd, timeout)
+        let cfg = &self.inner.cfg;
+        close_session_by_credentials(&cfg.hosts, cfg.tls.as_ref(), id, &passwd, timeout)
     }
 
     /// How many watch callbacks wait for an event.
@@ -731,6 +777,7 @@ fn too_large(frame: &[u8], max: usize) -> Error {
 /// close reply, or by answering a handshake for the session as expired.
 pub(crate) fn close_session_by_credentials(
     hosts: &[String],
+    tls: Option<&TlsSettings>,
     session_id: i64,
     passwd: &[u8],
     timeout: Duration,
@@ -738,8 +785,11 @@ pub(crate) fn close_session_by_credentials(
     let deadline = Instant::now() + timeout;
     let mut last = Error::from_code(ErrorCode::ConnectionLoss);
     while Instant::now() < deadline {
-        for addr in hosts.iter().filter_map(|h| resolve_one(h).ok()) {
-            match close_once(addr, session_id, passwd, deadline) {
+        for (host, addr) in hosts
+            .iter()
+            .filter_map(|h| resolve_one(h).ok().map(|a| (h, a)))
+        {
+            match close_once(host, addr, tls, session_id, passwd, deadline) {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
                 Err(e) => last = Error::Io(e),
@@ -753,13 +803,15 @@ pub(crate) fn close_session_by_credentials(
 /// One try: `Ok(true)` once the server confirms the session is gone,
 /// `Ok(false)` when the connection dropped before it could say.
 fn close_once(
+    host: &str,
     addr: SocketAddr,
+    tls: Option<&TlsSettings>,
     session_id: i64,
     passwd: &[u8],
     deadline: Instant,
 ) -> io::Result<bool> {
-    let mut s = TcpStream::connect_timeout(&addr, remaining(deadline))?;
-    s.set_read_timeout(Some(remaining(deadline)))?;
+    let mut s = open_stream(host, addr, tls, remaining(deadline))
+        .map_err(|e| io::Error::other(e.to_string()))?;
     let req = ConnectRequest {
         last_zxid: 0,
         timeout_ms: 30_000,
@@ -799,7 +851,7 @@ fn remaining(deadline: Instant) -> Duration {
 
 /// Reads one frame of at most `max` bytes. The buffer grows as bytes
 /// arrive: a length prefix alone allocates nothing.
-fn read_frame(s: &mut impl Read, max: usize) -> io::Result<Vec<u8>> {
+pub(super) fn read_frame(s: &mut impl Read, max: usize) -> io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len)?;
     let len = i32::from_be_bytes(len);
@@ -840,7 +892,8 @@ enum Ended {
     ReadWriteFound(SocketAddr),
     /// The server says the session is gone.
     Expired,
-    AuthFailed,
+    /// The server rejected the client's auth: why.
+    AuthFailed(String),
 }
 
 impl Inner {
@@ -876,7 +929,8 @@ impl Inner {
                     let connected_at = Instant::now();
                     (self.events)(WireEvent::Connected { read_only });
                     let (ended, last_recv) = self.read_loop(stream, read_only, &mut hosts);
-                    if matches!(ended, Ended::AuthFailed) {
+                    if let Ended::AuthFailed(why) = &ended {
+                        *self.auth_failure.lock() = why.clone();
                         // What waits fails with the reason, and nothing
                         // reports a mere disconnection first.
                         *self.ended_by.lock() = Some(ErrorCode::AuthFailed);
@@ -901,6 +955,7 @@ impl Inner {
                     ended
                 }
                 Err(HandshakeError::Expired) => Ended::Expired,
+                Err(HandshakeError::AuthFailed(why)) => Ended::AuthFailed(why),
                 Err(HandshakeError::Failed(failure)) => {
                     log::debug!("connecting failed: {failure}");
                     *self.last_connect_error.lock() = Some(failure);
@@ -919,8 +974,10 @@ impl Inner {
                     self.expire(ErrorCode::SessionExpired, WireEvent::Expired);
                     return;
                 }
-                Ended::AuthFailed => {
-                    self.expire(ErrorCode::AuthFailed, WireEvent::AuthFailed);
+                Ended::AuthFailed(reason) => {
+                    log::error!("{reason}");
+                    *self.auth_failure.lock() = reason.clone();
+                    self.expire(ErrorCode::AuthFailed, WireEvent::AuthFailed { reason });
                     return;
                 }
             }
@@ -1007,6 +1064,22 @@ impl Inner {
                 reason: e.to_string(),
             })
         };
+        if let Some(creds) = &self.cfg.sasl {
+            // Auth is the connection's: every connection logs in again.
+            sasl::login(&mut s, creds, self.cfg.max_reply, || {
+                self.io.lock().take_xid()
+            })
+            .map_err(|e| match e {
+                LoginError::Rejected(why) => HandshakeError::AuthFailed(format!(
+                    "SASL DIGEST-MD5 login as {:?} at {addr} failed: {why}",
+                    creds.user
+                )),
+                LoginError::Io(e) => HandshakeError::Failed(ConnectFailure::Io {
+                    addr,
+                    reason: format!("SASL login: {e}"),
+                }),
+            })?;
+        }
         let reader = s.try_clone().map_err(failed)?;
         reader
             .set_read_timeout(Some(tick(negotiated)))
@@ -1052,23 +1125,11 @@ impl Inner {
             |e: io::Error| HandshakeError::Failed(ConnectFailure::connecting(addr, &e));
         let handshaking =
             |e: io::Error| HandshakeError::Failed(ConnectFailure::handshaking(host, addr, &e));
-        let started = Instant::now();
-        let sock = TcpStream::connect_timeout(&addr, per_host).map_err(connecting)?;
-        sock.set_nodelay(true).map_err(connecting)?;
-        sock.set_write_timeout(Some(self.cfg.connection_timeout))
+        let mut s = open_stream(host, addr, self.cfg.tls.as_ref(), per_host)
+            .map_err(HandshakeError::Failed)?;
+        // A write may wait for a slow reader longer than a connect may take.
+        s.set_write_timeout(Some(self.cfg.connection_timeout))
             .map_err(connecting)?;
-        let mut s = match &self.cfg.tls {
-            None => Stream::plain(sock),
-            Some(tls) => {
-                let name = tls
-                    .server_name
-                    .as_deref()
-                    .unwrap_or(transport::host_of(host));
-                Stream::tls(sock, tls, name, started + per_host)
-                    .map_err(|e| HandshakeError::Failed(ConnectFailure::tls(host, addr, e)))?
-            }
-        };
-        s.set_read_timeout(Some(per_host)).map_err(connecting)?;
         let (session_id, passwd) = {
             let c = self.creds.lock();
             // A read-only server's session is not resumed elsewhere: ask for
@@ -1152,7 +1213,7 @@ impl Inner {
                 return (Ended::Dropped, last_recv);
             }
             if read_only {
-                if let Some(addr) = probe.due(hosts) {
+                if let Some(addr) = probe.due(hosts, self.cfg.tls.as_ref()) {
                     log::info!("read-write server found at {addr}, moving there");
                     return (Ended::ReadWriteFound(addr), last_recv);
                 }
@@ -1224,7 +1285,10 @@ impl Inner {
             xid::AUTH => {
                 if header.err != 0 {
                     log::warn!("authentication failed ({})", header.err);
-                    return Ok(Some(Ended::AuthFailed));
+                    return Ok(Some(Ended::AuthFailed(format!(
+                        "the server rejected an auth packet ({})",
+                        ErrorCode::from_wire(header.err)
+                    ))));
                 }
             }
             _ => {
@@ -1267,6 +1331,8 @@ impl Inner {
 enum HandshakeError {
     Expired,
     Failed(ConnectFailure),
+    /// The SASL login failed for good: why.
+    AuthFailed(String),
 }
 
 /// How often the reader wakes when the socket is idle, to ping and to judge silence.
@@ -1303,6 +1369,7 @@ mod tests {
             connection_timeout: Duration::from_millis(300),
             can_be_read_only: false,
             auth: Default::default(),
+            sasl: None,
             max_reply: DEFAULT_MAX_REPLY,
             max_request: JUTE_MAXBUFFER,
             counters: Default::default(),

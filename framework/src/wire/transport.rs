@@ -157,6 +157,10 @@ impl Stream {
         self.sock.set_read_timeout(d)
     }
 
+    pub(crate) fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        self.sock.set_write_timeout(d)
+    }
+
     /// Writes what the connection has sealed, if no writer is writing:
     /// a writer that is will send it with its own records.
     fn flush_sealed(&self, tls: &Tls) -> io::Result<()> {

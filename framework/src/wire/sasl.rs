@@ -1,0 +1,360 @@
+//! SASL DIGEST-MD5 login (RFC 2831), as ZooKeeper's JAAS digest login
+//! (`DigestLoginModule`) takes it: after each connection's handshake and
+//! before anything else, the client sends an empty token, answers the
+//! server's challenge, and checks the server's proof (`rspauth`) that it
+//! knows the password too.
+
+use std::io::{self, Read, Write};
+
+use md5::{Digest, Md5};
+
+use super::jute::Reader;
+use super::proto::{self, op, ReplyHeader};
+
+/// The service and server name a ZooKeeper server's DIGEST-MD5 login
+/// answers to: `digest-uri` is `zookeeper/zk-sasl-md5` whatever the host.
+const DIGEST_URI: &str = "zookeeper/zk-sasl-md5";
+
+/// A user and password for the DIGEST-MD5 login.
+#[derive(Clone)]
+pub(crate) struct SaslDigest {
+    pub user: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for SaslDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SaslDigest")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a login did not complete.
+#[derive(Debug)]
+pub(crate) enum LoginError {
+    /// The server refused it, or proved it does not know the password:
+    /// trying again as the same user cannot help.
+    Rejected(String),
+    /// The connection failed meanwhile.
+    Io(io::Error),
+}
+
+impl From<io::Error> for LoginError {
+    fn from(e: io::Error) -> Self {
+        LoginError::Io(e)
+    }
+}
+
+/// Logs in on a fresh connection whose handshake was answered; `xid`
+/// gives each request's xid. Reads with the stream's own timeout.
+pub(crate) fn login<S: Read + Write>(
+    s: &mut S,
+    creds: &SaslDigest,
+    max_reply: usize,
+    mut xid: impl FnMut() -> i32,
+) -> Result<(), LoginError> {
+    let rejected = LoginError::Rejected;
+    // DIGEST-MD5 has no initial response: an empty token asks for the challenge.
+    let challenge = exchange(s, xid(), &[], max_reply)
+        .map_err(|e| e.or_rejected("the server refused the login before its challenge"))?;
+    let challenge = Challenge::parse(&challenge).map_err(rejected)?;
+    let cnonce = uuid::Uuid::new_v4().simple().to_string();
+    let answer = challenge.answer(creds, &cnonce).map_err(rejected)?;
+    let proof = exchange(s, xid(), answer.response.as_bytes(), max_reply)
+        .map_err(|e| e.or_rejected("the server rejected the user name or password"))?;
+    let proof = String::from_utf8_lossy(&proof);
+    match proof.strip_prefix("rspauth=") {
+        Some(rspauth) if rspauth == answer.rspauth => Ok(()),
+        _ => Err(rejected(
+            "the server's proof of the password is wrong: it may not be the server it claims"
+                .into(),
+        )),
+    }
+}
+
+/// One SASL request and its reply's token.
+fn exchange<S: Read + Write>(
+    s: &mut S,
+    xid: i32,
+    token: &[u8],
+    max_reply: usize,
+) -> Result<Vec<u8>, Exchange> {
+    let mut w = proto::request(xid, op::SASL);
+    w.bytes(token);
+    s.write_all(&w.finish_frame()).map_err(Exchange::Io)?;
+    loop {
+        let frame = super::session::read_frame(s, max_reply).map_err(Exchange::Io)?;
+        let mut r = Reader::new(&frame);
+        let header = ReplyHeader::read(&mut r).map_err(|e| Exchange::Io(io::Error::other(e)))?;
+        if header.xid != xid {
+            // Nothing else is asked on this connection yet; skip anything else.
+            continue;
+        }
+        if header.err != 0 {
+            return Err(Exchange::Refused(header.err));
+        }
+        return r.bytes().map_err(|e| Exchange::Io(io::Error::other(e)));
+    }
+}
+
+enum Exchange {
+    Io(io::Error),
+    /// The server answered with this error code (AUTHFAILED, or
+    /// SESSIONCLOSEDREQUIRESASLAUTH) and closes the connection.
+    Refused(i32),
+}
+
+impl Exchange {
+    fn or_rejected(self, why: &str) -> LoginError {
+        match self {
+            Exchange::Io(e) => LoginError::Io(e),
+            Exchange::Refused(code) => LoginError::Rejected(format!("{why} (error {code})")),
+        }
+    }
+}
+
+/// The fields of a digest-challenge the client needs.
+#[derive(Debug)]
+struct Challenge {
+    realm: String,
+    nonce: String,
+    utf8: bool,
+}
+
+/// The client's digest-response, and the `rspauth` the server must send back.
+#[derive(Debug)]
+struct Answer {
+    response: String,
+    rspauth: String,
+}
+
+impl Challenge {
+    fn parse(token: &[u8]) -> Result<Challenge, String> {
+        if token.is_empty() {
+            // What a server with no SASL login configured answers.
+            return Err("the server offers no SASL login (an empty challenge)".into());
+        }
+        let text = std::str::from_utf8(token).map_err(|_| "the challenge is not text")?;
+        let fields = parse_fields(text)?;
+        let get = |key: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(key))
+                .map(|(_, v)| v.as_str())
+        };
+        let nonce = get("nonce").ok_or("the challenge has no nonce")?.to_owned();
+        let qop_auth = get("qop").is_none_or(|q| q.split(',').any(|q| q.trim() == "auth"));
+        if !qop_auth {
+            return Err("the server does not offer qop=auth".into());
+        }
+        if get("algorithm") != Some("md5-sess") {
+            return Err("the challenge does not name algorithm=md5-sess".into());
+        }
+        Ok(Challenge {
+            realm: get("realm").unwrap_or("").to_owned(),
+            nonce,
+            utf8: get("charset").is_some_and(|c| c.eq_ignore_ascii_case("utf-8")),
+        })
+    }
+
+    fn answer(&self, creds: &SaslDigest, cnonce: &str) -> Result<Answer, String> {
+        let text = |s: &str| encode(s, self.utf8);
+        let user = text(&creds.user).ok_or("the user name is not ISO 8859-1")?;
+        let password = text(&creds.password).ok_or("the password is not ISO 8859-1")?;
+        let realm = text(&self.realm).ok_or("the realm is not ISO 8859-1")?;
+        let nc = "00000001";
+        let digest =
+            |a2: &str| response_value(&user, &realm, &password, &self.nonce, cnonce, nc, a2);
+        let mut response = String::new();
+        if self.utf8 {
+            response.push_str("charset=utf-8,");
+        }
+        response.push_str(&format!(
+            "username={},realm={},nonce={},nc={nc},cnonce={},digest-uri={},maxbuf=65536,response={},qop=auth",
+            quoted(&creds.user),
+            quoted(&self.realm),
+            quoted(&self.nonce),
+            quoted(cnonce),
+            quoted(DIGEST_URI),
+            digest(&format!("AUTHENTICATE:{DIGEST_URI}")),
+        ));
+        Ok(Answer {
+            response,
+            rspauth: digest(&format!(":{DIGEST_URI}")),
+        })
+    }
+}
+
+/// RFC 2831's response-value for qop=auth, with A2 given.
+fn response_value(
+    user: &[u8],
+    realm: &[u8],
+    password: &[u8],
+    nonce: &str,
+    cnonce: &str,
+    nc: &str,
+    a2: &str,
+) -> String {
+    let secret = md5(&[user, b":", realm, b":", password]);
+    let a1 = md5(&[&secret, b":", nonce.as_bytes(), b":", cnonce.as_bytes()]);
+    let a2 = hex(&md5(&[a2.as_bytes()]));
+    hex(&md5(&[
+        hex(&a1).as_bytes(),
+        b":",
+        nonce.as_bytes(),
+        b":",
+        nc.as_bytes(),
+        b":",
+        cnonce.as_bytes(),
+        b":auth:",
+        a2.as_bytes(),
+    ]))
+}
+
+fn md5(parts: &[&[u8]]) -> [u8; 16] {
+    let mut h = Md5::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize().into()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// RFC 2831: ISO 8859-1 when every character fits (whatever the charset),
+/// else UTF-8, which only `charset=utf-8` allows.
+fn encode(s: &str, utf8: bool) -> Option<Vec<u8>> {
+    if s.chars().all(|c| (c as u32) < 0x100) {
+        Some(s.chars().map(|c| c as u8).collect())
+    } else if utf8 {
+        Some(s.as_bytes().to_vec())
+    } else {
+        None
+    }
+}
+
+fn quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+/// `key=value` pairs, comma-separated; values may be quoted with `\` escapes.
+fn parse_fields(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut fields = Vec::new();
+    let mut chars = text.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| *c == ',' || c.is_whitespace()) {
+            chars.next();
+        }
+        if chars.peek().is_none() {
+            return Ok(fields);
+        }
+        let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        let mut value = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next() {
+                    Some('\\') => value.extend(chars.next()),
+                    Some('"') => break,
+                    Some(c) => value.push(c),
+                    None => return Err("an unterminated quoted value in the challenge".into()),
+                }
+            }
+            // Up to the next field.
+            for c in chars.by_ref() {
+                if c == ',' {
+                    break;
+                }
+            }
+        } else {
+            value = chars.by_ref().take_while(|c| *c != ',').collect();
+        }
+        fields.push((key.trim().to_owned(), value.trim().to_owned()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RFC 2831's example (section 4): the IMAP login of "chris".
+    #[test]
+    fn rfc_2831_example_response_and_rspauth() {
+        let a2 = |s: &str| {
+            response_value(
+                b"chris",
+                b"elwood.innosoft.com",
+                b"secret",
+                "OA6MG9tEQGm2hh",
+                "OA6MHXh6VqTrRk",
+                "00000001",
+                s,
+            )
+        };
+        assert_eq!(
+            a2("AUTHENTICATE:imap/elwood.innosoft.com"),
+            "d388dad90d4bbd760a152321f2143af7"
+        );
+        assert_eq!(
+            a2(":imap/elwood.innosoft.com"),
+            "ea40f60335c427b5527b84dbabcdfffd"
+        );
+    }
+
+    #[test]
+    fn a_challenge_as_zookeeper_sends_it() {
+        let c = Challenge::parse(
+            br#"realm="zk-sasl-md5",nonce="n\"o,nce",qop="auth",charset=utf-8,algorithm=md5-sess"#,
+        )
+        .unwrap();
+        assert_eq!(c.realm, "zk-sasl-md5");
+        assert_eq!(c.nonce, "n\"o,nce");
+        assert!(c.utf8);
+        let creds = SaslDigest {
+            user: "bob".into(),
+            password: "pw".into(),
+        };
+        let a = c.answer(&creds, "cn").unwrap();
+        assert!(a.response.starts_with("charset=utf-8,username=\"bob\",realm=\"zk-sasl-md5\",nonce=\"n\\\"o,nce\",nc=00000001,cnonce=\"cn\",digest-uri=\"zookeeper/zk-sasl-md5\""), "{}", a.response);
+        assert!(a.response.ends_with(",qop=auth"));
+    }
+
+    #[test]
+    fn challenges_it_cannot_answer_are_refused_with_a_reason() {
+        for (token, why) in [
+            (
+                &b"realm=\"r\",qop=\"auth\",algorithm=md5-sess"[..],
+                "no nonce",
+            ),
+            (
+                b"nonce=\"n\",qop=\"auth-conf\",algorithm=md5-sess",
+                "qop=auth",
+            ),
+            (b"nonce=\"n\",qop=\"auth\"", "md5-sess"),
+            (b"nonce=\"n", "unterminated"),
+            (b"\xff\xfe", "not text"),
+            (b"", "no SASL login"),
+        ] {
+            let err = Challenge::parse(token).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
+        let c = Challenge::parse(b"nonce=n,algorithm=md5-sess").unwrap();
+        let creds = SaslDigest {
+            user: "b\u{263a}b".into(),
+            password: "pw".into(),
+        };
+        assert!(c.answer(&creds, "cn").unwrap_err().contains("user name"));
+    }
+}
