@@ -32,6 +32,30 @@ pub enum Decision {
     },
 }
 
+/// What a lock waiter does once its wait ends (see [`after_wake`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterWake {
+    /// List the queue again and decide anew.
+    ListAgain,
+    /// Give up: the acquire is not granted, and its node goes.
+    GiveUp,
+}
+
+/// The waiter's rule once its wait ends (Curator's `internalLockLoop`),
+/// whatever ended it: the deletion of the node it watched, another event
+/// on that node, a reconnection, or the node being gone already when the
+/// watch was to be set. A wake-up never grants the lock by itself (see
+/// [`Decision::WaitFor`]): the waiter lists the queue again and decides,
+/// unless its deadline has passed. `LockInternals` follows this rule, and
+/// the model check of the protocol calls it too (`model_support`).
+pub fn after_wake(deadline_passed: bool) -> AfterWake {
+    if deadline_passed {
+        AfterWake::GiveUp
+    } else {
+        AfterWake::ListAgain
+    }
+}
+
 /// Decides, from the sorted children, whether a node holds the lock
 /// (Curator's `LockInternalsDriver.getsTheLock`). A mutex takes a custom
 /// one through [`crate::InterProcessMutex::with_lock_driver`].
@@ -856,20 +880,19 @@ impl LockInternals {
             let watched = paths::make_path(&self.base_path, &node);
             match self.watches.watch_data(client, &watched, &signal) {
                 Ok(_) => {
-                    if !signal.wait(epoch, deadline) {
-                        return Ok(false);
+                    if signal.wait(epoch, deadline) {
+                        // A cancel ends the wait before another listing,
+                        // which could wait long on a connection gone silent.
+                        cancel::check(cancel)?;
                     }
-                    // A cancel ends the wait before another listing, which
-                    // could wait long on a connection gone silent.
-                    cancel::check(cancel)?;
                 }
                 Err(e) if e.is(ErrorCode::NoNode) => {}
                 Err(e) => return Err(e),
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(false);
+            match after_wake(deadline.is_some_and(|d| Instant::now() >= d)) {
+                AfterWake::GiveUp => return Ok(false),
+                AfterWake::ListAgain => children = self.sorted_children_by(client)?,
             }
-            children = self.sorted_children_by(client)?;
         }
     }
 }

@@ -10,6 +10,8 @@
 //!   watches ([`LockDriver::decide`]), and where a downgrade read node sorts
 //!   ([`LockDriver::sorting_sequence`]); a model gives the read driver its
 //!   own [`WriteSide`];
+//! - [`after_wake`]: what a lock waiter does once its wait ends (it lists
+//!   again, whatever woke it, or gives up at its deadline);
 //! - [`lease_granted`]: when the semaphore grants a lease.
 //! - [`may_wait_for_room`]: when a semaphore waiter may go on waiting.
 //!
@@ -17,6 +19,6 @@
 //! [`LockDriver::decide`]: crate::LockDriver::decide
 //! [`LockDriver::sorting_sequence`]: crate::LockDriver::sorting_sequence
 
-pub use crate::lock_internals::{sort_children, sort_key};
+pub use crate::lock_internals::{after_wake, sort_children, sort_key, AfterWake};
 pub use crate::rwlock::{ReadDriver, WriteHold, WriteSide};
 pub use crate::semaphore::{lease_granted, may_wait_for_room};

@@ -12,12 +12,14 @@
 //! What each client decides is the recipes' own code, called from here:
 //! the queue order (`sort_children`), `LockDriver::decide` of the mutex's
 //! `StandardDriver` and the read-write lock's `ReadDriver`, the downgrade's
-//! `LockDriver::sorting_sequence`, and the semaphore's `lease_granted`. The
+//! `LockDriver::sorting_sequence`, the waiter's rule once its wait ends
+//! (`after_wake`: list again whatever woke it, or give up at the deadline),
+//! and the semaphore's `lease_granted` and `may_wait_for_room`. The
 //! waiter's loops (`wait_for_lock`, the semaphore's `wait_for_room`) block
 //! on a real client, so the model takes their steps: list the children
 //! with the create, decide, watch the node the driver names (a node already
-//! gone means list again), wait for a wake-up, and after ANY wake-up list
-//! again and decide; a waiter whose session was replaced queues again.
+//! gone ends the wait at once), wait for a wake-up, then follow
+//! `after_wake`; a waiter whose session was replaced queues again.
 //!
 //! Variants revert this week's fixes inside the model only, and must give
 //! counterexamples: a read driver whose downgrade node queues at the end
@@ -32,7 +34,8 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use latchkey_recipes::model_support::{
-    lease_granted, may_wait_for_room, sort_children, ReadDriver, WriteHold, WriteSide,
+    after_wake, lease_granted, may_wait_for_room, sort_children, AfterWake, ReadDriver, WriteHold,
+    WriteSide,
 };
 use latchkey_recipes::{
     Decision, LockDriver, StandardDriver, LEASE_NAME, LOCK_NAME, READ_LOCK_NAME, WRITE_LOCK_NAME,
@@ -222,6 +225,9 @@ struct State {
     /// The first grant of a node that was gone (a record the model keeps
     /// to check that no grant is ever made so).
     stale_grant: Option<String>,
+    /// The first wait that ended against its deadline: given up before it,
+    /// or waited on past it.
+    bad_wait_end: Option<String>,
 }
 
 /// One client's step, or a session expiry.
@@ -496,7 +502,7 @@ impl LockModel {
                     state.watches.insert((client, w.node.clone()));
                     state.clients[client].pc = Pc::Wait(w);
                 } else {
-                    state.clients[client].pc = Pc::List(w);
+                    self.wait_ended(state, client, w, false);
                 }
             }
             Pc::Wait(w) => {
@@ -511,7 +517,7 @@ impl LockModel {
                 if fast_path && woken == Some(Wake::Deleted) {
                     self.acquired(state, client, w.kind, w.ours, w.session);
                 } else {
-                    state.clients[client].pc = Pc::List(w);
+                    self.wait_ended(state, client, w, false);
                 }
             }
             Pc::List(w) => self.decide(state, client, w.kind, w.ours, w.session),
@@ -599,13 +605,33 @@ impl LockModel {
         let Pc::Wait(w) = state.clients[client].pc.clone() else {
             return;
         };
-        if w.session == state.clients[client].session {
-            state.delete(LOCKS, &w.ours);
+        self.wait_ended(state, client, w, true);
+    }
+
+    /// The recipes' rule once a wait ends: list again, or give up (the
+    /// node goes, if its session still stands) and go on.
+    fn wait_ended(&self, state: &mut State, client: usize, w: Waiter, deadline_passed: bool) {
+        let next = after_wake(deadline_passed);
+        if (next == AfterWake::GiveUp) != deadline_passed && state.bad_wait_end.is_none() {
+            state.bad_wait_end = Some(format!(
+                "client {} {:?} with its deadline {}",
+                client_name(client),
+                next,
+                if deadline_passed { "passed" } else { "ahead" }
+            ));
         }
-        let c = &mut state.clients[client];
-        c.woken = None;
-        c.step += 1;
-        c.pc = Pc::Next;
+        match next {
+            AfterWake::ListAgain => state.clients[client].pc = Pc::List(w),
+            AfterWake::GiveUp => {
+                if w.session == state.clients[client].session {
+                    state.delete(LOCKS, &w.ours);
+                }
+                let c = &mut state.clients[client];
+                c.woken = None;
+                c.step += 1;
+                c.pc = Pc::Next;
+            }
+        }
     }
 
     /// Whether a client can do anything: take a step, learn of its
@@ -652,6 +678,7 @@ impl Model for LockModel {
             clients: vec![client; self.programs.len()],
             expiries_left: self.max_expiries,
             stale_grant: None,
+            bad_wait_end: None,
         }]
     }
 
@@ -703,6 +730,9 @@ impl Model for LockModel {
             Property::always("no grant of a node that is gone", |_, s: &State| {
                 s.stale_grant.is_none()
             }),
+            Property::always("a wait ends as its deadline says", |_, s: &State| {
+                s.bad_wait_end.is_none()
+            }),
             Property::always("no deadlock", |model: &LockModel, s: &State| {
                 s.clients.iter().all(|c| c.pc == Pc::Done)
                     || (0..s.clients.len()).any(|i| model.can_move(s, i))
@@ -747,9 +777,10 @@ fn semaphore_programs() -> Vec<Vec<Op>> {
 }
 
 /// The properties that must always hold.
-const SAFETY: [&str; 3] = [
+const SAFETY: [&str; 4] = [
     "exclusion",
     "no grant of a node that is gone",
+    "a wait ends as its deadline says",
     "no deadlock",
 ];
 

@@ -300,7 +300,8 @@ fn sasl_and_tls_combine() {
     );
     let who = bob.who_am_i().unwrap();
     assert!(
-        who.iter().any(|i| i.auth_scheme == "sasl" && i.user == "bob"),
+        who.iter()
+            .any(|i| i.auth_scheme == "sasl" && i.user == "bob"),
         "whoAmI over TLS: {who:?}"
     );
     bob.close();
