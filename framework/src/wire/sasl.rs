@@ -83,19 +83,21 @@ fn exchange<S: Read + Write>(
     let mut w = proto::request(xid, op::SASL);
     w.bytes(token);
     s.write_all(&w.finish_frame()).map_err(Exchange::Io)?;
-    loop {
-        let frame = super::session::read_frame(s, max_reply).map_err(Exchange::Io)?;
-        let mut r = Reader::new(&frame);
-        let header = ReplyHeader::read(&mut r).map_err(|e| Exchange::Io(io::Error::other(e)))?;
-        if header.xid != xid {
-            // Nothing else is asked on this connection yet; skip anything else.
-            continue;
-        }
-        if header.err != 0 {
-            return Err(Exchange::Refused(header.err));
-        }
-        return r.bytes().map_err(|e| Exchange::Io(io::Error::other(e)));
+    let frame = super::session::read_frame(s, max_reply).map_err(Exchange::Io)?;
+    let mut r = Reader::new(&frame);
+    let header = ReplyHeader::read(&mut r).map_err(|e| Exchange::Io(io::Error::other(e)))?;
+    // Nothing else was asked on this connection, and nothing is watched
+    // on it yet: any other frame is a protocol error.
+    if header.xid != xid {
+        return Err(Exchange::Io(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a reply to xid {} during the SASL login", header.xid),
+        )));
     }
+    if header.err != 0 {
+        return Err(Exchange::Refused(header.err));
+    }
+    r.bytes().map_err(|e| Exchange::Io(io::Error::other(e)))
 }
 
 enum Exchange {
@@ -329,6 +331,88 @@ mod tests {
         let a = c.answer(&creds, "cn").unwrap();
         assert!(a.response.starts_with("charset=utf-8,username=\"bob\",realm=\"zk-sasl-md5\",nonce=\"n\\\"o,nce\",nc=00000001,cnonce=\"cn\",digest-uri=\"zookeeper/zk-sasl-md5\""), "{}", a.response);
         assert!(a.response.ends_with(",qop=auth"));
+    }
+
+    /// A server side that replies with canned frames.
+    struct Canned {
+        replies: io::Cursor<Vec<u8>>,
+        sent: Vec<u8>,
+    }
+
+    impl Read for Canned {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.replies.read(buf)
+        }
+    }
+
+    impl Write for Canned {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.sent.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn reply(xid: i32, err: i32, token: &[u8]) -> Vec<u8> {
+        let mut body = Vec::new();
+        body.extend_from_slice(&xid.to_be_bytes());
+        body.extend_from_slice(&0i64.to_be_bytes());
+        body.extend_from_slice(&err.to_be_bytes());
+        body.extend_from_slice(&(token.len() as i32).to_be_bytes());
+        body.extend_from_slice(token);
+        let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+        frame.extend(body);
+        frame
+    }
+
+    fn login_against(replies: Vec<u8>) -> Result<(), LoginError> {
+        let mut server = Canned {
+            replies: io::Cursor::new(replies),
+            sent: Vec::new(),
+        };
+        let creds = SaslDigest {
+            user: "bob".into(),
+            password: "pw".into(),
+        };
+        let mut next = 7;
+        login(&mut server, &creds, 1 << 20, || {
+            next += 1;
+            next
+        })
+    }
+
+    #[test]
+    fn a_reply_to_another_request_is_a_protocol_error() {
+        match login_against(reply(99, 0, b"nonce=n,algorithm=md5-sess")) {
+            Err(LoginError::Io(e)) => {
+                assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+                assert!(e.to_string().contains("xid 99"), "{e}");
+            }
+            other => panic!("expected a protocol error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_refusal_and_a_cut_are_told_apart() {
+        match login_against(reply(8, -115, b"")) {
+            Err(LoginError::Rejected(why)) => assert!(why.contains("-115"), "{why}"),
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+        let mut replies = reply(8, 0, b"nonce=n,algorithm=md5-sess");
+        replies.extend(reply(9, -115, b""));
+        match login_against(replies) {
+            Err(LoginError::Rejected(why)) => {
+                assert!(why.contains("user name or password"), "{why}")
+            }
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+        // The connection ends before the second reply: not a rejection.
+        match login_against(reply(8, 0, b"nonce=n,algorithm=md5-sess")) {
+            Err(LoginError::Io(e)) => assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof),
+            other => panic!("expected a cut, got {other:?}"),
+        }
     }
 
     #[test]
