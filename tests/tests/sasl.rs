@@ -227,43 +227,54 @@ fn the_lock_recipes_run_over_sasl_with_sasl_acls() {
 }
 
 /// A server that answers the client's response with anything but the
-/// proof that it knows the password too (`rspauth`): here, the challenge
-/// again, as a man in the middle that does not know the password would.
-/// A scripted fake, since a real server always proves it.
+/// proof that it knows the password too (`rspauth`), as a man in the
+/// middle that does not know the password would: the challenge again, or
+/// a wrong proof. A scripted fake, since a real server always proves it;
+/// it gives both its replies the same token, so the wrong proof is also
+/// a challenge.
 #[test]
 fn a_server_that_cannot_prove_it_knows_the_password_is_refused() {
     let challenge =
-        b"realm=\"zk-sasl-md5\",nonce=\"abc\",qop=\"auth\",charset=utf-8,algorithm=md5-sess";
-    let mut body = (challenge.len() as i32).to_be_bytes().to_vec();
-    body.extend_from_slice(challenge);
-    let fake = FakeServer::start(Script::default().reply(102, Reply::Ok(body))).unwrap();
-    let c = Client::builder()
-        .connect_string(fake.connect_string())
-        .session_timeout(SESSION)
-        .connection_timeout(Duration::from_secs(5))
-        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
-        .sasl_digest("bob", "secret")
-        .build()
-        .unwrap();
-    c.start().unwrap();
-    let err = c.exists("/x").unwrap_err();
-    assert!(err.is(ErrorCode::AuthFailed), "{err}");
-    assert!(err.to_string().contains("proof"), "{err}");
-    let seen = fake.seen();
-    assert_eq!(
-        seen.count(102),
-        2,
-        "the empty token and the response: {seen:?}"
-    );
-    assert_eq!(
-        seen.count(3),
-        0,
-        "a request went to an unproven server: {seen:?}"
-    );
-    // No second try: the policy allows none.
-    std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(fake.seen().connections, 1, "{:?}", fake.seen());
-    c.close();
+        r#"realm="zk-sasl-md5",nonce="abc",qop="auth",charset=utf-8,algorithm=md5-sess"#;
+    for token in [
+        challenge.to_owned(),
+        format!("rspauth=0123456789abcdef0123456789abcdef,{challenge}"),
+    ] {
+        let mut body = (token.len() as i32).to_be_bytes().to_vec();
+        body.extend_from_slice(token.as_bytes());
+        let fake = FakeServer::start(Script::default().reply(102, Reply::Ok(body))).unwrap();
+        let c = Client::builder()
+            .connect_string(fake.connect_string())
+            .session_timeout(SESSION)
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+            .sasl_digest("bob", "secret")
+            .build()
+            .unwrap();
+        c.start().unwrap();
+        let err = c.exists("/x").unwrap_err();
+        assert!(err.is(ErrorCode::AuthFailed), "{token}: {err}");
+        assert!(err.to_string().contains("proof"), "{token}: {err}");
+        let seen = fake.seen();
+        assert_eq!(
+            seen.count(102),
+            2,
+            "the empty token and the response: {seen:?}"
+        );
+        assert_eq!(
+            seen.count(3),
+            0,
+            "a request went to an unproven server: {seen:?}"
+        );
+        // Watched for a while: no second try, as the policy allows none.
+        let until = Instant::now() + Duration::from_millis(1500);
+        while Instant::now() < until {
+            assert!(c.exists("/x").unwrap_err().is(ErrorCode::AuthFailed));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(fake.seen().connections, 1, "{:?}", fake.seen());
+        c.close();
+    }
 }
 
 /// A server with no SASL login configured cannot take one: the client

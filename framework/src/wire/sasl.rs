@@ -384,6 +384,19 @@ mod tests {
     }
 
     #[test]
+    fn debug_output_shows_the_user_and_not_the_password() {
+        let creds = SaslDigest {
+            user: "bob".into(),
+            password: "hunter2".into(),
+        };
+        let shown = format!("{creds:?}");
+        assert!(
+            shown.contains("bob") && !shown.contains("hunter2"),
+            "{shown}"
+        );
+    }
+
+    #[test]
     fn a_reply_to_another_request_is_a_protocol_error() {
         match login_against(reply(99, 0, b"nonce=n,algorithm=md5-sess")) {
             Err(LoginError::Io(e)) => {
