@@ -88,6 +88,8 @@ struct Shared {
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     next_id: AtomicU64,
+    /// Connections accepted since the start, refused ones included.
+    accepted: AtomicU64,
 }
 
 /// One proxied connection.
@@ -148,6 +150,7 @@ impl FaultProxy {
             conns: Mutex::new(HashMap::new()),
             threads: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
         });
         let acceptor = {
             let shared = shared.clone();
@@ -233,6 +236,12 @@ impl FaultProxy {
     pub fn connection_count(&self) -> usize {
         self.shared.conns.lock().len()
     }
+
+    /// Connections accepted since the proxy started, open or not (refused
+    /// ones included): how often clients came.
+    pub fn accepted_count(&self) -> usize {
+        usize::try_from(self.shared.accepted.load(Ordering::SeqCst)).unwrap_or(usize::MAX)
+    }
 }
 
 impl Drop for FaultProxy {
@@ -261,7 +270,10 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     // Runs until the proxy is dropped.
     while !shared.shutdown.load(Ordering::SeqCst) {
         match listener.accept() {
-            Ok((client, _)) => on_accept(&shared, client),
+            Ok((client, _)) => {
+                shared.accepted.fetch_add(1, Ordering::SeqCst);
+                on_accept(&shared, client)
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_TICK),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {

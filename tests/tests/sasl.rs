@@ -145,7 +145,7 @@ fn refused_without_storm(server: &TestingServer, user: &str, password: &str) {
     );
     // Watched for a while: calls keep failing at once with the same
     // reason, and the client does not come back to try again.
-    let before = proxy.connection_count();
+    let before = proxy.accepted_count();
     let watch_until = Instant::now() + Duration::from_secs(4);
     let mut calls = 0;
     while Instant::now() < watch_until {
@@ -158,7 +158,7 @@ fn refused_without_storm(server: &TestingServer, user: &str, password: &str) {
         calls += 1;
         std::thread::sleep(Duration::from_millis(50));
     }
-    let tries = proxy.connection_count() - before;
+    let tries = proxy.accepted_count() - before;
     println!("{user}: {calls} calls failed, {tries} connections in 4 s");
     assert_eq!(tries, 0, "{user}: {tries} more connections\n{}", ctx.dump());
     assert!(
@@ -181,6 +181,45 @@ fn a_wrong_password_or_an_unknown_user_is_refused_without_storm() {
         start_connected(builder(&server.connect_string()).sasl_digest("bob", "bob\"s secret"));
     bob.exists("/").unwrap();
     bob.close();
+}
+
+/// With Curator's default policy (`ExponentialBackoffRetry(100 ms, 3)`) a
+/// refused login is tried again in a new session at most 3 times, at
+/// least 1 s apart, then never again; calls fail with `AuthFailed`
+/// throughout.
+#[test]
+fn a_refused_login_tries_new_sessions_only_as_the_policy_allows() {
+    let server = sasl_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = Client::builder()
+        .connect_string(proxy.connect_string())
+        .session_timeout(SESSION)
+        .connection_timeout(Duration::from_secs(5))
+        .sasl_digest("bob", "wrong")
+        .build()
+        .unwrap();
+    let ctx = Ctx::new(&server, &c);
+    c.start().unwrap();
+    let watch_until = Instant::now() + Duration::from_secs(8);
+    let mut calls = 0;
+    while Instant::now() < watch_until {
+        let err = c.exists("/").unwrap_err();
+        assert!(
+            err.is(ErrorCode::AuthFailed),
+            "call {calls}: {err}\n{}",
+            ctx.dump()
+        );
+        calls += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let connections = proxy.accepted_count();
+    println!("{calls} calls failed; {connections} connections in 8 s");
+    assert!(
+        (2..=4).contains(&connections),
+        "{connections} connections in 8 s: the policy allows 1 + 3\n{}",
+        ctx.dump()
+    );
+    c.close();
 }
 
 #[test]

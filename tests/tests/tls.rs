@@ -430,7 +430,7 @@ fn a_read_only_client_over_tls_finds_a_read_write_server() {
         || c.state() == Some(latchkey_framework::ConnectionState::ReadOnly),
         || dump(&c),
     );
-    let before = relay.connection_count();
+    let before = relay.accepted_count();
     relay.set_refuse(false);
     // Writes succeed once the client is on the read-write server, which it
     // finds only by asking it `isro` over TLS.
@@ -441,7 +441,7 @@ fn a_read_only_client_over_tls_finds_a_read_write_server() {
         || dump(&c),
     );
     assert!(
-        relay.connection_count() > before,
+        relay.accepted_count() > before,
         "the write went elsewhere\n{}",
         dump(&c)
     );
