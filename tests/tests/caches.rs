@@ -509,8 +509,20 @@ fn a_curator_cache_sees_changes_made_before_its_rearmed_watch_reaches_the_server
             },
         );
     }
-    // One watch after all that: re-reading adds none.
-    assert_eq!(cache_client.pending_watches(), 1, "{}", ctx.dump());
+    // One watch after all that, here and on the server: re-reading adds
+    // none.
+    wait_until(
+        Duration::from_secs(10),
+        || cache_client.pending_watches() == 1 && server_watches_on(server, &root) == 1,
+        || {
+            format!(
+                "{} watch callbacks, {} watches on the server, want 1\n{}",
+                cache_client.pending_watches(),
+                server_watches_on(server, &root),
+                ctx.dump()
+            )
+        },
+    );
     proxy.set_delay(Duration::ZERO);
     writer
         .set_data(&format!("{root}/x"), b"watched", None)
