@@ -1,15 +1,20 @@
-//! Curator's `CuratorCache` on classic watches (Curator's `TreeCache`
-//! way): a local copy of a node and its whole subtree, with events for
-//! what is created, changed and deleted, kept current across reconnections
-//! and rebuilt (with events for what changed meanwhile) on a new session.
+//! Curator's `CuratorCache`: a local copy of a node and its whole subtree,
+//! with events for what is created, changed and deleted, kept current by
+//! one persistent recursive watch (ZooKeeper 3.6+), or by classic watches
+//! on every node (Curator's `TreeCache` way) where the server has no
+//! `addWatch`; read again after every reconnection and rebuilt (with
+//! events for what changed meanwhile) on a new session.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use latchkey_framework::paths;
-use latchkey_framework::{Client, Error, ErrorCode, Result, WatchedEvent};
+use latchkey_framework::{
+    AddWatchMode, Client, Error, ErrorCode, EventType, Result, WatchedEvent, WatcherType,
+};
 use parking_lot::Mutex;
 
 use crate::armed::{read_watched, waking, WatchArms};
@@ -33,16 +38,34 @@ pub enum CacheEvent {
     Deleted(ChildData),
 }
 
+/// How long [`CuratorCache::close`] waits to remove its persistent watch.
+const REMOVE_WITHIN: Duration = Duration::from_secs(2);
+
 /// A local copy of a node and its subtree (Curator's `CuratorCache`),
-/// kept current in the background with a data watch and a child watch on
-/// every node: [`get`](Self::get) and [`entries`](Self::entries) never
-/// wait, and [`listen`](Self::listen) tells every creation, change and
-/// deletion, parents' creations before their children's.
+/// kept current in the background: [`get`](Self::get) and
+/// [`entries`](Self::entries) never wait, and [`listen`](Self::listen)
+/// tells every creation, change and deletion, parents' creations before
+/// their children's.
 ///
-/// After a reconnection the client re-arms the watches, so changes made
-/// meanwhile arrive as events; on a new session the cache reads the whole
-/// subtree again and tells the differences. While the client is
+/// As Curator's, it watches the subtree with one persistent recursive
+/// watch on the root ([`Client::add_watch`], ZooKeeper 3.6+) and reads the
+/// nodes it tells of; a server without `addWatch` (it answers
+/// `Unimplemented`) is watched the classic way instead, with a data and a
+/// child watch on every node, as Curator's `TreeCache` does.
+///
+/// After every reconnection the cache reads the whole subtree again and
+/// tells the differences: ZooKeeper sends no event for a change made
+/// before the client's re-armed persistent watch reaches it (while the
+/// client was disconnected, or just after it reconnected). On a new
+/// session it watches again and does the same. While the client is
 /// disconnected the copy may be stale, as in Curator.
+///
+/// Closing the cache removes its persistent watch (when the client is
+/// connected; else the watch stays, unused, until the session ends).
+/// ZooKeeper before 3.9 cannot remove a persistent watch alone: there
+/// this removes every watch this client has on the root's path, whose
+/// watchers are told so (a cache or a `NodeCache` of that path on the
+/// same client watches again).
 ///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
@@ -84,6 +107,12 @@ struct Inner {
     armed: Arc<WatchArms<(String, Watch)>>,
     /// The session the copy was built on: a new one reads everything.
     session: AtomicI64,
+    /// The server refused `addWatch`: classic watches on every node.
+    classic: AtomicBool,
+    /// The persistent recursive watch on the root, and its session.
+    recursive: Arc<WatchArms<()>>,
+    /// The client's reconnections when the copy was last read in full.
+    reconnects: AtomicU64,
     keeper: Keeper,
 }
 
@@ -104,6 +133,9 @@ impl CuratorCache {
                 dirty: Arc::default(),
                 armed: Arc::default(),
                 session: AtomicI64::new(0),
+                classic: AtomicBool::new(false),
+                recursive: Arc::default(),
+                reconnects: AtomicU64::new(0),
                 keeper,
             }),
         })
@@ -145,11 +177,25 @@ impl CuratorCache {
     }
 
     /// Stops the cache: its requests end at once, its thread ends, its
-    /// channels disconnect; the copy stays as last seen. Idempotent;
-    /// dropping the cache does the same.
+    /// channels disconnect, its persistent watch is removed (waiting 2 s
+    /// at most); the copy stays as last seen. Idempotent; dropping the
+    /// cache does the same.
     pub fn close(&self) {
-        self.inner.keeper.close();
-        self.inner.subscribers.lock().clear();
+        let inner = &self.inner;
+        if !inner.keeper.close() {
+            return;
+        }
+        inner.subscribers.lock().clear();
+        let client = inner
+            .client
+            .with_cancel(None)
+            .with_deadline(Some(Instant::now() + REMOVE_WITHIN));
+        let connected = client.state().is_some_and(|s| s.is_connected());
+        if connected && inner.recursive.is_armed(&(), client.session_id()) {
+            if let Err(e) = client.remove_watches(&inner.root, WatcherType::PersistentRecursive) {
+                log::debug!("{}: removing its watch: {e}", inner.what());
+            }
+        }
     }
 }
 
@@ -186,14 +232,28 @@ impl Inner {
     /// new session began meanwhile (the worker is woken to go on).
     fn sync(&self) -> Result<bool> {
         let session = self.client.session_id();
-        if self.session.swap(session, Ordering::AcqRel) != session {
-            // Watches went with the old session: read the whole subtree.
+        // Watches go with their session: read the whole subtree.
+        let mut full = self.session.swap(session, Ordering::AcqRel) != session;
+        if full {
             self.armed.keep_only(session);
+        }
+        let recursive = !self.classic.load(Ordering::Acquire);
+        if recursive {
+            // A change made before the re-armed watch reached the server
+            // raised no event; the re-read comes after the re-arm.
+            let reconnects = self.client.metrics().reconnects;
+            full |= self.reconnects.swap(reconnects, Ordering::AcqRel) != reconnects;
+            full |= !self.recursive.is_armed(&(), session);
+        }
+        if full {
             let mut dirty = self.dirty.lock();
             for path in std::iter::once(&self.root).chain(self.nodes.lock().keys()) {
                 dirty.insert((path.clone(), Watch::Data));
                 dirty.insert((path.clone(), Watch::Children));
             }
+        }
+        if recursive && !self.recursive.is_armed(&(), session) {
+            self.watch_recursively()?;
         }
         loop {
             if self.client.session_id() != session {
@@ -217,14 +277,68 @@ impl Inner {
         }
     }
 
-    /// A watched read whose watcher marks `key` to be read again when it
-    /// fires (see [`read_watched`]).
+    /// Adds the persistent recursive watch on the root (once per session),
+    /// or switches to classic watches if the server has no `addWatch`.
+    /// Each event marks its node to be read; the watch's end (a new
+    /// session, a removal) has it added again.
+    fn watch_recursively(&self) -> Result<()> {
+        let token = self.recursive.arm(&());
+        let (arms, dirty, wake) = (
+            Arc::downgrade(&self.recursive),
+            Arc::downgrade(&self.dirty),
+            Arc::downgrade(self.keeper.signal()),
+        );
+        let watcher = move |event: WatchedEvent| {
+            match event.event_type {
+                EventType::SessionExpired | EventType::PersistentWatchRemoved => {
+                    if let Some(arms) = arms.upgrade() {
+                        arms.fired(&(), token);
+                    }
+                }
+                _ => {
+                    if let Some(dirty) = dirty.upgrade() {
+                        dirty.lock().insert((event.path, Watch::Data));
+                    }
+                }
+            }
+            if let Some(wake) = wake.upgrade() {
+                wake.notify();
+            }
+        };
+        let added = self
+            .client
+            .add_watch(&self.root, AddWatchMode::PersistentRecursive, watcher);
+        match added {
+            Ok(()) => {
+                self.recursive.confirm(&(), token, self.client.session_id());
+                Ok(())
+            }
+            Err(e) => {
+                self.recursive.fired(&(), token);
+                if !e.is(ErrorCode::Unimplemented) {
+                    return Err(e);
+                }
+                log::info!(
+                    "{}: no addWatch on the server, classic watches",
+                    self.what()
+                );
+                self.classic.store(true, Ordering::Release);
+                Ok(())
+            }
+        }
+    }
+
+    /// A read that watches the node in classic mode (see [`read_watched`]);
+    /// a plain read under the recursive watch.
     fn watched<T>(
         &self,
         key: &(String, Watch),
         watched: impl FnOnce(Box<dyn FnOnce(WatchedEvent) + Send>) -> Result<T>,
         plain: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
+        if !self.classic.load(Ordering::Acquire) {
+            return plain();
+        }
         let (dirty, owned, wake) = (
             Arc::downgrade(&self.dirty),
             key.clone(),
@@ -257,7 +371,8 @@ impl Inner {
             }
             Err(e) if e.is(ErrorCode::NoNode) => {
                 self.gone(path);
-                if path == self.root && !self.armed.is_armed(&key, session) {
+                let classic = self.classic.load(Ordering::Acquire);
+                if classic && path == self.root && !self.armed.is_armed(&key, session) {
                     // Watch for the root's creation.
                     let exists = self.watched(
                         &key,

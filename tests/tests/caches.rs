@@ -418,19 +418,23 @@ fn a_curator_cache_converges_after_a_partition_and_a_lost_session() {
     let mut want = vec!["~1", "+3", "-y", "-2", "+z", "~3"];
     want.sort();
     assert_eq!(told, want, "one event per change, none twice");
-    // The watches: a data and a child watch per node, after all that.
-    let nodes = cache.size();
-    wait_until(
-        Duration::from_secs(10),
-        || cache_client.pending_watches() == 2 * nodes,
-        || {
-            format!(
-                "{} watch callbacks for {nodes} nodes\n{}",
-                cache_client.pending_watches(),
-                ctx.dump()
-            )
-        },
-    );
+    // The watches: one persistent recursive watch on the root, on the
+    // client and on the server, after all that.
+    let watches = |want: usize, what: &str| {
+        wait_until(
+            Duration::from_secs(10),
+            || cache_client.pending_watches() == want && server_watches_on(&server, &root) == want,
+            || {
+                format!(
+                    "{what}: {} watch callbacks, {} watches on the server, want {want}\n{}",
+                    cache_client.pending_watches(),
+                    server_watches_on(&server, &root),
+                    ctx.dump()
+                )
+            },
+        )
+    };
+    watches(1, "after a partition and a lost session");
     for _ in 0..5 {
         proxy.cut();
         ctx.expect(
@@ -449,15 +453,145 @@ fn a_curator_cache_converges_after_a_partition_and_a_lost_session() {
         },
         || ctx.dump(),
     );
+    watches(1, "after 5 reconnections");
+    // Closing the cache removes its watch.
+    cache.close();
+    watches(0, "after close");
+}
+
+/// After a reconnection the client re-arms the cache's persistent watch
+/// (SetWatches2) just after `Reconnected` is told, and ZooKeeper sends no
+/// catch-up event for persistent watches: a change made in between raises
+/// no event. The cache reads its subtree again after every reconnection,
+/// so it still converges. A delay on the cache's link widens the window.
+#[test]
+fn a_curator_cache_sees_changes_made_before_its_rearmed_watch_reaches_the_server() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let cache_client = connect(&proxy.connect_string(), Duration::from_secs(30));
+    let writer = connect(&server.connect_string(), Duration::from_secs(30));
+    let ctx = Ctx::new(server, &cache_client);
+    let root = unique("/caches/rearm-window");
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&format!("{root}/x"), b"start")
+        .unwrap();
+    let cache = CuratorCache::new(&cache_client, &root).unwrap();
+    cache.start().unwrap();
+    let states = cache_client.listen();
+    proxy.set_delay(Duration::from_millis(300));
+    for i in 0..3 {
+        proxy.cut();
+        ctx.expect(
+            &states,
+            latchkey_framework::ConnectionState::Reconnected,
+            Duration::from_secs(20),
+        );
+        // The re-arm is still on its way to the server.
+        writer
+            .set_data(&format!("{root}/x"), format!("{i}").as_bytes(), None)
+            .unwrap();
+        writer
+            .create()
+            .for_path(&format!("{root}/new-{i}"), b"")
+            .unwrap();
+        wait_until(
+            Duration::from_secs(10),
+            || tree(&cache) == server_tree(&writer, &root),
+            || {
+                format!(
+                    "reconnection {i}: the cache has {:?}, the server {:?}\n{}",
+                    tree(&cache),
+                    server_tree(&writer, &root),
+                    ctx.dump()
+                )
+            },
+        );
+    }
+    // One watch after all that, here and on the server: re-reading adds
+    // none.
     wait_until(
         Duration::from_secs(10),
-        || cache_client.pending_watches() == 2 * nodes,
+        || cache_client.pending_watches() == 1 && server_watches_on(server, &root) == 1,
         || {
             format!(
-                "after 5 reconnections: {} watch callbacks for {nodes} nodes\n{}",
+                "{} watch callbacks, {} watches on the server, want 1\n{}",
                 cache_client.pending_watches(),
+                server_watches_on(server, &root),
                 ctx.dump()
             )
         },
     );
+    proxy.set_delay(Duration::ZERO);
+    writer
+        .set_data(&format!("{root}/x"), b"watched", None)
+        .unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || {
+            cache
+                .get(&format!("{root}/x"))
+                .is_some_and(|n| n.data == b"watched")
+        },
+        || ctx.dump(),
+    );
+}
+
+/// A server without `addWatch` (before ZooKeeper 3.6) answers it with
+/// `Unimplemented`: the cache watches with classic watches instead, and
+/// does not ask again after a reconnection. A fake server, as ZooKeeper
+/// 3.8 has `addWatch`.
+#[test]
+fn a_curator_cache_falls_back_to_classic_watches_without_add_watch() {
+    use latchkey_test::fake_server::{op, FakeServer, Reply, Script};
+    const GET_DATA: i32 = 4;
+    const ADD_WATCH: i32 = 106;
+    for (add_watch, classic) in [(Reply::Error(-6), true), (Reply::Ok(Vec::new()), false)] {
+        let mut script = Script::default().reply(ADD_WATCH, add_watch.clone());
+        // Every read finds no node.
+        script.default_reply = Reply::Error(-101);
+        let fake = FakeServer::start(script).expect("start the fake server");
+        let client = connect(&fake.connect_string(), Duration::from_secs(30));
+        let cache = CuratorCache::new(&client, "/absent").unwrap();
+        cache
+            .start()
+            .unwrap_or_else(|e| panic!("addWatch answered {add_watch:?}: {e}"));
+        let seen = fake.seen();
+        assert_eq!(seen.count(ADD_WATCH), 1, "{add_watch:?}: {seen:?}");
+        assert!(seen.count(GET_DATA) >= 1, "{add_watch:?}: {seen:?}");
+        // Classic watches: an exists watch waits for the missing root.
+        assert_eq!(
+            seen.count(op::EXISTS) > 0,
+            classic,
+            "addWatch answered {add_watch:?}: {seen:?}"
+        );
+        let states = client.listen();
+        fake.cut();
+        wait_until(
+            Duration::from_secs(20),
+            || {
+                states
+                    .try_iter()
+                    .any(|s| s == latchkey_framework::ConnectionState::Reconnected)
+            },
+            || format!("no reconnection: {:?}", client.state_history()),
+        );
+        if !classic {
+            // Under a persistent watch the cache reads again after a
+            // reconnection.
+            wait_until(
+                Duration::from_secs(10),
+                || fake.seen().count(GET_DATA) > seen.count(GET_DATA),
+                || format!("no re-read after the reconnection: {:?}", fake.seen()),
+            );
+        }
+        assert_eq!(
+            fake.seen().count(ADD_WATCH),
+            1,
+            "addWatch answered {add_watch:?}, and asked again after a reconnection"
+        );
+        cache.close();
+        client.close();
+    }
 }
