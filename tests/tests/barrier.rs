@@ -305,8 +305,9 @@ fn assert_passed_together(
         );
         assert!(
             *at >= not_before,
-            "{what}: waiter {i} returned {:?} too early",
-            not_before - *at
+            "{what}: waiter {i} returned {:?} too early\n{}",
+            not_before - *at,
+            dump()
         );
         assert!(
             *at - not_before <= PASS_WITHIN,
