@@ -217,7 +217,9 @@ impl DistributedDoubleBarrier {
         }
     }
 
-    /// Leaves: removes this member and waits until every member has left.
+    /// Leaves: removes this member and waits until every member has left
+    /// (Curator's may return once only the lowest member's node is left,
+    /// before that member leaves: CURATOR-233; this one waits for it).
     /// `Ok(false)` if `timeout` (a deadline) passes first. Fails with
     /// [`Error::IllegalState`] if this member's node went meanwhile (its
     /// session was lost).
@@ -245,20 +247,20 @@ impl DistributedDoubleBarrier {
                     self.path
                 )));
             }
-            if children.len() == 1 {
-                if ours_exists {
-                    if children[0] != ours {
-                        return Err(Error::IllegalState(format!(
-                            "double barrier at {}: the last node {} is not ours ({ours})",
-                            self.path, children[0]
-                        )));
-                    }
-                    self.delete(&self.our_path)?;
+            if children.len() == 1 && ours_exists {
+                if children[0] != ours {
+                    return Err(Error::IllegalState(format!(
+                        "double barrier at {}: the last node {} is not ours ({ours})",
+                        self.path, children[0]
+                    )));
                 }
+                self.delete(&self.our_path)?;
                 break;
             }
             // The lowest member waits for the highest; the others leave at
-            // once and wait for the lowest.
+            // once and wait for the lowest, also once it is the only node
+            // left (Curator returns then, before the lowest has left:
+            // CURATOR-233).
             let watched = if index == Some(0) {
                 children[children.len() - 1].clone()
             } else {

@@ -1,16 +1,18 @@
 //! `DistributedBarrier` and `DistributedDoubleBarrier` against real
-//! ZooKeeper: waits end when they should and by their deadlines.
+//! ZooKeeper: waits end when they should and by their deadlines, also
+//! through an ensemble's leader kill and rolling restart.
 
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
-use latchkey_framework::Error;
-use latchkey_recipes::{DistributedBarrier, DistributedDoubleBarrier};
-use latchkey_test::TestingServer;
+use latchkey_framework::{Client, ConnectionState, Error};
+use latchkey_recipes::{DistributedBarrier, DistributedDoubleBarrier, READY_NODE};
+use latchkey_test::{FaultProxy, TestingCluster, TestingServer};
 
 const SESSION: Duration = Duration::from_secs(10);
 
@@ -135,4 +137,354 @@ fn an_enter_that_times_out_is_not_counted() {
         DistributedDoubleBarrier::new(&cs[0], &path, 0),
         Err(Error::InvalidArgument(_))
     ));
+}
+
+/// Curator's `leave` (CURATOR-233, open) lets a member whose node is gone
+/// return as soon as it looks again and finds one node left, although that
+/// node is the lowest member's, which has not left yet. Waiting members
+/// look again on any connection-state change: here a cut of the other
+/// members' connections (their sessions kept) made both return from
+/// `leave` while the lowest member was still inside. They must wait for it
+/// (ZooKeeper's double-barrier recipe: wait on the lowest node until it
+/// goes).
+#[test]
+fn members_wait_in_leave_for_the_lowest_member_through_a_connection_blip() {
+    let members = 3;
+    let proxies: Vec<FaultProxy> = (0..members)
+        .map(|_| FaultProxy::start(shared_server().addr()).unwrap())
+        .collect();
+    let cs: Vec<Client> = proxies
+        .iter()
+        .map(|p| connect(&p.connect_string(), SESSION))
+        .collect();
+    let path = unique("double-barrier-lowest-last");
+    let barriers: Vec<DistributedDoubleBarrier> = cs
+        .iter()
+        .map(|c| DistributedDoubleBarrier::new(c, &path, members).unwrap())
+        .collect();
+    thread::scope(|s| {
+        for b in &barriers {
+            s.spawn(move || assert!(b.enter(Duration::from_secs(30)).unwrap()));
+        }
+    });
+    let member_nodes = || {
+        sorted_children(&cs[0], &path)
+            .into_iter()
+            .filter(|c| c != READY_NODE)
+            .collect::<Vec<_>>()
+    };
+    let lowest = member_nodes()[0].clone();
+    let owner = cs[0]
+        .exists(&format!("{path}/{lowest}"))
+        .unwrap()
+        .expect("the lowest node")
+        .ephemeral_owner;
+    let last = cs
+        .iter()
+        .position(|c| c.session_id() == owner)
+        .expect("the lowest node's member");
+    let others: Vec<usize> = (0..members).filter(|&i| i != last).collect();
+    let dump = || {
+        let states: Vec<String> = cs
+            .iter()
+            .map(|c| format!("{:?}", c.state_history()))
+            .collect();
+        format!("children: {:?}\nstates: {states:?}", member_nodes())
+    };
+    let left = Outcome::default();
+    let leaving = thread::scope(|s| {
+        for &i in &others {
+            let (left, b) = (&left, &barriers[i]);
+            s.spawn(move || {
+                let got = b.leave(Duration::from_secs(30));
+                left.lock().unwrap().push((i, Instant::now(), got));
+            });
+        }
+        // The others have deleted their nodes and wait for the lowest.
+        wait_until(
+            Duration::from_secs(10),
+            || member_nodes() == [lowest.clone()],
+            dump,
+        );
+        let reconnects = |i: usize| {
+            cs[i]
+                .state_history()
+                .iter()
+                .filter(|(_, s)| *s == ConnectionState::Reconnected)
+                .count()
+        };
+        let before: Vec<usize> = others.iter().map(|&i| reconnects(i)).collect();
+        for &i in &others {
+            proxies[i].cut();
+        }
+        wait_until(
+            Duration::from_secs(20),
+            || others.iter().zip(&before).all(|(&i, &b)| reconnects(i) > b),
+            dump,
+        );
+        // A second for one of them to return too early (both did at once).
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while left.lock().unwrap().is_empty() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        let leaving = Instant::now();
+        assert!(barriers[last].leave(Duration::from_secs(10)).unwrap());
+        leaving
+    });
+    assert_passed_together("leave", &left, members - 1, leaving, dump);
+    assert!(member_nodes().is_empty(), "{}", dump());
+}
+
+/// How long after the event that should end a wait (the barrier removed,
+/// the last member arriving or leaving) every waiter must have returned,
+/// faults included.
+const PASS_WITHIN: Duration = Duration::from_secs(30);
+
+/// What a waiter's call returned, and when.
+type Outcome = Mutex<Vec<(usize, Instant, latchkey_framework::Result<bool>)>>;
+
+/// Clients of `cluster`, connected to any member.
+fn cluster_clients(cluster: &TestingCluster, n: usize) -> Vec<Client> {
+    (0..n)
+        .map(|_| connect(&cluster.connect_string(), SESSION))
+        .collect()
+}
+
+/// Watches set on `path` across the running members (`wchp`).
+fn watchers(cluster: &TestingCluster, path: &str) -> usize {
+    (0..cluster.size())
+        .filter_map(|i| cluster.four_letter(i, "wchp").ok())
+        .map(|text| {
+            text.lines()
+                .skip_while(|l| *l != path)
+                .skip(1)
+                .take_while(|l| l.starts_with('\t'))
+                .count()
+        })
+        .sum()
+}
+
+/// The member states and client histories, for a failure message.
+fn ensemble_dump(cluster: &TestingCluster, cs: &[Client]) -> String {
+    let states: Vec<String> = cs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("client {i}: {:?}", c.state_history()))
+        .collect();
+    format!("{}\n{}", states.join("\n"), cluster.describe(15))
+}
+
+/// Waits until every client is connected again after a fault.
+fn all_connected(cluster: &TestingCluster, cs: &[Client]) {
+    wait_until(
+        Duration::from_secs(60),
+        || {
+            cs.iter()
+                .all(|c| c.state().is_some_and(ConnectionState::is_connected))
+        },
+        || ensemble_dump(cluster, cs),
+    );
+}
+
+/// Checks that each of `expected` waiters returned `Ok(true)`, none
+/// before `not_before`, each within [`PASS_WITHIN`] of it.
+fn assert_passed_together(
+    what: &str,
+    outcome: &Outcome,
+    expected: usize,
+    not_before: Instant,
+    dump: impl Fn() -> String,
+) {
+    let outcome = outcome.lock().unwrap();
+    assert_eq!(outcome.len(), expected, "{what}: {outcome:?}\n{}", dump());
+    for (i, at, got) in outcome.iter() {
+        assert!(
+            matches!(got, Ok(true)),
+            "{what}: waiter {i} returned {got:?}\n{}",
+            dump()
+        );
+        assert!(
+            *at >= not_before,
+            "{what}: waiter {i} returned {:?} too early\n{}",
+            not_before - *at,
+            dump()
+        );
+        assert!(
+            *at - not_before <= PASS_WITHIN,
+            "{what}: waiter {i} returned {:?} after it could, beyond {PASS_WITHIN:?}\n{}",
+            *at - not_before,
+            dump()
+        );
+    }
+    println!(
+        "{what}: {} waiters, the last {:?} after it could",
+        outcome.len(),
+        outcome
+            .iter()
+            .map(|(_, at, _)| *at - not_before)
+            .max()
+            .unwrap_or_default()
+    );
+}
+
+/// Three waiters on a set barrier while the ensemble's leader is killed
+/// and every member then restarted in turn: none passes while the barrier
+/// stands, all pass once it is removed, within a bound.
+#[test]
+fn barrier_waiters_pass_once_removed_after_a_leader_kill_and_a_rolling_restart() {
+    let mut cluster = TestingCluster::start(3).unwrap();
+    let waiters = 3;
+    let cs = cluster_clients(&cluster, waiters + 1);
+    let path = unique("barrier-ensemble");
+    let gate = DistributedBarrier::new(&cs[waiters], &path).unwrap();
+    gate.set_barrier().unwrap();
+    let outcome = Outcome::default();
+    let removed_at = thread::scope(|s| {
+        for (i, c) in cs[..waiters].iter().enumerate() {
+            let (path, outcome) = (&path, &outcome);
+            s.spawn(move || {
+                let got = DistributedBarrier::new(c, path)
+                    .unwrap()
+                    .wait_on_barrier(Duration::from_secs(120));
+                outcome.lock().unwrap().push((i, Instant::now(), got));
+            });
+        }
+        // Every waiter has its watch set: it is in its wait.
+        wait_until(
+            Duration::from_secs(60),
+            || watchers(&cluster, &path) >= waiters,
+            || {
+                let wchp: Vec<String> = (0..cluster.size())
+                    .map(|i| format!("member {i}: {:?}", cluster.four_letter(i, "wchp")))
+                    .collect();
+                format!("{}\n{}", wchp.join("\n"), ensemble_dump(&cluster, &cs))
+            },
+        );
+        let leader = cluster.leader().expect("an ensemble leader");
+        cluster.kill(leader).unwrap();
+        cluster.wait_for_quorum(Duration::from_secs(60)).unwrap();
+        all_connected(&cluster, &cs);
+        cluster.restart(leader).unwrap();
+        for member in 0..cluster.size() {
+            cluster.restart(member).unwrap();
+            cluster.wait_for_quorum(Duration::from_secs(60)).unwrap();
+        }
+        all_connected(&cluster, &cs);
+        assert!(
+            outcome.lock().unwrap().is_empty(),
+            "passed a barrier that stands: {:?}",
+            outcome.lock().unwrap()
+        );
+        let removed_at = Instant::now();
+        gate.remove_barrier().unwrap();
+        removed_at
+    });
+    assert_passed_together("barrier", &outcome, waiters, removed_at, || {
+        ensemble_dump(&cluster, &cs)
+    });
+    assert!(sorted_children(&cs[waiters], &path).is_empty());
+}
+
+/// Four members of a double barrier: three wait in `enter` while the
+/// ensemble's leader is killed, then the fourth arrives and all enter
+/// together; three wait in `leave` through a rolling restart, then the
+/// fourth leaves and all leave together. No member returns before the
+/// fourth arrives (leaves), every one within a bound after, and no node
+/// is left.
+#[test]
+fn double_barrier_members_enter_and_leave_together_through_a_leader_kill_and_a_rolling_restart() {
+    let mut cluster = TestingCluster::start(3).unwrap();
+    let members = 4;
+    let cs = cluster_clients(&cluster, members + 1);
+    let observer = &cs[members];
+    let path = unique("double-barrier-ensemble");
+    let barriers: Vec<DistributedDoubleBarrier> = cs[..members]
+        .iter()
+        .map(|c| DistributedDoubleBarrier::new(c, &path, members).unwrap())
+        .collect();
+    let last = members - 1;
+    let member_nodes = || {
+        sorted_children(observer, &path)
+            .into_iter()
+            .filter(|c| c != READY_NODE)
+            .count()
+    };
+    let dump = |cluster: &TestingCluster| {
+        format!(
+            "children: {:?}\n{}",
+            sorted_children(observer, &path),
+            ensemble_dump(cluster, &cs)
+        )
+    };
+    let entered = Outcome::default();
+    let last_arrived = thread::scope(|s| {
+        for (i, b) in barriers[..last].iter().enumerate() {
+            let entered = &entered;
+            s.spawn(move || {
+                let got = b.enter(Duration::from_secs(120));
+                entered.lock().unwrap().push((i, Instant::now(), got));
+            });
+        }
+        // Their nodes are there: they wait for the fourth.
+        wait_until(
+            Duration::from_secs(30),
+            || member_nodes() == last,
+            || dump(&cluster),
+        );
+        let leader = cluster.leader().expect("an ensemble leader");
+        cluster.kill(leader).unwrap();
+        cluster.wait_for_quorum(Duration::from_secs(60)).unwrap();
+        all_connected(&cluster, &cs);
+        assert!(
+            entered.lock().unwrap().is_empty(),
+            "entered without the fourth member: {:?}\n{}",
+            entered.lock().unwrap(),
+            dump(&cluster)
+        );
+        let arrived = Instant::now();
+        let got = barriers[last].enter(Duration::from_secs(120));
+        entered.lock().unwrap().push((last, Instant::now(), got));
+        cluster.restart(leader).unwrap();
+        arrived
+    });
+    assert_passed_together("enter", &entered, members, last_arrived, || dump(&cluster));
+
+    let left = Outcome::default();
+    let last_left = thread::scope(|s| {
+        for (i, b) in barriers[..last].iter().enumerate() {
+            let left = &left;
+            s.spawn(move || {
+                let got = b.leave(Duration::from_secs(120));
+                left.lock().unwrap().push((i, Instant::now(), got));
+            });
+        }
+        // All but the lowest of the three have deleted their nodes; the
+        // lowest waits for the fourth, which has not left.
+        wait_until(
+            Duration::from_secs(30),
+            || member_nodes() <= 2,
+            || dump(&cluster),
+        );
+        for member in 0..cluster.size() {
+            cluster.restart(member).unwrap();
+            cluster.wait_for_quorum(Duration::from_secs(60)).unwrap();
+        }
+        all_connected(&cluster, &cs);
+        assert!(
+            left.lock().unwrap().is_empty(),
+            "left before the fourth member: {:?}\n{}",
+            left.lock().unwrap(),
+            dump(&cluster)
+        );
+        let leaving = Instant::now();
+        let got = barriers[last].leave(Duration::from_secs(120));
+        left.lock().unwrap().push((last, Instant::now(), got));
+        leaving
+    });
+    assert_passed_together("leave", &left, members, last_left, || dump(&cluster));
+    assert!(
+        sorted_children(observer, &path).is_empty(),
+        "nodes left once everyone left: {}",
+        dump(&cluster)
+    );
 }

@@ -1,6 +1,7 @@
 //! The randomized checker (`src/bin/check`) on a short budget: the controls
-//! (no locks; a mutex that lets two holders in) must fail, and a run on a single server and one on a
-//! 3-member ensemble, with faults, must pass. About a minute in all; the
+//! (no locks; a mutex that lets two holders in; a leader latch that lets two
+//! lead and a counter without a version check) must fail, and a run on a
+//! single server and one on a 3-member ensemble, with faults, must pass. About a minute in all; the
 //! runs take turns so that they do not load the machine together.
 //!
 //! Longer runs: `LATCHKEY_CHECK_SECONDS=1800 LATCHKEY_CHECK_SEED=7 cargo
@@ -140,6 +141,39 @@ fn a_mutex_that_lets_two_holders_in_is_caught_through_real_grants() {
     );
 }
 
+#[test]
+fn a_latch_that_lets_two_lead_and_a_counter_that_loses_updates_are_caught() {
+    let run = check(
+        &[
+            "--seed",
+            "13",
+            "--single",
+            "--broken-leader",
+            "--broken-counter",
+            "--no-faults",
+            "--curator",
+            "0",
+        ],
+        5,
+    );
+    assert_eq!(
+        run.code,
+        Some(1),
+        "the broken latch and counter must fail:\n{}",
+        run.output
+    );
+    assert!(
+        run.output.contains("/latch: ") && run.output.contains("leads beside"),
+        "no two leaders reported:\n{}",
+        run.output
+    );
+    assert!(
+        run.output.contains("lost update"),
+        "no lost update reported:\n{}",
+        run.output
+    );
+}
+
 fn assert_passes(run: &Run) {
     assert_eq!(run.code, Some(0), "the checker failed:\n{}", run.output);
     assert_eq!(figure(&run.output, "violations"), Some(0), "{}", run.output);
@@ -149,24 +183,26 @@ fn assert_passes(run: &Run) {
         "{}",
         run.output
     );
-    assert!(
-        figure(&run.output, "grants").is_some_and(|g| g > 0),
-        "{}",
-        run.output
-    );
+    for exercised in ["grants", "leader_terms", "increments"] {
+        assert!(
+            figure(&run.output, exercised).is_some_and(|g| g > 0),
+            "no {exercised}:\n{}",
+            run.output
+        );
+    }
 }
 
 #[test]
 fn random_locking_on_a_single_server_with_faults_passes_the_checker() {
     let seed = seed(1);
-    let run = check(&["--seed", &seed, "--single"], seconds(20));
+    let run = check(&["--seed", &seed, "--single"], seconds(17));
     assert_passes(&run);
 }
 
 #[test]
 fn random_locking_on_an_ensemble_with_faults_passes_the_checker() {
     let seed = seed(3);
-    let run = check(&["--seed", &seed, "--ensemble"], seconds(25));
+    let run = check(&["--seed", &seed, "--ensemble"], seconds(22));
     assert_passes(&run);
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 pub const USAGE: &str =
     "usage: check [--seed N] [--seconds S] [--single|--ensemble] [--no-lock] [--broken-lock] \
-[--no-faults] [--clients N] [--curator N] [--threads N] [--session-timeout-ms MS] [--progress-bound-s S] \
+[--broken-leader] [--broken-counter] [--no-faults] [--clients N] [--curator N] [--threads N] [--latches N] [--session-timeout-ms MS] [--progress-bound-s S] \
 [--strict-deadlines] [--history FILE]";
 
 #[derive(Clone, Debug)]
@@ -15,11 +15,15 @@ pub struct Args {
     pub ensemble: bool,
     pub no_lock: bool,
     pub broken_lock: bool,
+    pub broken_leader: bool,
+    pub broken_counter: bool,
     pub faults: bool,
     pub clients: usize,
     /// Curator peer processes beside the latchkey sessions.
     pub curator: usize,
     pub threads: usize,
+    /// Leader latch participants per session.
+    pub latches: usize,
     pub session_timeout: Duration,
     pub connection_timeout: Duration,
     pub progress_bound: Duration,
@@ -35,10 +39,13 @@ impl Args {
             ensemble: false,
             no_lock: false,
             broken_lock: false,
+            broken_leader: false,
+            broken_counter: false,
             faults: true,
             clients: 3,
             curator: 1,
             threads: 3,
+            latches: 2,
             session_timeout: Duration::ZERO,
             connection_timeout: Duration::from_secs(2),
             progress_bound: Duration::from_secs(45),
@@ -59,10 +66,13 @@ impl Args {
                 "--ensemble" => a.ensemble = true,
                 "--no-lock" => a.no_lock = true,
                 "--broken-lock" => a.broken_lock = true,
+                "--broken-leader" => a.broken_leader = true,
+                "--broken-counter" => a.broken_counter = true,
                 "--no-faults" => a.faults = false,
                 "--clients" => a.clients = bounded("--clients", value("--clients")?, 1, 32)?,
                 "--curator" => a.curator = bounded("--curator", value("--curator")?, 0, 8)?,
                 "--threads" => a.threads = bounded("--threads", value("--threads")?, 1, 16)?,
+                "--latches" => a.latches = bounded("--latches", value("--latches")?, 0, 8)?,
                 "--session-timeout-ms" => session_ms = Some(value("--session-timeout-ms")?),
                 "--progress-bound-s" => {
                     a.progress_bound = Duration::from_secs(value("--progress-bound-s")?)
@@ -88,19 +98,22 @@ impl Args {
     /// The one command that runs this configuration again.
     pub fn replay_command(&self) -> String {
         let mut cmd = format!(
-            "cargo run -p latchkey-test --bin check -- --seed {} --seconds {} {} --clients {} --curator {} --threads {} --session-timeout-ms {} --progress-bound-s {}",
+            "cargo run -p latchkey-test --bin check -- --seed {} --seconds {} {} --clients {} --curator {} --threads {} --latches {} --session-timeout-ms {} --progress-bound-s {}",
             self.seed,
             self.duration.as_secs(),
             if self.ensemble { "--ensemble" } else { "--single" },
             self.clients,
             self.curator,
             self.threads,
+            self.latches,
             self.session_timeout.as_millis(),
             self.progress_bound.as_secs(),
         );
         for (on, flag) in [
             (self.no_lock, " --no-lock"),
             (self.broken_lock, " --broken-lock"),
+            (self.broken_leader, " --broken-leader"),
+            (self.broken_counter, " --broken-counter"),
             (!self.faults, " --no-faults"),
             (self.strict_deadlines, " --strict-deadlines"),
         ] {

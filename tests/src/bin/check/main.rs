@@ -1,6 +1,7 @@
 //! The seeded fault-and-schedule checker: latchkey clients doing a random
-//! mix of lock operations against real ZooKeeper while a nemesis injects
-//! faults; an oracle outside ZooKeeper checks the recorded history.
+//! mix of lock operations, leader elections and counter increments against
+//! real ZooKeeper while a nemesis injects faults; an oracle outside
+//! ZooKeeper checks the recorded history.
 //!
 //! ```sh
 //! cargo run -p latchkey-test --bin check -- --seed 7 --seconds 60 --ensemble
@@ -12,12 +13,16 @@
 //! the machine's. Exit status: 0 passed, 1 violations found, 2 could not
 //! run.
 //!
-//! Two controls prove the checker can fail: `--no-lock` enters the oracle
-//! without taking any lock, and `--broken-lock` uses mutexes whose queue
-//! lets two holders in at once; both must report violations.
+//! Controls prove the checker can fail: `--no-lock` enters the oracle
+//! without taking any lock, `--broken-lock` uses mutexes whose queue lets
+//! two holders in at once, `--broken-leader` has latch participants lead
+//! when their node is one of the first two, and `--broken-counter`
+//! increments without a version check; each must report violations.
 
 mod args;
+mod counter;
 mod curator;
+mod election;
 mod env;
 mod history;
 mod nemesis;
@@ -67,6 +72,9 @@ fn main() -> ExitCode {
 struct Outcome {
     faults: BTreeMap<String, u64>,
     worst_recovery: Duration,
+    worst_leader_recovery: Duration,
+    /// The counter's value at the end, if it could be read.
+    counter_final: Option<i64>,
     orphans: Vec<String>,
     stuck: Vec<String>,
 }
@@ -100,6 +108,10 @@ fn run(args: &Args) -> Result<bool, String> {
         paths: Paths::under(&root),
         no_lock: args.no_lock,
         broken_lock: args.broken_lock,
+        broken_leader: args.broken_leader,
+        broken_counter: args.broken_counter,
+        counter: Default::default(),
+        last_leader_ms: Default::default(),
         fault_epoch: Default::default(),
         stop: Default::default(),
         direct_connect: servers.connect_string(),
@@ -148,6 +160,26 @@ fn exercise(
                 .map_err(|e| format!("spawn a worker: {e}"))?;
             workers.push((name, handle));
         }
+        // Leader latch participants (none in the `--no-lock` control).
+        for l in 0..if args.no_lock { 0 } else { args.latches } {
+            let who = format!("{}.l{l}", session.name);
+            let rng = Rng::stream(args.seed, 2000 + (i * args.latches + l) as u64);
+            let (world, session) = (Arc::clone(world), Arc::clone(session));
+            let name = who.clone();
+            let handle = thread::Builder::new()
+                .name(who.clone())
+                .spawn(move || {
+                    election::Participant {
+                        world: &world,
+                        session: &session,
+                        who,
+                        rng,
+                    }
+                    .run(workers_until)
+                })
+                .map_err(|e| format!("spawn a latch participant: {e}"))?;
+            workers.push((name, handle));
+        }
     }
     let mut peers = Vec::new();
     for (i, mut peer) in start_peers(args, world).into_iter().enumerate() {
@@ -174,13 +206,20 @@ fn exercise(
         session_timeout: args.session_timeout,
         progress_bound: args.progress_bound,
         expect_progress: !args.no_lock && !args.broken_lock,
+        last_leader: &world.last_leader_ms,
+        expect_leader: !args.no_lock && !args.broken_leader && args.latches > 0,
         faults: BTreeMap::new(),
         worst_recovery: Duration::ZERO,
+        worst_leader_recovery: Duration::ZERO,
     };
     if args.faults {
         nemesis.run(until);
     }
-    let (faults, worst_recovery) = (nemesis.faults, nemesis.worst_recovery);
+    let (faults, worst_recovery, worst_leader_recovery) = (
+        nemesis.faults,
+        nemesis.worst_recovery,
+        nemesis.worst_leader_recovery,
+    );
     while Instant::now() < until {
         thread::sleep(Duration::from_millis(50).min(until - Instant::now()));
     }
@@ -221,6 +260,16 @@ fn exercise(
     for s in &stuck {
         world.oracle.violation(s.clone());
     }
+    // Every increment has returned: the counter holds its final value.
+    let counter_final = if args.no_lock {
+        None
+    } else {
+        let value = orphans::counter_value(&world.direct_connect, &world.paths.atomic)?;
+        world
+            .counter
+            .check_final(&world.history, &world.oracle, &world.paths.atomic, value);
+        Some(value)
+    };
     for s in sessions {
         s.mark_in_doubt();
         s.client.close();
@@ -239,6 +288,8 @@ fn exercise(
     Ok(Outcome {
         faults,
         worst_recovery,
+        worst_leader_recovery,
+        counter_final,
         orphans,
         stuck,
     })
@@ -283,7 +334,9 @@ fn report(args: &Args, world: &World, outcome: &Outcome, servers: &Servers) -> b
         "check: {} seed={} mode={} seconds={} clients={}x{} curator_peers={} ops={} grants={} grants_in_doubt={} \
          timeouts={} errors={} reentrant={} downgrades={} upgrades_refused={} closes_while_waiting={} \
          cancels={} worst_cancel_ms={} revoke_requests={} revocations_honoured={} max_changes={} \
-         faults={faults} {:?} violations={} orphaned_nodes={} worst_recovery_ms={} \
+         leader_terms={} leader_terms_in_doubt={} increments={} increments_not_done={} increment_errors={} \
+         counter_final={} faults={faults} {:?} violations={} orphaned_nodes={} worst_recovery_ms={} \
+         worst_leader_recovery_ms={} \
          worst_deadline_overrun_ms={} history_events={}",
         if passed { "PASSED" } else { "FAILED" },
         args.seed,
@@ -306,10 +359,19 @@ fn report(args: &Args, world: &World, outcome: &Outcome, servers: &Servers) -> b
         load(&st.revoke_requests),
         load(&st.revocations_honoured),
         load(&st.max_changes),
+        load(&st.leader_terms),
+        load(&st.leader_terms_in_doubt),
+        load(&world.counter.succeeded),
+        load(&world.counter.unsucceeded),
+        load(&world.counter.errors),
+        outcome
+            .counter_final
+            .map_or("-".to_string(), |v| v.to_string()),
         outcome.faults,
         violations.len(),
         outcome.orphans.len(),
         outcome.worst_recovery.as_millis(),
+        outcome.worst_leader_recovery.as_millis(),
         overrun.as_millis(),
         world.history.len(),
     );

@@ -2,7 +2,7 @@
 //! after each heal a check that every session gets a lock again in time.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -54,8 +54,13 @@ pub struct Nemesis<'a> {
     pub progress_bound: Duration,
     /// Whether sessions are expected to get locks (not in the control).
     pub expect_progress: bool,
+    /// When a counted leader was last seen leading (ms into the run).
+    pub last_leader: &'a AtomicU64,
+    /// Whether some latch participant is expected to lead after each heal.
+    pub expect_leader: bool,
     pub faults: BTreeMap<String, u64>,
     pub worst_recovery: Duration,
+    pub worst_leader_recovery: Duration,
 }
 
 impl Nemesis<'_> {
@@ -264,36 +269,56 @@ impl Nemesis<'_> {
         Ok(label)
     }
 
-    /// Waits until every session got a lock after the heal; records the
-    /// time it took. False (and a violation) if one did not in time.
+    /// Waits until every session got a lock, and some latch participant
+    /// led (counted by the oracle), after the heal; records the times it
+    /// took. False (and a violation) if either did not in time.
     fn await_progress(&mut self, label: &str) -> bool {
-        if !self.expect_progress {
-            return true;
-        }
         let healed = self.history.now();
         let deadline = Instant::now() + self.progress_bound;
+        let mut locks_done = !self.expect_progress;
+        let mut leader_done = !self.expect_leader;
         loop {
             let behind: Vec<&Arc<Session>> = self
                 .sessions
                 .iter()
                 .filter(|s| s.last_grant() < healed)
                 .collect();
-            if behind.is_empty() {
-                let took = self.history.now().saturating_sub(healed);
+            let took = self.history.now().saturating_sub(healed);
+            if !locks_done && behind.is_empty() {
+                locks_done = true;
                 self.worst_recovery = self.worst_recovery.max(took);
                 note(
                     self.history,
                     format!("every session got a lock {took:?} after: {label}"),
                 );
+            }
+            let led_ms = self.last_leader.load(Ordering::SeqCst);
+            if !leader_done && Duration::from_millis(led_ms) >= healed {
+                leader_done = true;
+                self.worst_leader_recovery = self.worst_leader_recovery.max(took);
+                note(
+                    self.history,
+                    format!("a leader led {took:?} after: {label}"),
+                );
+            }
+            if locks_done && leader_done {
                 return true;
             }
             if Instant::now() >= deadline {
-                for s in behind {
+                if !locks_done {
+                    for s in behind {
+                        self.oracle.violation(format!(
+                            "{} got no lock within {:?} after healing: {label}; states {:?}",
+                            s.name,
+                            self.progress_bound,
+                            s.client.state_history()
+                        ));
+                    }
+                }
+                if !leader_done {
                     self.oracle.violation(format!(
-                        "{} got no lock within {:?} after healing: {label}; states {:?}",
-                        s.name,
-                        self.progress_bound,
-                        s.client.state_history()
+                        "no latch participant led within {:?} after healing: {label}",
+                        self.progress_bound
                     ));
                 }
                 return false;

@@ -18,6 +18,8 @@ pub enum Mode {
     Exclusive,
     /// A read lock: beside other readers, never beside a writer.
     Shared,
+    /// Leadership of a leader latch: alone on the path, like `Exclusive`.
+    Leader,
     /// `n` leases of a semaphore with `max` leases.
     Leases { n: u32, max: u32 },
 }
@@ -99,10 +101,10 @@ impl Oracle {
     fn check_entry(&self, path: &str, hold: &Hold, st: &mut PathState, token: Option<i64>) {
         let counted: Vec<&Hold> = st.holds.iter().filter(|h| h.counts()).collect();
         let clash: Vec<String> = match hold.mode {
-            Mode::Exclusive => counted.iter().map(|h| describe(h)).collect(),
+            Mode::Exclusive | Mode::Leader => counted.iter().map(|h| describe(h)).collect(),
             Mode::Shared => counted
                 .iter()
-                .filter(|h| h.mode == Mode::Exclusive)
+                .filter(|h| matches!(h.mode, Mode::Exclusive | Mode::Leader))
                 .map(|h| describe(h))
                 .collect(),
             Mode::Leases { n, max } => {
@@ -121,10 +123,13 @@ impl Oracle {
             }
         };
         if !clash.is_empty() {
+            let what = match hold.mode {
+                Mode::Leader => "leads".to_string(),
+                mode => format!("granted {mode:?}"),
+            };
             self.violation(format!(
-                "{path}: {} granted {:?} beside {}",
+                "{path}: {} {what} beside {}",
                 hold.who,
-                hold.mode,
                 clash.join(", ")
             ));
         }
@@ -148,7 +153,7 @@ impl Oracle {
                     ));
                 }
             }
-            Mode::Leases { .. } => {}
+            Mode::Leases { .. } | Mode::Leader => {}
         }
     }
 

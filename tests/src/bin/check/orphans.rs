@@ -1,37 +1,24 @@
 //! After every client closed: ephemeral nodes still under the checked
-//! paths. Sessions that ended without a clean close may keep theirs until
-//! the server expires them, so this waits up to a bound for them to go.
+//! paths (sessions that ended without a clean close may keep theirs until
+//! the server expires them, so this waits up to a bound for them to go), and
+//! the shared counter's final value.
 
 use std::thread;
 use std::time::{Duration, Instant};
 
-use latchkey_framework::{Client, ErrorCode, ExponentialBackoffRetry};
+use latchkey_framework::{Client, ErrorCode, ExponentialBackoffRetry, RetryNTimes};
+use latchkey_recipes::DistributedAtomicLong;
 
 use crate::workload::Paths;
 
 /// Ephemeral nodes left under `paths` once `within` has passed (or none
 /// as soon as there are none).
 pub fn remaining(connect: &str, paths: &Paths, within: Duration) -> Result<Vec<String>, String> {
-    let client = Client::builder()
-        .connect_string(connect)
-        .session_timeout(Duration::from_secs(10))
-        .connection_timeout(Duration::from_secs(5))
-        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(100), 5))
-        .build()
-        .map_err(|e| format!("orphan check client: {e}"))?;
-    client
-        .start()
-        .map_err(|e| format!("orphan check client: {e}"))?;
-    if !client
-        .block_until_connected(Duration::from_secs(30))
-        .unwrap_or(false)
-    {
-        return Err("orphan check client did not connect".into());
-    }
+    let client = direct_client(connect)?;
     let roots: Vec<&str> = paths
         .mutexes
         .iter()
-        .chain([&paths.rw, &paths.sem, &paths.shared_sem])
+        .chain([&paths.rw, &paths.sem, &paths.shared_sem, &paths.latch])
         .map(String::as_str)
         .collect();
     let deadline = Instant::now() + within;
@@ -46,6 +33,36 @@ pub fn remaining(connect: &str, paths: &Paths, within: Duration) -> Result<Vec<S
         }
         thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// The value of the shared counter at `path` (0 if it was never created).
+pub fn counter_value(connect: &str, path: &str) -> Result<i64, String> {
+    let client = direct_client(connect)?;
+    let value = DistributedAtomicLong::new(&client, path, RetryNTimes::new(0, Duration::ZERO))
+        .and_then(|c| c.get())
+        .map(|v| v.post_value)
+        .map_err(|e| format!("read the counter {path}: {e}"));
+    client.close();
+    value
+}
+
+/// A client straight to the servers, connected.
+fn direct_client(connect: &str) -> Result<Client, String> {
+    let client = Client::builder()
+        .connect_string(connect)
+        .session_timeout(Duration::from_secs(10))
+        .connection_timeout(Duration::from_secs(5))
+        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(100), 5))
+        .build()
+        .map_err(|e| format!("check client: {e}"))?;
+    client.start().map_err(|e| format!("check client: {e}"))?;
+    if !client
+        .block_until_connected(Duration::from_secs(30))
+        .unwrap_or(false)
+    {
+        return Err("check client did not connect".into());
+    }
+    Ok(client)
 }
 
 /// Lock trees are two levels deep (a semaphore's `leases/` and `locks/`).

@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use latchkey_framework::{CancelToken, ConnectionState, Error, Result};
+use latchkey_framework::{CancelToken, ConnectionState, Error, Result, RetryNTimes};
 use latchkey_recipes::{
-    Decision, InterProcessLock, InterProcessMultiLock, InterProcessMutex,
-    InterProcessReadWriteLock, InterProcessSemaphoreV2, Lease, LockDriver, Revoker, SharedCount,
-    StandardDriver,
+    AtomicValue, Decision, DistributedAtomicLong, InterProcessLock, InterProcessMultiLock,
+    InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2, Lease, LockDriver,
+    Revoker, SharedCount, StandardDriver,
 };
 
+use crate::counter::Counter;
 use crate::history::History;
 use crate::oracle::{HoldId, Mode, Oracle};
 use crate::rng::Rng;
@@ -33,6 +34,10 @@ pub struct Paths {
     /// leases under a larger maximum keep them when it shrinks (Curator's
     /// rule), so the oracle bounds the leases by this.
     pub shared_max: u32,
+    /// The leader latch every participant joins.
+    pub latch: String,
+    /// The `DistributedAtomicLong` every session increments.
+    pub atomic: String,
 }
 
 impl Paths {
@@ -45,6 +50,8 @@ impl Paths {
             shared_sem: format!("{root}/shared-sem"),
             count: format!("{root}/shared-sem-max"),
             shared_max: 3,
+            latch: format!("{root}/latch"),
+            atomic: format!("{root}/counter"),
         }
     }
 }
@@ -67,6 +74,9 @@ pub struct Stats {
     pub revoke_requests: AtomicU64,
     pub revocations_honoured: AtomicU64,
     pub max_changes: AtomicU64,
+    /// Leadership terms counted by the oracle, and begun in doubt.
+    pub leader_terms: AtomicU64,
+    pub leader_terms_in_doubt: AtomicU64,
     /// Worst time past its timeout that a timed acquire took, in µs, and
     /// which acquire it was.
     pub worst_overrun_us: AtomicU64,
@@ -81,6 +91,16 @@ pub struct World {
     pub paths: Paths,
     pub no_lock: bool,
     pub broken_lock: bool,
+    /// The `--broken-leader` control: participants lead when their node is
+    /// one of the first two.
+    pub broken_leader: bool,
+    /// The `--broken-counter` control: increments read, then write without
+    /// a version check.
+    pub broken_counter: bool,
+    pub counter: Counter,
+    /// Milliseconds since the run started when a counted leader was last
+    /// seen leading.
+    pub last_leader_ms: AtomicU64,
     /// Odd while the nemesis has a fault on (see `Claim::Quiet`).
     pub fault_epoch: Arc<AtomicU64>,
     pub stop: AtomicBool,
@@ -88,6 +108,14 @@ pub struct World {
     /// closed while they wait.
     pub direct_connect: String,
     pub settings: ClientSettings,
+}
+
+impl World {
+    /// A counted leader leads now.
+    pub fn note_leader(&self) {
+        let ms = u64::try_from(self.history.now().as_millis()).unwrap_or(u64::MAX);
+        self.last_leader_ms.fetch_max(ms, Ordering::SeqCst);
+    }
 }
 
 /// One session's lock objects, shared by its threads (which contend with
@@ -98,6 +126,7 @@ pub struct Locks {
     sem: InterProcessSemaphoreV2,
     shared_sem: InterProcessSemaphoreV2,
     count: SharedCount,
+    atomic: DistributedAtomicLong,
 }
 
 impl Locks {
@@ -126,6 +155,11 @@ impl Locks {
                 &count,
             )?,
             count,
+            atomic: DistributedAtomicLong::new(
+                &session.client,
+                &paths.atomic,
+                RetryNTimes::new(20, Duration::from_millis(5)),
+            )?,
         })
     }
 }
@@ -153,6 +187,7 @@ enum Op {
     Revoke,
     SharedSemaphore,
     ChangeMax,
+    Increment,
 }
 
 const OPS: &[(u64, Op)] = &[
@@ -167,6 +202,7 @@ const OPS: &[(u64, Op)] = &[
     (3, Op::Revoke),
     (10, Op::SharedSemaphore),
     (2, Op::ChangeMax),
+    (8, Op::Increment),
 ];
 
 /// How long a cancelled acquire may take to return on a loaded machine:
@@ -203,6 +239,7 @@ impl Worker<'_> {
                 Op::Revoke => self.revoke(),
                 Op::SharedSemaphore => self.shared_semaphore(),
                 Op::ChangeMax => self.change_max(),
+                Op::Increment => self.increment(),
             }
         }
     }
@@ -326,6 +363,37 @@ impl Worker<'_> {
             Ok(()) => self.record(format!("set {path} to {to}")),
             Err(e) => self.record(format!("set {path} to {to} failed: {e}")),
         }
+    }
+
+    /// One to three increments of the shared counter.
+    fn increment(&mut self) {
+        let w = self.world;
+        let path = &w.paths.atomic;
+        for _ in 0..1 + self.rng.below(3) {
+            self.record(format!("invoke increment {path}"));
+            let got = match w.broken_counter {
+                false => self.locks.atomic.increment(),
+                true => self.unchecked_increment(),
+            };
+            w.counter
+                .completed(&w.history, &w.oracle, &self.who, path, got);
+        }
+    }
+
+    /// The `--broken-counter` control: read, work, write whatever the node
+    /// holds by then (no version check), so concurrent increments overwrite
+    /// each other.
+    fn unchecked_increment(&mut self) -> Result<AtomicValue<i64>> {
+        let atomic = &self.locks.atomic;
+        let pre = atomic.get()?.post_value;
+        self.work();
+        atomic.force_set(pre + 1)?;
+        Ok(AtomicValue {
+            succeeded: true,
+            pre_value: pre,
+            post_value: pre + 1,
+            stats: Default::default(),
+        })
     }
 
     /// Takes 1..=`most` leases of `sem` at once; the oracle allows `max`.
@@ -691,7 +759,7 @@ impl Worker<'_> {
                     max: p.shared_max,
                 },
             )],
-            Op::Revoke | Op::ChangeMax => Vec::new(),
+            Op::Revoke | Op::ChangeMax | Op::Increment => Vec::new(),
         };
         let holds: Vec<HoldId> = claims
             .into_iter()
