@@ -383,6 +383,58 @@ mod tests {
         })
     }
 
+    /// RFC 2831: with charset=utf-8, names and passwords that fit ISO
+    /// 8859-1 are hashed as ISO 8859-1 (é as one byte, 0xe9), as Java's
+    /// DIGEST-MD5 does on both sides; others as UTF-8.
+    #[test]
+    fn latin_1_credentials_are_hashed_as_iso_8859_1() {
+        let c =
+            Challenge::parse(b"realm=\"r\",nonce=\"n\",charset=utf-8,algorithm=md5-sess").unwrap();
+        let creds = SaslDigest {
+            user: "jos\u{e9}".into(),
+            password: "p\u{e4}ss".into(),
+        };
+        let a = c.answer(&creds, "cn").unwrap();
+        let want = |user: &[u8], password: &[u8]| {
+            response_value(
+                user,
+                b"r",
+                password,
+                "n",
+                "cn",
+                "00000001",
+                "AUTHENTICATE:zookeeper/zk-sasl-md5",
+            )
+        };
+        assert!(
+            a.response
+                .contains(&format!("response={},", want(b"jos\xe9", b"p\xe4ss"))),
+            "{}",
+            a.response
+        );
+        assert!(!a
+            .response
+            .contains(&want("jos\u{e9}".as_bytes(), "p\u{e4}ss".as_bytes())));
+        // Beyond ISO 8859-1: UTF-8.
+        let creds = SaslDigest {
+            user: "\u{263a}".into(),
+            password: "pw".into(),
+        };
+        let a = c.answer(&creds, "cn").unwrap();
+        assert!(
+            a.response.contains(&want("\u{263a}".as_bytes(), b"pw")),
+            "{}",
+            a.response
+        );
+    }
+
+    /// RFC 2831's lists may have empty elements and spaces around commas.
+    #[test]
+    fn empty_list_elements_and_spaces_are_skipped() {
+        let c = Challenge::parse(b", realm=\"r\",,  nonce=\"n\" , ,algorithm=md5-sess,").unwrap();
+        assert_eq!((c.realm.as_str(), c.nonce.as_str()), ("r", "n"));
+    }
+
     #[test]
     fn debug_output_shows_the_user_and_not_the_password() {
         let creds = SaslDigest {
