@@ -823,18 +823,19 @@ fn a_blocked_acquire_can_be_cancelled() {
 }
 
 /// Waits for `want` on a hold's event channel, skipping repeats of other
-/// events; fails with the client's state history if it does not come.
+/// events, which it returns; fails with the client's state history if
+/// `want` does not come.
 fn expect_hold_event(
     events: &crossbeam_channel::Receiver<latchkey_recipes::HoldEvent>,
     want: latchkey_recipes::HoldEvent,
     within: Duration,
     ctx: &Ctx,
-) {
+) -> Vec<latchkey_recipes::HoldEvent> {
     let deadline = std::time::Instant::now() + within;
     let mut seen = Vec::new();
     loop {
         match events.recv_deadline(deadline) {
-            Ok(e) if e == want => return,
+            Ok(e) if e == want => return seen,
             Ok(e) => seen.push(e),
             Err(e) => panic!(
                 "no {want:?} within {within:?} ({e}); saw {seen:?}\n{}",
@@ -887,8 +888,15 @@ fn holders_are_told_when_their_hold_is_in_doubt_or_lost() {
     assert!(!g.is_in_doubt() && !lease.is_in_doubt(), "{}", ctx.dump());
 
     c.expire_session_for_testing().unwrap();
-    expect_hold_event(&events, HoldEvent::Lost, Duration::from_secs(20), &ctx);
-    expect_hold_event(&lease_events, HoldEvent::Lost, Duration::from_secs(5), &ctx);
+    for (what, rx) in [("lock", &events), ("lease", &lease_events)] {
+        // Nothing tells the holder its hold is good again on the way.
+        let before = expect_hold_event(rx, HoldEvent::Lost, Duration::from_secs(20), &ctx);
+        assert!(
+            !before.contains(&HoldEvent::Restored),
+            "{what}: {before:?} before Lost\n{}",
+            ctx.dump()
+        );
+    }
     assert!(g.is_lost() && g.is_in_doubt() && lease.is_in_doubt());
     // Lost is final: nothing after it, even once a new session connects.
     wait_until(
