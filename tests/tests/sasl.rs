@@ -356,3 +356,64 @@ fn sasl_and_tls_combine() {
     );
     bob.close();
 }
+
+/// The SASL tokens a fake saw, in order, with their connection: the
+/// bytes after each request's jute length prefix.
+fn sasl_tokens(fake: &FakeServer) -> Vec<(usize, Vec<u8>)> {
+    fake.seen()
+        .requests
+        .iter()
+        .filter(|r| r.opcode == 102)
+        .map(|r| (r.connection, r.body.get(4..).unwrap_or_default().to_vec()))
+        .collect()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// RFC 2831 2.1.2: without `charset=utf-8` in the challenge, the response's
+/// user name (and realm) are ISO 8859-1, the encoding the digest is
+/// computed over and the server decodes them with; with it, UTF-8. A
+/// scripted fake, since ZooKeeper's server always offers UTF-8.
+#[test]
+fn a_user_name_is_sent_in_the_charset_the_challenge_names() {
+    for (charset, expected, not_expected) in [
+        ("", &b"username=\"jos\xe9\""[..], &b"jos\xc3\xa9"[..]),
+        (
+            ",charset=utf-8",
+            &b"username=\"jos\xc3\xa9\""[..],
+            &b"jos\xe9\""[..],
+        ),
+    ] {
+        let challenge =
+            format!(r#"realm="zk-sasl-md5",nonce="abc",qop="auth"{charset},algorithm=md5-sess"#);
+        let mut body = (challenge.len() as i32).to_be_bytes().to_vec();
+        body.extend_from_slice(challenge.as_bytes());
+        let fake = FakeServer::start(Script::default().reply(102, Reply::Ok(body))).unwrap();
+        let c = Client::builder()
+            .connect_string(fake.connect_string())
+            .session_timeout(SESSION)
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+            .sasl_digest("jos\u{e9}", "secret")
+            .build()
+            .unwrap();
+        c.start().unwrap();
+        // The fake answers the response with the challenge again: refused.
+        let err = c.exists("/x").unwrap_err();
+        assert!(err.is(ErrorCode::AuthFailed), "{charset:?}: {err}");
+        let tokens = sasl_tokens(&fake);
+        let response = &tokens
+            .get(1)
+            .unwrap_or_else(|| panic!("{charset:?}: no response in {tokens:?}"))
+            .1;
+        let shown = String::from_utf8_lossy(response).into_owned();
+        assert!(
+            contains(response, expected) && !contains(response, not_expected),
+            "challenge charset {charset:?}: the response should carry {:?}: {shown}\n{response:?}",
+            String::from_utf8_lossy(expected),
+        );
+        c.close();
+    }
+}
