@@ -417,3 +417,46 @@ fn a_user_name_is_sent_in_the_charset_the_challenge_names() {
         c.close();
     }
 }
+
+/// Once the handshake is answered the connection is up, and the Java
+/// client waits for SASL replies as for any reply: up to the read timeout
+/// (2/3 of the session timeout), not the connect timeout. A server that
+/// takes longer than the connect timeout to answer a SASL step, well
+/// within the session's read timeout, must still get the response.
+#[test]
+fn a_slow_sasl_reply_within_the_read_timeout_is_waited_for() {
+    let challenge =
+        r#"realm="zk-sasl-md5",nonce="abc",qop="auth",charset=utf-8,algorithm=md5-sess"#;
+    let mut body = (challenge.len() as i32).to_be_bytes().to_vec();
+    body.extend_from_slice(challenge.as_bytes());
+    let late = Reply::Late(Duration::from_millis(1500), Box::new(Reply::Ok(body)));
+    let fake = FakeServer::start(Script::default().reply(102, late)).unwrap();
+    let c = Client::builder()
+        .connect_string(fake.connect_string())
+        .session_timeout(SESSION)
+        .connection_timeout(Duration::from_secs(1))
+        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+        .sasl_digest("bob", "secret")
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    let answered = || {
+        let tokens = sasl_tokens(&fake);
+        tokens.iter().any(|(conn, t)| {
+            !t.is_empty() && tokens.iter().any(|(c2, t2)| c2 == conn && t2.is_empty())
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < until && !answered() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seen = fake.seen();
+    assert!(
+        answered(),
+        "no connection got past the slow challenge in 8 s: {} connections, {} SASL requests, states {:?}",
+        seen.connections,
+        seen.count(102),
+        c.state_history()
+    );
+    c.close();
+}
