@@ -61,7 +61,7 @@ pub(crate) fn login<S: Read + Write>(
     let challenge = Challenge::parse(&challenge).map_err(rejected)?;
     let cnonce = uuid::Uuid::new_v4().simple().to_string();
     let answer = challenge.answer(creds, &cnonce).map_err(rejected)?;
-    let proof = exchange(s, xid(), answer.response.as_bytes(), max_reply)
+    let proof = exchange(s, xid(), &answer.response, max_reply)
         .map_err(|e| e.or_rejected("the server rejected the user name or password"))?;
     let proof = String::from_utf8_lossy(&proof);
     match proof.strip_prefix("rspauth=") {
@@ -127,7 +127,7 @@ struct Challenge {
 /// The client's digest-response, and the `rspauth` the server must send back.
 #[derive(Debug)]
 struct Answer {
-    response: String,
+    response: Vec<u8>,
     rspauth: String,
 }
 
@@ -165,22 +165,39 @@ impl Challenge {
         let user = text(&creds.user).ok_or("the user name is not ISO 8859-1")?;
         let password = text(&creds.password).ok_or("the password is not ISO 8859-1")?;
         let realm = text(&self.realm).ok_or("the realm is not ISO 8859-1")?;
+        // The directives are UTF-8 with charset=utf-8, else ISO 8859-1
+        // (the digest's encoding, which the checks above showed fits).
+        let sent = |s: &str| -> Vec<u8> {
+            if self.utf8 {
+                s.as_bytes().to_vec()
+            } else {
+                s.chars().map(|c| c as u8).collect()
+            }
+        };
         let nc = "00000001";
         let digest =
             |a2: &str| response_value(&user, &realm, &password, &self.nonce, cnonce, nc, a2);
-        let mut response = String::new();
+        let mut response = Vec::new();
         if self.utf8 {
-            response.push_str("charset=utf-8,");
+            response.extend_from_slice(b"charset=utf-8,");
         }
-        response.push_str(&format!(
-            "username={},realm={},nonce={},nc={nc},cnonce={},digest-uri={},maxbuf=65536,response={},qop=auth",
-            quoted(&creds.user),
-            quoted(&self.realm),
-            quoted(&self.nonce),
-            quoted(cnonce),
-            quoted(DIGEST_URI),
-            digest(&format!("AUTHENTICATE:{DIGEST_URI}")),
-        ));
+        for (key, value) in [
+            ("username", sent(&creds.user)),
+            ("realm", sent(&self.realm)),
+            // As the challenge had it, byte for byte, as the digest takes it.
+            ("nonce", self.nonce.as_bytes().to_vec()),
+        ] {
+            response.extend_from_slice(format!("{key}=").as_bytes());
+            response.extend(quoted(&value));
+            response.push(b',');
+        }
+        response.extend_from_slice(
+            format!(
+                "nc={nc},cnonce=\"{cnonce}\",digest-uri=\"{DIGEST_URI}\",maxbuf=65536,response={},qop=auth",
+                digest(&format!("AUTHENTICATE:{DIGEST_URI}")),
+            )
+            .as_bytes(),
+        );
         Ok(Answer {
             response,
             rspauth: digest(&format!(":{DIGEST_URI}")),
@@ -238,16 +255,18 @@ fn encode(s: &str, utf8: bool) -> Option<Vec<u8>> {
     }
 }
 
-fn quoted(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
+/// A quoted-string of encoded text: `"` and `\\` escaped (in ISO 8859-1
+/// and UTF-8 alike those bytes are only ever those characters).
+fn quoted(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len() + 2);
+    out.push(b'"');
+    for &b in s {
+        if b == b'"' || b == b'\\' {
+            out.push(b'\\');
         }
-        out.push(c);
+        out.push(b);
     }
-    out.push('"');
+    out.push(b'"');
     out
 }
 
@@ -329,8 +348,9 @@ mod tests {
             password: "pw".into(),
         };
         let a = c.answer(&creds, "cn").unwrap();
-        assert!(a.response.starts_with("charset=utf-8,username=\"bob\",realm=\"zk-sasl-md5\",nonce=\"n\\\"o,nce\",nc=00000001,cnonce=\"cn\",digest-uri=\"zookeeper/zk-sasl-md5\""), "{}", a.response);
-        assert!(a.response.ends_with(",qop=auth"));
+        let response = String::from_utf8(a.response).unwrap();
+        assert!(response.starts_with("charset=utf-8,username=\"bob\",realm=\"zk-sasl-md5\",nonce=\"n\\\"o,nce\",nc=00000001,cnonce=\"cn\",digest-uri=\"zookeeper/zk-sasl-md5\""), "{response}");
+        assert!(response.ends_with(",qop=auth"));
     }
 
     /// A server side that replies with canned frames.
