@@ -1065,6 +1065,10 @@ impl Inner {
             })
         };
         if let Some(creds) = &self.cfg.sasl {
+            // Connected now: each SASL reply gets the read timeout any reply
+            // gets (the Java client's), not what is left of the connect's.
+            s.set_read_timeout(Some((negotiated * 2 / 3).max(Duration::from_millis(200))))
+                .map_err(failed)?;
             // Auth is the connection's: every connection logs in again.
             sasl::login(&mut s, creds, self.cfg.max_reply, || {
                 self.io.lock().take_xid()
