@@ -13,7 +13,7 @@ use latchkey_framework::{
     RetryNTimes,
 };
 use latchkey_recipes::InterProcessMutex;
-use latchkey_test::fake_server::{FakeServer, Reply, Script};
+use latchkey_test::fake_server::{AfterHandshake, FakeServer, Reply, Script};
 use latchkey_test::{FaultProxy, ServerConfig, TestingServer};
 
 const SESSION: Duration = Duration::from_secs(10);
@@ -459,4 +459,47 @@ fn a_slow_sasl_reply_within_the_read_timeout_is_waited_for() {
         c.state_history()
     );
     c.close();
+}
+
+/// `Client::close` stops the client's threads and its connections, also
+/// while a login waits for a server that does not answer: the close ends
+/// that connection at once, instead of leaving it open behind the closed
+/// client until the login's read times out.
+#[test]
+fn close_during_a_login_ends_its_connection_at_once() {
+    let fake =
+        FakeServer::start(Script::default().after_handshake(AfterHandshake::Silent)).unwrap();
+    let proxy = FaultProxy::start(fake.addr()).unwrap();
+    let c = Client::builder()
+        .connect_string(proxy.connect_string())
+        .session_timeout(Duration::from_secs(30))
+        .connection_timeout(Duration::from_secs(5))
+        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+        .sasl_digest("bob", "secret")
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || fake.seen().count(102) == 1,
+        || format!("no login began: {:?}", fake.seen()),
+    );
+    let started = Instant::now();
+    c.close();
+    let took = started.elapsed();
+    wait_until(
+        Duration::from_secs(2),
+        || proxy.connection_count() == 0,
+        || {
+            format!(
+                "close took {took:?}; {} connection(s) still open 2 s after it: {:?}",
+                proxy.connection_count(),
+                fake.seen()
+            )
+        },
+    );
+    println!(
+        "close took {took:?}, the connection ended {:?} after",
+        started.elapsed()
+    );
 }
