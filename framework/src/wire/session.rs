@@ -393,6 +393,9 @@ struct Io {
     /// A handle on the live connection to shut it down with; `None` while
     /// disconnected.
     live: Option<Stream>,
+    /// A handle on a connection whose SASL login is under way (it is not
+    /// live yet), so that a close can end the login.
+    logging_in: Option<Stream>,
     /// Counts connections; a writer checks it to write only on the
     /// connection its requests were queued for.
     conn_id: u64,
@@ -466,6 +469,7 @@ impl WireSession {
         let inner = Arc::new(Inner {
             io: Mutex::new(Io {
                 live: None,
+                logging_in: None,
                 conn_id: 0,
                 pending: VecDeque::new(),
                 next_xid: 1,
@@ -1008,6 +1012,9 @@ impl Inner {
             return false;
         }
         self.drop_connection(ErrorCode::ConnectionLoss);
+        if let Some(s) = self.io.lock().logging_in.take() {
+            let _ = s.shutdown();
+        }
         self.connected.notify_all();
         true
     }
@@ -1069,11 +1076,18 @@ impl Inner {
             // gets (the Java client's), not what is left of the connect's.
             s.set_read_timeout(Some((negotiated * 2 / 3).max(Duration::from_millis(200))))
                 .map_err(failed)?;
-            // Auth is the connection's: every connection logs in again.
-            sasl::login(&mut s, creds, self.cfg.max_reply, || {
-                self.io.lock().take_xid()
-            })
-            .map_err(|e| match e {
+            // A close from now on shuts this handle down, ending the login.
+            self.io.lock().logging_in = Some(s.try_clone().map_err(failed)?);
+            let login = if self.is_ending() {
+                Err(LoginError::Io(io::Error::other("the client is closing")))
+            } else {
+                // Auth is the connection's: every connection logs in again.
+                sasl::login(&mut s, creds, self.cfg.max_reply, || {
+                    self.io.lock().take_xid()
+                })
+            };
+            self.io.lock().logging_in = None;
+            login.map_err(|e| match e {
                 LoginError::Rejected(why) => HandshakeError::AuthFailed(format!(
                     "SASL DIGEST-MD5 login as {:?} at {addr} failed: {why}",
                     creds.user
