@@ -232,8 +232,13 @@ impl RwProbe {
         }
     }
 
-    /// Probes the next host if one is due; its address if it is read-write.
-    fn due(&mut self, hosts: &mut HostList, tls: Option<&TlsSettings>) -> Option<SocketAddr> {
+    /// Probes the next host if one is due; its name (as in the connect
+    /// string) and address if it is read-write.
+    fn due(
+        &mut self,
+        hosts: &mut HostList,
+        tls: Option<&TlsSettings>,
+    ) -> Option<(String, SocketAddr)> {
         if self.last.elapsed() < self.every {
             return None;
         }
@@ -242,7 +247,7 @@ impl RwProbe {
         let addr = resolve_one(host).ok()?;
         let found = is_read_write(host, addr, tls, self.timeout);
         self.last = Instant::now();
-        found.then_some(addr)
+        found.then(|| (host.to_owned(), addr))
     }
 }
 
@@ -893,7 +898,8 @@ enum Ended {
     /// Lost or silent: reconnect to the same session.
     Dropped,
     /// Connected read-only, a read-write server was found: connect there.
-    ReadWriteFound(SocketAddr),
+    /// Its host as in the connect string (the name TLS verifies) and address.
+    ReadWriteFound(String, SocketAddr),
     /// The server says the session is gone.
     Expired,
     /// The server rejected the client's auth: why.
@@ -915,10 +921,10 @@ impl Inner {
             thread::sleep(pause.next_backoff().unwrap_or(Duration::from_secs(1)));
         };
         // A read-write server found while connected read-only.
-        let mut prefer: Option<SocketAddr> = None;
+        let mut prefer: Option<(String, SocketAddr)> = None;
         while !self.is_ending() {
             let (attempt, round_done) = match prefer.take() {
-                Some(addr) => (Ok((addr.ip().to_string(), addr)), false),
+                Some(found) => (Ok(found), false),
                 None => {
                     let (host, round_done) = hosts.next();
                     let resolved = resolve_one(host).map(|addr| (host.to_owned(), addr));
@@ -972,7 +978,7 @@ impl Inner {
             };
             match ended {
                 Ended::Dropped => {}
-                Ended::ReadWriteFound(addr) => prefer = Some(addr),
+                Ended::ReadWriteFound(host, addr) => prefer = Some((host, addr)),
                 Ended::Expired => {
                     log::info!("session expired");
                     self.expire(ErrorCode::SessionExpired, WireEvent::Expired);
@@ -1231,9 +1237,9 @@ impl Inner {
                 return (Ended::Dropped, last_recv);
             }
             if read_only {
-                if let Some(addr) = probe.due(hosts, self.cfg.tls.as_ref()) {
-                    log::info!("read-write server found at {addr}, moving there");
-                    return (Ended::ReadWriteFound(addr), last_recv);
+                if let Some((host, addr)) = probe.due(hosts, self.cfg.tls.as_ref()) {
+                    log::info!("read-write server found at {host} ({addr}), moving there");
+                    return (Ended::ReadWriteFound(host, addr), last_recv);
                 }
             }
             // A writer holding the lock is sending already (or stuck, which
