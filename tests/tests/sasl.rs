@@ -503,3 +503,40 @@ fn close_during_a_login_ends_its_connection_at_once() {
         started.elapsed()
     );
 }
+
+/// A session that expires is followed by a new one, which logs in again
+/// on its own connection: the user's nodes are still the client's.
+#[test]
+fn a_new_session_after_expiry_logs_in_again() {
+    let server = sasl_server();
+    let bob =
+        start_connected(builder(&server.connect_string()).sasl_digest("bob", "bob\"s secret"));
+    let ctx = Ctx::new(&server, &bob);
+    let states = bob.listen();
+    let path = unique("sasl-expiry");
+    bob.create()
+        .with_acl(only_bob())
+        .for_path(&path, b"1")
+        .unwrap();
+    let session = bob.session_id();
+    bob.expire_session_for_testing()
+        .unwrap_or_else(|e| panic!("expiry: {e}\n{}", ctx.dump()));
+    ctx.expect(&states, ConnectionState::Lost, Duration::from_secs(20));
+    wait_until(
+        Duration::from_secs(20),
+        || bob.session_id() != session && bob.exists("/").is_ok(),
+        || ctx.dump(),
+    );
+    let data = bob
+        .get_data(&path)
+        .unwrap_or_else(|e| panic!("read in the new session: {e}\n{}", ctx.dump()));
+    assert_eq!(data.0, b"1");
+    let who = bob.who_am_i().unwrap();
+    assert!(
+        who.iter()
+            .any(|i| i.auth_scheme == "sasl" && i.user == "bob"),
+        "whoAmI in the new session: {who:?}\n{}",
+        ctx.dump()
+    );
+    bob.close();
+}
