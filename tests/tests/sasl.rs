@@ -540,3 +540,59 @@ fn a_new_session_after_expiry_logs_in_again() {
     );
     bob.close();
 }
+
+/// The retry policy bounds refused logins in a row, not over the client's
+/// life: once a new session has logged in, a later refusal gets the whole
+/// policy again. Here the client's connection lands once on a member
+/// without SASL (it refuses the login), and a new session logs in on the
+/// right one; twice, under a policy of one new session per refusal.
+#[test]
+fn a_session_that_logged_in_clears_the_count_of_refused_logins() {
+    let good = sasl_server();
+    let bad = shared_server();
+    let to_good = FaultProxy::start(good.addr()).unwrap();
+    let to_bad = FaultProxy::start(bad.addr()).unwrap();
+    to_bad.set_refuse(true);
+    let c = builder(&format!(
+        "{},{}",
+        to_good.connect_string(),
+        to_bad.connect_string()
+    ))
+    .retry_policy(RetryNTimes::new(1, Duration::ZERO))
+    .sasl_digest("bob", "bob\"s secret")
+    .build()
+    .unwrap();
+    let ctx = Ctx::new(&good, &c);
+    c.start().unwrap();
+    wait_until(
+        Duration::from_secs(20),
+        || c.exists("/").is_ok(),
+        || ctx.dump(),
+    );
+    for round in 0..2 {
+        // The next connection reaches the member without SASL only.
+        to_good.set_refuse(true);
+        to_bad.set_refuse(false);
+        to_good.cut();
+        wait_until(
+            Duration::from_secs(20),
+            || c.exists("/").is_err_and(|e| e.is(ErrorCode::AuthFailed)),
+            || format!("round {round}: no refusal\n{}", ctx.dump()),
+        );
+        // The policy's new session (at least 1 s later) finds the right one.
+        to_bad.set_refuse(true);
+        to_good.set_refuse(false);
+        wait_until(
+            Duration::from_secs(15),
+            || c.exists("/").is_ok(),
+            || {
+                format!(
+                    "round {round}: no new session logged in after the refusal: {:?}\n{}",
+                    c.exists("/").err().map(|e| e.to_string()),
+                    ctx.dump()
+                )
+            },
+        );
+    }
+    c.close();
+}
