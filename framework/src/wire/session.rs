@@ -318,9 +318,11 @@ pub(crate) enum WireEvent {
         silent_for: Duration,
     },
     Expired,
-    /// The server rejected the client's auth: why.
+    /// The server rejected the client's auth: why, and whether it was the
+    /// connection's SASL login (else an auth packet).
     AuthFailed {
         reason: String,
+        at_login: bool,
     },
     Closed,
 }
@@ -902,8 +904,9 @@ enum Ended {
     ReadWriteFound(String, SocketAddr),
     /// The server says the session is gone.
     Expired,
-    /// The server rejected the client's auth: why.
-    AuthFailed(String),
+    /// The server rejected the client's auth: why, and whether it was the
+    /// SASL login.
+    AuthFailed(String, bool),
 }
 
 impl Inner {
@@ -939,7 +942,7 @@ impl Inner {
                     let connected_at = Instant::now();
                     (self.events)(WireEvent::Connected { read_only });
                     let (ended, last_recv) = self.read_loop(stream, read_only, &mut hosts);
-                    if let Ended::AuthFailed(why) = &ended {
+                    if let Ended::AuthFailed(why, _) = &ended {
                         *self.auth_failure.lock() = why.clone();
                         // What waits fails with the reason, and nothing
                         // reports a mere disconnection first.
@@ -965,7 +968,7 @@ impl Inner {
                     ended
                 }
                 Err(HandshakeError::Expired) => Ended::Expired,
-                Err(HandshakeError::AuthFailed(why)) => Ended::AuthFailed(why),
+                Err(HandshakeError::AuthFailed(why)) => Ended::AuthFailed(why, true),
                 Err(HandshakeError::Failed(failure)) => {
                     log::debug!("connecting failed: {failure}");
                     *self.last_connect_error.lock() = Some(failure);
@@ -984,10 +987,13 @@ impl Inner {
                     self.expire(ErrorCode::SessionExpired, WireEvent::Expired);
                     return;
                 }
-                Ended::AuthFailed(reason) => {
+                Ended::AuthFailed(reason, at_login) => {
                     log::error!("{reason}");
                     *self.auth_failure.lock() = reason.clone();
-                    self.expire(ErrorCode::AuthFailed, WireEvent::AuthFailed { reason });
+                    self.expire(
+                        ErrorCode::AuthFailed,
+                        WireEvent::AuthFailed { reason, at_login },
+                    );
                     return;
                 }
             }
@@ -1309,10 +1315,13 @@ impl Inner {
             xid::AUTH => {
                 if header.err != 0 {
                     log::warn!("authentication failed ({})", header.err);
-                    return Ok(Some(Ended::AuthFailed(format!(
-                        "the server rejected an auth packet ({})",
-                        ErrorCode::from_wire(header.err)
-                    ))));
+                    return Ok(Some(Ended::AuthFailed(
+                        format!(
+                            "the server rejected an auth packet ({})",
+                            ErrorCode::from_wire(header.err)
+                        ),
+                        false,
+                    )));
                 }
             }
             _ => {
