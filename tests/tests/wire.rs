@@ -12,7 +12,7 @@ use common::{wait_until, Ctx};
 use latchkey_framework::{
     Client, ClientBuilder, ConnectionState, Error, ErrorCode, EventType, RetryNTimes,
 };
-use latchkey_test::fake_server::{op, AfterHandshake, FakeServer, Script};
+use latchkey_test::fake_server::{op, AfterHandshake, FakeServer, Reply, Script};
 use latchkey_test::{FaultProxy, TestingServer};
 
 /// A client of `fake`, started (not waited for).
@@ -594,4 +594,39 @@ fn requests_after_a_rejected_auth_fail_with_auth_failed() {
                 .all(|c| *c == Some(ErrorCode::AuthFailed)),
         "{codes:?}"
     );
+}
+
+/// A request still unanswered when the server rejects an auth
+/// packet fails with `AuthFailed` naming what was refused, as every later
+/// call does, not with the bare code.
+#[test]
+fn a_request_in_flight_at_a_rejected_auth_says_why() {
+    let fake = FakeServer::start(
+        Script::default()
+            .reject_auth()
+            .reply(op::EXISTS, Reply::Ignore),
+    )
+    .unwrap();
+    let c = connected(
+        fake_builder(&fake, Duration::from_secs(10))
+            .build()
+            .unwrap(),
+    );
+    std::thread::scope(|s| {
+        let pending = s.spawn(|| c.exists("/x"));
+        wait_until(
+            Duration::from_secs(5),
+            || fake.seen().count(op::EXISTS) == 1,
+            || format!("the exists did not arrive: {:?}", fake.seen()),
+        );
+        let _ = c.add_auth("digest", b"user:wrong");
+        let err = pending.join().unwrap().unwrap_err();
+        let later = c.exists("/x").unwrap_err();
+        assert!(err.is(ErrorCode::AuthFailed), "{err}");
+        assert!(
+            err.to_string().contains("rejected an auth packet"),
+            "the request in flight: {err}\na later call: {later}"
+        );
+    });
+    c.close();
 }
