@@ -1048,12 +1048,20 @@ impl Inner {
     }
 
     fn drop_connection(&self, code: ErrorCode) {
+        // A rejected auth's waiters learn what was refused, as later calls do.
+        let refused = (code == ErrorCode::AuthFailed).then(|| self.auth_failure.lock().clone());
+        let error = || match &refused {
+            Some(reason) => Error::AuthFailed {
+                reason: reason.clone(),
+            },
+            None => Error::from_code(code),
+        };
         let mut io = self.io.lock();
         if let Some(s) = io.live.take() {
             let _ = s.shutdown();
         }
         for p in io.pending.drain(..) {
-            p.answer(Err(Error::from_code(code)));
+            p.answer(Err(error()));
         }
     }
 
