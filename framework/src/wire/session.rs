@@ -215,7 +215,10 @@ fn resolve_one(host: &str) -> Result<SocketAddr, ConnectFailure> {
 
 /// The search for a read-write server while connected read-only: one host
 /// at a time, first after 100 ms, then at doubling intervals up to 60 s
-/// (the Java client's pingRwServer timing).
+/// (the Java client's pingRwServer timing). The interval is the session's,
+/// not the connection's, as the Java client's `pingRwTimeout`: a move that
+/// fails leads to a new read-only connection, which must not probe (and
+/// move) again at once. A read-write connection starts it over.
 struct RwProbe {
     every: Duration,
     last: Instant,
@@ -223,13 +226,25 @@ struct RwProbe {
 }
 
 impl RwProbe {
-    fn new(negotiated: Duration) -> Self {
+    const FIRST: Duration = Duration::from_millis(100);
+
+    fn new() -> Self {
         RwProbe {
-            every: Duration::from_millis(100),
+            every: Self::FIRST,
             last: Instant::now(),
-            // Short enough to leave the reader time for pings and silence.
-            timeout: (negotiated / 6).clamp(Duration::from_millis(50), Duration::from_secs(1)),
+            timeout: Duration::from_secs(1),
         }
+    }
+
+    /// A new connection: read-only ones probe from now on, at the interval
+    /// reached; a read-write one ends the search.
+    fn connected(&mut self, read_only: bool, negotiated: Duration) {
+        if !read_only {
+            self.every = Self::FIRST;
+        }
+        self.last = Instant::now();
+        // Short enough to leave the reader time for pings and silence.
+        self.timeout = (negotiated / 6).clamp(Duration::from_millis(50), Duration::from_secs(1));
     }
 
     /// Probes the next host if one is due; its name (as in the connect
@@ -912,6 +927,7 @@ enum Ended {
 impl Inner {
     fn run(self: Arc<Self>) {
         let mut hosts = HostList::new(&self.cfg.hosts);
+        let mut probe = RwProbe::new();
         // Jittered (the crate's default randomization is ±50%) and growing
         // while attempts keep failing.
         let mut pause = backoff::ExponentialBackoff {
@@ -941,7 +957,8 @@ impl Inner {
                     *self.last_connect_error.lock() = None;
                     let connected_at = Instant::now();
                     (self.events)(WireEvent::Connected { read_only });
-                    let (ended, last_recv) = self.read_loop(stream, read_only, &mut hosts);
+                    let (ended, last_recv) =
+                        self.read_loop(stream, read_only, &mut hosts, &mut probe);
                     if let Ended::AuthFailed(why, _) = &ended {
                         *self.auth_failure.lock() = why.clone();
                         // What waits fails with the reason, and nothing
@@ -1203,9 +1220,15 @@ impl Inner {
     /// Reads and dispatches replies until the connection ends. Connected to
     /// a read-only server, it also probes the other hosts for a read-write
     /// one (`hosts`), as the Java client's pingRwServer.
-    fn read_loop(&self, mut s: Stream, read_only: bool, hosts: &mut HostList) -> (Ended, Instant) {
+    fn read_loop(
+        &self,
+        mut s: Stream,
+        read_only: bool,
+        hosts: &mut HostList,
+        probe: &mut RwProbe,
+    ) -> (Ended, Instant) {
         let negotiated = self.creds.lock().negotiated;
-        let mut probe = RwProbe::new(negotiated);
+        probe.connected(read_only, negotiated);
         let read_timeout = negotiated * 2 / 3;
         // Half the read timeout, and at least every 10 s as the Java client
         // (`MAX_SEND_PING_INTERVAL`), so idle connections look alive to
