@@ -596,3 +596,37 @@ fn a_session_that_logged_in_clears_the_count_of_refused_logins() {
     }
     c.close();
 }
+
+/// RFC 2831: a challenge without `charset=utf-8` is ISO 8859-1, its realm
+/// included. Such a realm is answered (in ISO 8859-1, as the digest takes
+/// it), not refused as "not text". A scripted fake, since ZooKeeper's
+/// server always offers UTF-8.
+#[test]
+fn a_latin1_challenge_is_answered() {
+    let challenge = b"realm=\"r\xe9alm\",nonce=\"abc\",qop=\"auth\",algorithm=md5-sess";
+    let mut body = (challenge.len() as i32).to_be_bytes().to_vec();
+    body.extend_from_slice(challenge);
+    let fake = FakeServer::start(Script::default().reply(102, Reply::Ok(body))).unwrap();
+    let c = Client::builder()
+        .connect_string(fake.connect_string())
+        .session_timeout(SESSION)
+        .connection_timeout(Duration::from_secs(5))
+        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+        .sasl_digest("bob", "secret")
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    // The fake answers the response with the challenge again: refused.
+    let err = c.exists("/x").unwrap_err();
+    let tokens = sasl_tokens(&fake);
+    let response = tokens.get(1).map(|(_, t)| t.clone()).unwrap_or_default();
+    assert!(
+        contains(&response, b"realm=\"r\xe9alm\""),
+        "no response with the realm in ISO 8859-1: {err}\nsent {:?}",
+        tokens
+            .iter()
+            .map(|(_, t)| String::from_utf8_lossy(t).into_owned())
+            .collect::<Vec<_>>()
+    );
+    c.close();
+}
