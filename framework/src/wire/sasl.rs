@@ -137,8 +137,19 @@ impl Challenge {
             // What a server with no SASL login configured answers.
             return Err("the server offers no SASL login (an empty challenge)".into());
         }
-        let text = std::str::from_utf8(token).map_err(|_| "the challenge is not text")?;
-        let fields = parse_fields(text)?;
+        // ISO 8859-1 (RFC 2831) unless it names charset=utf-8: read it as
+        // ISO 8859-1 first (every byte is a character, and UTF-8 puts no
+        // quote or comma inside a character), then as UTF-8 if it says so.
+        let latin1: String = token.iter().map(|&b| char::from(b)).collect();
+        let mut fields = parse_fields(&latin1)?;
+        let utf8 = fields
+            .iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case("charset") && v.eq_ignore_ascii_case("utf-8"));
+        if utf8 {
+            let text = std::str::from_utf8(token)
+                .map_err(|_| "the challenge names charset=utf-8 but is not UTF-8")?;
+            fields = parse_fields(text)?;
+        }
         let get = |key: &str| {
             fields
                 .iter()
@@ -156,7 +167,7 @@ impl Challenge {
         Ok(Challenge {
             realm: get("realm").unwrap_or("").to_owned(),
             nonce,
-            utf8: get("charset").is_some_and(|c| c.eq_ignore_ascii_case("utf-8")),
+            utf8,
         })
     }
 
@@ -174,9 +185,10 @@ impl Challenge {
                 s.chars().map(|c| c as u8).collect()
             }
         };
+        // As the challenge had it, byte for byte.
+        let nonce = sent(&self.nonce);
         let nc = "00000001";
-        let digest =
-            |a2: &str| response_value(&user, &realm, &password, &self.nonce, cnonce, nc, a2);
+        let digest = |a2: &str| response_value(&user, &realm, &password, &nonce, cnonce, nc, a2);
         let mut response = Vec::new();
         if self.utf8 {
             response.extend_from_slice(b"charset=utf-8,");
@@ -184,8 +196,7 @@ impl Challenge {
         for (key, value) in [
             ("username", sent(&creds.user)),
             ("realm", sent(&self.realm)),
-            // As the challenge had it, byte for byte, as the digest takes it.
-            ("nonce", self.nonce.as_bytes().to_vec()),
+            ("nonce", nonce.clone()),
         ] {
             response.extend_from_slice(format!("{key}=").as_bytes());
             response.extend(quoted(&value));
@@ -210,18 +221,18 @@ fn response_value(
     user: &[u8],
     realm: &[u8],
     password: &[u8],
-    nonce: &str,
+    nonce: &[u8],
     cnonce: &str,
     nc: &str,
     a2: &str,
 ) -> String {
     let secret = md5(&[user, b":", realm, b":", password]);
-    let a1 = md5(&[&secret, b":", nonce.as_bytes(), b":", cnonce.as_bytes()]);
+    let a1 = md5(&[&secret, b":", nonce, b":", cnonce.as_bytes()]);
     let a2 = hex(&md5(&[a2.as_bytes()]));
     hex(&md5(&[
         hex(&a1).as_bytes(),
         b":",
-        nonce.as_bytes(),
+        nonce,
         b":",
         nc.as_bytes(),
         b":",
@@ -318,7 +329,7 @@ mod tests {
                 b"chris",
                 b"elwood.innosoft.com",
                 b"secret",
-                "OA6MG9tEQGm2hh",
+                b"OA6MG9tEQGm2hh",
                 "OA6MHXh6VqTrRk",
                 "00000001",
                 s,
@@ -461,7 +472,7 @@ mod tests {
             ),
             (b"nonce=\"n\",qop=\"auth\"", "md5-sess"),
             (b"nonce=\"n", "unterminated"),
-            (b"\xff\xfe", "not text"),
+            (b"charset=utf-8,nonce=\"\xff\"", "not UTF-8"),
             (b"", "no SASL login"),
         ] {
             let err = Challenge::parse(token).unwrap_err();
