@@ -184,7 +184,8 @@ impl ClientBuilder {
     /// [`authorization`](Self::authorization) does: calls fail with
     /// `AuthFailed`, the state goes `Lost`, and new sessions are tried only
     /// as the retry policy allows, at least 1 s apart, before the client
-    /// gives up for good. A server without SASL configured refuses it too.
+    /// gives up for good. The policy counts refusals since the last login
+    /// that succeeded. A server without SASL configured refuses it too.
     ///
     /// ```no_run
     /// use latchkey_framework::Client;
@@ -981,6 +982,8 @@ impl Drop for Shared {
 fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
     let mut lost_at: Option<Instant> = None;
     let mut auth = AuthFailures::default();
+    // Whether a session has logged in (SASL) since the last rejected auth.
+    let mut logged_in = false;
     // The session whose first connection was counted last.
     let mut connected_gen = 0;
     loop {
@@ -999,6 +1002,8 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
             Ok((gen, event)) if gen == shared.generation.load(Ordering::Acquire) => match event {
                 WireEvent::Connected { read_only } => {
                     lost_at = None;
+                    // With SASL, Connected comes only after the login.
+                    logged_in |= shared.cfg.wire.sasl.is_some();
                     let next = if read_only {
                         ConnectionState::ReadOnly
                     } else if current.is_none() {
@@ -1033,8 +1038,13 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
                     lost_at = None;
                     shared.lose_session();
                 }
-                WireEvent::AuthFailed { reason } => {
+                WireEvent::AuthFailed { reason, at_login } => {
                     lost_at = None;
+                    // A refused login after one that succeeded is a new run
+                    // of refusals: the policy bounds refusals in a row.
+                    if std::mem::take(&mut logged_in) && at_login {
+                        auth = AuthFailures::default();
+                    }
                     *shared.auth_failure.lock() = reason;
                     shared.auth_failed.store(true, Ordering::Release);
                     metrics::add(&shared.counters.auth_failures, 1);
@@ -1068,9 +1078,10 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
 /// that even a policy that never sleeps cannot open sessions in a loop.
 const AUTH_RETRY_FLOOR: Duration = Duration::from_secs(1);
 
-/// Rejected auths over the client's life. The Java client treats one as
-/// final (`AUTH_FAILED`); latchkey tries a new session as the retry policy
-/// allows (at least [`AUTH_RETRY_FLOOR`] apart) and then gives up for good.
+/// Rejected auths over the client's life, or since the last SASL login
+/// that succeeded. The Java client treats one as final (`AUTH_FAILED`);
+/// latchkey tries a new session as the retry policy allows (at least
+/// [`AUTH_RETRY_FLOOR`] apart) and then gives up for good.
 #[derive(Default)]
 struct AuthFailures {
     count: u32,

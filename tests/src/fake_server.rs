@@ -57,6 +57,8 @@ pub enum Reply {
     Ignore,
     /// Closes the connection instead of replying.
     Close,
+    /// Waits this long (a slow server), then replies as the inner reply.
+    Late(Duration, Box<Reply>),
 }
 
 /// What the fake does once the handshake is answered.
@@ -213,6 +215,8 @@ pub struct Request {
     pub opcode: i32,
     /// The frame's length, without its 4-byte length prefix.
     pub frame_len: usize,
+    /// What follows the request header (xid and opcode).
+    pub body: Vec<u8>,
 }
 
 /// Everything the fake has received so far.
@@ -532,6 +536,7 @@ fn serve(mut s: TcpStream, conn: usize, shared: &Shared) -> io::Result<()> {
             xid,
             opcode,
             frame_len: frame.len(),
+            body: frame.get(8..).unwrap_or_default().to_vec(),
         });
         if silent {
             continue;
@@ -562,11 +567,19 @@ fn serve(mut s: TcpStream, conn: usize, shared: &Shared) -> io::Result<()> {
                 .cloned()
                 .unwrap_or(script.default_reply.clone()),
         };
+        let reply = match reply {
+            Reply::Late(after, reply) => {
+                thread::sleep(after);
+                *reply
+            }
+            reply => reply,
+        };
         match reply {
             Reply::Ok(body) => s.write_all(&reply_frame(xid, 0, &body))?,
             Reply::Error(code) => s.write_all(&reply_frame(xid, code, &[]))?,
             Reply::Ignore => {}
             Reply::Close => return s.shutdown(Shutdown::Both),
+            Reply::Late(..) => {}
         }
     }
 }

@@ -54,15 +54,22 @@ impl TestCerts {
     /// Makes a fresh CA (ECDSA P-256) and the certificates it signs: the
     /// server's for `127.0.0.1` and `localhost`, and a client's.
     pub fn generate() -> io::Result<TestCerts> {
+        TestCerts::generate_for(&["127.0.0.1", "localhost"])
+    }
+
+    /// Like [`TestCerts::generate`], the server's and client's
+    /// certificates for `names` only (for example a host name without
+    /// its address).
+    pub fn generate_for(names: &[&str]) -> io::Result<TestCerts> {
         let dir = tempfile::Builder::new()
             .prefix("latchkey-certs-")
             .tempdir()?;
         let certs = TestCerts { dir };
-        certs.write().map_err(io::Error::other)?;
+        certs.write(names).map_err(io::Error::other)?;
         Ok(certs)
     }
 
-    fn write(&self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    fn write(&self, names: &[&str]) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let ca_key = KeyPair::generate()?;
         let mut ca = CertificateParams::new(Vec::<String>::new())?;
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -76,17 +83,18 @@ impl TestCerts {
         ];
         let ca_cert = ca.self_signed(&ca_key)?;
         let issuer = Issuer::new(ca, ca_key);
-        let leaf =
-            |cn: &str, usage: ExtendedKeyUsagePurpose| -> Result<(String, String), rcgen::Error> {
-                let key = KeyPair::generate()?;
-                let mut p =
-                    CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
-                p.distinguished_name.push(DnType::CommonName, cn);
-                p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-                p.extended_key_usages = vec![usage];
-                let cert = p.signed_by(&key, &issuer)?;
-                Ok((cert.pem(), key.serialize_pem()))
-            };
+        let leaf = |cn: &str,
+                    usage: ExtendedKeyUsagePurpose|
+         -> Result<(String, String), rcgen::Error> {
+            let key = KeyPair::generate()?;
+            let mut p =
+                CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())?;
+            p.distinguished_name.push(DnType::CommonName, cn);
+            p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+            p.extended_key_usages = vec![usage];
+            let cert = p.signed_by(&key, &issuer)?;
+            Ok((cert.pem(), key.serialize_pem()))
+        };
         let (server_cert, server_key) = leaf("zookeeper", ExtendedKeyUsagePurpose::ServerAuth)?;
         let (client_cert, client_key) =
             leaf("latchkey client", ExtendedKeyUsagePurpose::ClientAuth)?;

@@ -13,7 +13,7 @@ use latchkey_framework::{
     RetryNTimes,
 };
 use latchkey_recipes::InterProcessMutex;
-use latchkey_test::fake_server::{FakeServer, Reply, Script};
+use latchkey_test::fake_server::{AfterHandshake, FakeServer, Reply, Script};
 use latchkey_test::{FaultProxy, ServerConfig, TestingServer};
 
 const SESSION: Duration = Duration::from_secs(10);
@@ -355,4 +355,278 @@ fn sasl_and_tls_combine() {
         "whoAmI over TLS: {who:?}"
     );
     bob.close();
+}
+
+/// The SASL tokens a fake saw, in order, with their connection: the
+/// bytes after each request's jute length prefix.
+fn sasl_tokens(fake: &FakeServer) -> Vec<(usize, Vec<u8>)> {
+    fake.seen()
+        .requests
+        .iter()
+        .filter(|r| r.opcode == 102)
+        .map(|r| (r.connection, r.body.get(4..).unwrap_or_default().to_vec()))
+        .collect()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// RFC 2831 2.1.2: without `charset=utf-8` in the challenge, the response's
+/// user name (and realm) are ISO 8859-1, the encoding the digest is
+/// computed over and the server decodes them with; with it, UTF-8. A
+/// scripted fake, since ZooKeeper's server always offers UTF-8.
+#[test]
+fn a_user_name_is_sent_in_the_charset_the_challenge_names() {
+    for (charset, expected, not_expected) in [
+        ("", &b"username=\"jos\xe9\""[..], &b"jos\xc3\xa9"[..]),
+        (
+            ",charset=utf-8",
+            &b"username=\"jos\xc3\xa9\""[..],
+            &b"jos\xe9\""[..],
+        ),
+    ] {
+        let challenge =
+            format!(r#"realm="zk-sasl-md5",nonce="abc",qop="auth"{charset},algorithm=md5-sess"#);
+        let mut body = (challenge.len() as i32).to_be_bytes().to_vec();
+        body.extend_from_slice(challenge.as_bytes());
+        let fake = FakeServer::start(Script::default().reply(102, Reply::Ok(body))).unwrap();
+        let c = Client::builder()
+            .connect_string(fake.connect_string())
+            .session_timeout(SESSION)
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+            .sasl_digest("jos\u{e9}", "secret")
+            .build()
+            .unwrap();
+        c.start().unwrap();
+        // The fake answers the response with the challenge again: refused.
+        let err = c.exists("/x").unwrap_err();
+        assert!(err.is(ErrorCode::AuthFailed), "{charset:?}: {err}");
+        let tokens = sasl_tokens(&fake);
+        let response = &tokens
+            .get(1)
+            .unwrap_or_else(|| panic!("{charset:?}: no response in {tokens:?}"))
+            .1;
+        let shown = String::from_utf8_lossy(response).into_owned();
+        assert!(
+            contains(response, expected) && !contains(response, not_expected),
+            "challenge charset {charset:?}: the response should carry {:?}: {shown}\n{response:?}",
+            String::from_utf8_lossy(expected),
+        );
+        c.close();
+    }
+}
+
+/// Once the handshake is answered the connection is up, and the Java
+/// client waits for SASL replies as for any reply: up to the read timeout
+/// (2/3 of the session timeout), not the connect timeout. A server that
+/// takes longer than the connect timeout to answer a SASL step, well
+/// within the session's read timeout, must still get the response.
+#[test]
+fn a_slow_sasl_reply_within_the_read_timeout_is_waited_for() {
+    let challenge =
+        r#"realm="zk-sasl-md5",nonce="abc",qop="auth",charset=utf-8,algorithm=md5-sess"#;
+    let mut body = (challenge.len() as i32).to_be_bytes().to_vec();
+    body.extend_from_slice(challenge.as_bytes());
+    let late = Reply::Late(Duration::from_millis(1500), Box::new(Reply::Ok(body)));
+    let fake = FakeServer::start(Script::default().reply(102, late)).unwrap();
+    let c = Client::builder()
+        .connect_string(fake.connect_string())
+        .session_timeout(SESSION)
+        .connection_timeout(Duration::from_secs(1))
+        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+        .sasl_digest("bob", "secret")
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    let answered = || {
+        let tokens = sasl_tokens(&fake);
+        tokens.iter().any(|(conn, t)| {
+            !t.is_empty() && tokens.iter().any(|(c2, t2)| c2 == conn && t2.is_empty())
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < until && !answered() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seen = fake.seen();
+    assert!(
+        answered(),
+        "no connection got past the slow challenge in 8 s: {} connections, {} SASL requests, states {:?}",
+        seen.connections,
+        seen.count(102),
+        c.state_history()
+    );
+    c.close();
+}
+
+/// `Client::close` stops the client's threads and its connections, also
+/// while a login waits for a server that does not answer: the close ends
+/// that connection at once, instead of leaving it open behind the closed
+/// client until the login's read times out.
+#[test]
+fn close_during_a_login_ends_its_connection_at_once() {
+    let fake =
+        FakeServer::start(Script::default().after_handshake(AfterHandshake::Silent)).unwrap();
+    let proxy = FaultProxy::start(fake.addr()).unwrap();
+    let c = Client::builder()
+        .connect_string(proxy.connect_string())
+        .session_timeout(Duration::from_secs(30))
+        .connection_timeout(Duration::from_secs(5))
+        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+        .sasl_digest("bob", "secret")
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || fake.seen().count(102) == 1,
+        || format!("no login began: {:?}", fake.seen()),
+    );
+    let started = Instant::now();
+    c.close();
+    let took = started.elapsed();
+    wait_until(
+        Duration::from_secs(2),
+        || proxy.connection_count() == 0,
+        || {
+            format!(
+                "close took {took:?}; {} connection(s) still open 2 s after it: {:?}",
+                proxy.connection_count(),
+                fake.seen()
+            )
+        },
+    );
+    println!(
+        "close took {took:?}, the connection ended {:?} after",
+        started.elapsed()
+    );
+}
+
+/// A session that expires is followed by a new one, which logs in again
+/// on its own connection: the user's nodes are still the client's.
+#[test]
+fn a_new_session_after_expiry_logs_in_again() {
+    let server = sasl_server();
+    let bob =
+        start_connected(builder(&server.connect_string()).sasl_digest("bob", "bob\"s secret"));
+    let ctx = Ctx::new(&server, &bob);
+    let states = bob.listen();
+    let path = unique("sasl-expiry");
+    bob.create()
+        .with_acl(only_bob())
+        .for_path(&path, b"1")
+        .unwrap();
+    let session = bob.session_id();
+    bob.expire_session_for_testing()
+        .unwrap_or_else(|e| panic!("expiry: {e}\n{}", ctx.dump()));
+    ctx.expect(&states, ConnectionState::Lost, Duration::from_secs(20));
+    wait_until(
+        Duration::from_secs(20),
+        || bob.session_id() != session && bob.exists("/").is_ok(),
+        || ctx.dump(),
+    );
+    let data = bob
+        .get_data(&path)
+        .unwrap_or_else(|e| panic!("read in the new session: {e}\n{}", ctx.dump()));
+    assert_eq!(data.0, b"1");
+    let who = bob.who_am_i().unwrap();
+    assert!(
+        who.iter()
+            .any(|i| i.auth_scheme == "sasl" && i.user == "bob"),
+        "whoAmI in the new session: {who:?}\n{}",
+        ctx.dump()
+    );
+    bob.close();
+}
+
+/// The retry policy bounds refused logins in a row, not over the client's
+/// life: once a new session has logged in, a later refusal gets the whole
+/// policy again. Here the client's connection lands once on a member
+/// without SASL (it refuses the login), and a new session logs in on the
+/// right one; twice, under a policy of one new session per refusal.
+#[test]
+fn a_session_that_logged_in_clears_the_count_of_refused_logins() {
+    let good = sasl_server();
+    let bad = shared_server();
+    let to_good = FaultProxy::start(good.addr()).unwrap();
+    let to_bad = FaultProxy::start(bad.addr()).unwrap();
+    to_bad.set_refuse(true);
+    let c = builder(&format!(
+        "{},{}",
+        to_good.connect_string(),
+        to_bad.connect_string()
+    ))
+    .retry_policy(RetryNTimes::new(1, Duration::ZERO))
+    .sasl_digest("bob", "bob\"s secret")
+    .build()
+    .unwrap();
+    let ctx = Ctx::new(&good, &c);
+    c.start().unwrap();
+    wait_until(
+        Duration::from_secs(20),
+        || c.exists("/").is_ok(),
+        || ctx.dump(),
+    );
+    for round in 0..2 {
+        // The next connection reaches the member without SASL only.
+        to_good.set_refuse(true);
+        to_bad.set_refuse(false);
+        to_good.cut();
+        wait_until(
+            Duration::from_secs(20),
+            || c.exists("/").is_err_and(|e| e.is(ErrorCode::AuthFailed)),
+            || format!("round {round}: no refusal\n{}", ctx.dump()),
+        );
+        // The policy's new session (at least 1 s later) finds the right one.
+        to_bad.set_refuse(true);
+        to_good.set_refuse(false);
+        wait_until(
+            Duration::from_secs(15),
+            || c.exists("/").is_ok(),
+            || {
+                format!(
+                    "round {round}: no new session logged in after the refusal: {:?}\n{}",
+                    c.exists("/").err().map(|e| e.to_string()),
+                    ctx.dump()
+                )
+            },
+        );
+    }
+    c.close();
+}
+
+/// RFC 2831: a challenge without `charset=utf-8` is ISO 8859-1, its realm
+/// included. Such a realm is answered (in ISO 8859-1, as the digest takes
+/// it), not refused as "not text". A scripted fake, since ZooKeeper's
+/// server always offers UTF-8.
+#[test]
+fn a_latin1_challenge_is_answered() {
+    let challenge = b"realm=\"r\xe9alm\",nonce=\"abc\",qop=\"auth\",algorithm=md5-sess";
+    let mut body = (challenge.len() as i32).to_be_bytes().to_vec();
+    body.extend_from_slice(challenge);
+    let fake = FakeServer::start(Script::default().reply(102, Reply::Ok(body))).unwrap();
+    let c = Client::builder()
+        .connect_string(fake.connect_string())
+        .session_timeout(SESSION)
+        .connection_timeout(Duration::from_secs(5))
+        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+        .sasl_digest("bob", "secret")
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    // The fake answers the response with the challenge again: refused.
+    let err = c.exists("/x").unwrap_err();
+    let tokens = sasl_tokens(&fake);
+    let response = tokens.get(1).map(|(_, t)| t.clone()).unwrap_or_default();
+    assert!(
+        contains(&response, b"realm=\"r\xe9alm\""),
+        "no response with the realm in ISO 8859-1: {err}\nsent {:?}",
+        tokens
+            .iter()
+            .map(|(_, t)| String::from_utf8_lossy(t).into_owned())
+            .collect::<Vec<_>>()
+    );
+    c.close();
 }

@@ -392,23 +392,53 @@ fn a_test_expiry_goes_over_tls() {
 /// connections until the client is read-only.
 #[test]
 fn a_read_only_client_over_tls_finds_a_read_write_server() {
-    let certs = TestCerts::generate().unwrap();
+    read_only_over_tls_finds_read_write(&TestCerts::generate().unwrap(), "127.0.0.1");
+}
+
+/// The same with certificates for the host name only, as certificates
+/// usually are, and the name in the connect string: the move to the
+/// read-write server the probe found must verify that server under the
+/// name it was probed by (as the session's own connections do), not
+/// under its address.
+#[test]
+fn a_read_only_client_over_tls_moves_under_the_host_name() {
+    let resolved: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs("localhost:1")
+        .map(Iterator::collect)
+        .unwrap_or_default();
+    if resolved.iter().any(|a| a.ip().to_string() != "127.0.0.1") {
+        println!("skipped: localhost resolves to {resolved:?}, not 127.0.0.1 alone");
+        return;
+    }
+    let certs = TestCerts::generate_for(&["localhost"]).unwrap();
+    read_only_over_tls_finds_read_write(&certs, "localhost");
+}
+
+/// Connected read-only over TLS to the survivor of a 3-member ensemble,
+/// with `host` (127.0.0.1 or localhost) in the connect string, the client
+/// finds the read-write server and writes there.
+fn read_only_over_tls_finds_read_write(certs: &TestCerts, host: &str) {
     let config = ServerConfig {
         system_properties: vec![("readonlymode.enabled".into(), "true".into())],
         // A read-only server serves local sessions only.
         extra: vec![("localSessionsEnabled".into(), "true".into())],
         ..Default::default()
     }
-    .tls(&certs, ClientAuth::None);
+    .tls(certs, ClientAuth::None);
     let mut cluster = latchkey_test::TestingCluster::start_with(3, config).unwrap();
     cluster.kill(1).unwrap();
     cluster.kill(2).unwrap();
-    let read_write = tls_server(&certs, ClientAuth::None);
+    let read_write = tls_server(certs, ClientAuth::None);
     let relay = latchkey_test::FaultProxy::start(secure(&read_write).parse().unwrap()).unwrap();
     relay.set_refuse(true);
-    let read_only = cluster.member_secure_connect_string(0).unwrap();
+    let read_only = cluster
+        .member_secure_connect_string(0)
+        .unwrap()
+        .replace("127.0.0.1", host);
     let c = Client::builder()
-        .connect_string(format!("{read_only},{}", relay.connect_string()))
+        .connect_string(format!(
+            "{read_only},{}",
+            relay.connect_string().replace("127.0.0.1", host)
+        ))
         .session_timeout(SESSION)
         .connection_timeout(Duration::from_secs(4))
         .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10))

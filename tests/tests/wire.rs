@@ -12,7 +12,7 @@ use common::{wait_until, Ctx};
 use latchkey_framework::{
     Client, ClientBuilder, ConnectionState, Error, ErrorCode, EventType, RetryNTimes,
 };
-use latchkey_test::fake_server::{op, AfterHandshake, FakeServer, Script};
+use latchkey_test::fake_server::{op, AfterHandshake, FakeServer, Reply, Script};
 use latchkey_test::{FaultProxy, TestingServer};
 
 /// A client of `fake`, started (not waited for).
@@ -594,4 +594,77 @@ fn requests_after_a_rejected_auth_fail_with_auth_failed() {
                 .all(|c| *c == Some(ErrorCode::AuthFailed)),
         "{codes:?}"
     );
+}
+
+/// A request still unanswered when the server rejects an auth
+/// packet fails with `AuthFailed` naming what was refused, as every later
+/// call does, not with the bare code.
+#[test]
+fn a_request_in_flight_at_a_rejected_auth_says_why() {
+    let fake = FakeServer::start(
+        Script::default()
+            .reject_auth()
+            .reply(op::EXISTS, Reply::Ignore),
+    )
+    .unwrap();
+    let c = connected(
+        fake_builder(&fake, Duration::from_secs(10))
+            .build()
+            .unwrap(),
+    );
+    std::thread::scope(|s| {
+        let pending = s.spawn(|| c.exists("/x"));
+        wait_until(
+            Duration::from_secs(5),
+            || fake.seen().count(op::EXISTS) == 1,
+            || format!("the exists did not arrive: {:?}", fake.seen()),
+        );
+        let _ = c.add_auth("digest", b"user:wrong");
+        let err = pending.join().unwrap().unwrap_err();
+        let later = c.exists("/x").unwrap_err();
+        assert!(err.is(ErrorCode::AuthFailed), "{err}");
+        assert!(
+            err.to_string().contains("rejected an auth packet"),
+            "the request in flight: {err}\na later call: {later}"
+        );
+    });
+    c.close();
+}
+
+/// A read-only client whose move to the read-write server it found fails
+/// (here the server answers `isro` but not the handshake) backs off its
+/// search as the Java client does: the probe interval keeps doubling
+/// across connections (pingRwTimeout is the connection thread's, not the
+/// connection's), instead of starting again at 100 ms on each new
+/// read-only connection, which drops that connection to move again.
+#[test]
+fn a_failing_move_to_a_read_write_server_backs_off() {
+    let ro = FakeServer::start(Script::default().read_only().session_id(0x40)).unwrap();
+    let rw = FakeServer::start(Script::default().handshake_length_prefix(0)).unwrap();
+    let c = Client::builder()
+        .connect_string(format!("{},{}", ro.connect_string(), rw.connect_string()))
+        .session_timeout(Duration::from_secs(5))
+        .connection_timeout(Duration::from_secs(2))
+        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+        .can_be_read_only(true)
+        .build()
+        .unwrap();
+    let c = started(c);
+    wait_until(
+        Duration::from_secs(10),
+        || c.state() == Some(ConnectionState::ReadOnly),
+        || format!("{:?}", c.state_history()),
+    );
+    let (ro_before, rw_before) = (ro.seen().handshakes.len(), rw.seen().handshakes.len());
+    std::thread::sleep(Duration::from_secs(5));
+    let ro_conns = ro.seen().handshakes.len() - ro_before;
+    let moves = rw.seen().handshakes.len() - rw_before;
+    eprintln!("in 5 s: {moves} moves tried, {ro_conns} read-only connections");
+    // Doubling from 100 ms, the probes of 5 s are at most 6.
+    assert!(
+        moves <= 6 && ro_conns <= 7,
+        "in 5 s: {moves} moves tried, {ro_conns} read-only connections\n{:?}",
+        c.state_history()
+    );
+    c.close();
 }

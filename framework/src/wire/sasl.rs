@@ -61,7 +61,7 @@ pub(crate) fn login<S: Read + Write>(
     let challenge = Challenge::parse(&challenge).map_err(rejected)?;
     let cnonce = uuid::Uuid::new_v4().simple().to_string();
     let answer = challenge.answer(creds, &cnonce).map_err(rejected)?;
-    let proof = exchange(s, xid(), answer.response.as_bytes(), max_reply)
+    let proof = exchange(s, xid(), &answer.response, max_reply)
         .map_err(|e| e.or_rejected("the server rejected the user name or password"))?;
     let proof = String::from_utf8_lossy(&proof);
     match proof.strip_prefix("rspauth=") {
@@ -127,7 +127,7 @@ struct Challenge {
 /// The client's digest-response, and the `rspauth` the server must send back.
 #[derive(Debug)]
 struct Answer {
-    response: String,
+    response: Vec<u8>,
     rspauth: String,
 }
 
@@ -137,8 +137,19 @@ impl Challenge {
             // What a server with no SASL login configured answers.
             return Err("the server offers no SASL login (an empty challenge)".into());
         }
-        let text = std::str::from_utf8(token).map_err(|_| "the challenge is not text")?;
-        let fields = parse_fields(text)?;
+        // ISO 8859-1 (RFC 2831) unless it names charset=utf-8: read it as
+        // ISO 8859-1 first (every byte is a character, and UTF-8 puts no
+        // quote or comma inside a character), then as UTF-8 if it says so.
+        let latin1: String = token.iter().map(|&b| char::from(b)).collect();
+        let mut fields = parse_fields(&latin1)?;
+        let utf8 = fields
+            .iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case("charset") && v.eq_ignore_ascii_case("utf-8"));
+        if utf8 {
+            let text = std::str::from_utf8(token)
+                .map_err(|_| "the challenge names charset=utf-8 but is not UTF-8")?;
+            fields = parse_fields(text)?;
+        }
         let get = |key: &str| {
             fields
                 .iter()
@@ -156,7 +167,7 @@ impl Challenge {
         Ok(Challenge {
             realm: get("realm").unwrap_or("").to_owned(),
             nonce,
-            utf8: get("charset").is_some_and(|c| c.eq_ignore_ascii_case("utf-8")),
+            utf8,
         })
     }
 
@@ -165,22 +176,39 @@ impl Challenge {
         let user = text(&creds.user).ok_or("the user name is not ISO 8859-1")?;
         let password = text(&creds.password).ok_or("the password is not ISO 8859-1")?;
         let realm = text(&self.realm).ok_or("the realm is not ISO 8859-1")?;
+        // The directives are UTF-8 with charset=utf-8, else ISO 8859-1
+        // (the digest's encoding, which the checks above showed fits).
+        let sent = |s: &str| -> Vec<u8> {
+            if self.utf8 {
+                s.as_bytes().to_vec()
+            } else {
+                s.chars().map(|c| c as u8).collect()
+            }
+        };
+        // As the challenge had it, byte for byte.
+        let nonce = sent(&self.nonce);
         let nc = "00000001";
-        let digest =
-            |a2: &str| response_value(&user, &realm, &password, &self.nonce, cnonce, nc, a2);
-        let mut response = String::new();
+        let digest = |a2: &str| response_value(&user, &realm, &password, &nonce, cnonce, nc, a2);
+        let mut response = Vec::new();
         if self.utf8 {
-            response.push_str("charset=utf-8,");
+            response.extend_from_slice(b"charset=utf-8,");
         }
-        response.push_str(&format!(
-            "username={},realm={},nonce={},nc={nc},cnonce={},digest-uri={},maxbuf=65536,response={},qop=auth",
-            quoted(&creds.user),
-            quoted(&self.realm),
-            quoted(&self.nonce),
-            quoted(cnonce),
-            quoted(DIGEST_URI),
-            digest(&format!("AUTHENTICATE:{DIGEST_URI}")),
-        ));
+        for (key, value) in [
+            ("username", sent(&creds.user)),
+            ("realm", sent(&self.realm)),
+            ("nonce", nonce.clone()),
+        ] {
+            response.extend_from_slice(format!("{key}=").as_bytes());
+            response.extend(quoted(&value));
+            response.push(b',');
+        }
+        response.extend_from_slice(
+            format!(
+                "nc={nc},cnonce=\"{cnonce}\",digest-uri=\"{DIGEST_URI}\",maxbuf=65536,response={},qop=auth",
+                digest(&format!("AUTHENTICATE:{DIGEST_URI}")),
+            )
+            .as_bytes(),
+        );
         Ok(Answer {
             response,
             rspauth: digest(&format!(":{DIGEST_URI}")),
@@ -193,18 +221,18 @@ fn response_value(
     user: &[u8],
     realm: &[u8],
     password: &[u8],
-    nonce: &str,
+    nonce: &[u8],
     cnonce: &str,
     nc: &str,
     a2: &str,
 ) -> String {
     let secret = md5(&[user, b":", realm, b":", password]);
-    let a1 = md5(&[&secret, b":", nonce.as_bytes(), b":", cnonce.as_bytes()]);
+    let a1 = md5(&[&secret, b":", nonce, b":", cnonce.as_bytes()]);
     let a2 = hex(&md5(&[a2.as_bytes()]));
     hex(&md5(&[
         hex(&a1).as_bytes(),
         b":",
-        nonce.as_bytes(),
+        nonce,
         b":",
         nc.as_bytes(),
         b":",
@@ -238,16 +266,18 @@ fn encode(s: &str, utf8: bool) -> Option<Vec<u8>> {
     }
 }
 
-fn quoted(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
+/// A quoted-string of encoded text: `"` and `\\` escaped (in ISO 8859-1
+/// and UTF-8 alike those bytes are only ever those characters).
+fn quoted(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len() + 2);
+    out.push(b'"');
+    for &b in s {
+        if b == b'"' || b == b'\\' {
+            out.push(b'\\');
         }
-        out.push(c);
+        out.push(b);
     }
-    out.push('"');
+    out.push(b'"');
     out
 }
 
@@ -299,7 +329,7 @@ mod tests {
                 b"chris",
                 b"elwood.innosoft.com",
                 b"secret",
-                "OA6MG9tEQGm2hh",
+                b"OA6MG9tEQGm2hh",
                 "OA6MHXh6VqTrRk",
                 "00000001",
                 s,
@@ -329,8 +359,9 @@ mod tests {
             password: "pw".into(),
         };
         let a = c.answer(&creds, "cn").unwrap();
-        assert!(a.response.starts_with("charset=utf-8,username=\"bob\",realm=\"zk-sasl-md5\",nonce=\"n\\\"o,nce\",nc=00000001,cnonce=\"cn\",digest-uri=\"zookeeper/zk-sasl-md5\""), "{}", a.response);
-        assert!(a.response.ends_with(",qop=auth"));
+        let response = String::from_utf8(a.response).unwrap();
+        assert!(response.starts_with("charset=utf-8,username=\"bob\",realm=\"zk-sasl-md5\",nonce=\"n\\\"o,nce\",nc=00000001,cnonce=\"cn\",digest-uri=\"zookeeper/zk-sasl-md5\""), "{response}");
+        assert!(response.ends_with(",qop=auth"));
     }
 
     /// A server side that replies with canned frames.
@@ -493,7 +524,7 @@ mod tests {
             ),
             (b"nonce=\"n\",qop=\"auth\"", "md5-sess"),
             (b"nonce=\"n", "unterminated"),
-            (b"\xff\xfe", "not text"),
+            (b"charset=utf-8,nonce=\"\xff\"", "not UTF-8"),
             (b"", "no SASL login"),
         ] {
             let err = Challenge::parse(token).unwrap_err();

@@ -215,7 +215,10 @@ fn resolve_one(host: &str) -> Result<SocketAddr, ConnectFailure> {
 
 /// The search for a read-write server while connected read-only: one host
 /// at a time, first after 100 ms, then at doubling intervals up to 60 s
-/// (the Java client's pingRwServer timing).
+/// (the Java client's pingRwServer timing). The interval is the session's,
+/// not the connection's, as the Java client's `pingRwTimeout`: a move that
+/// fails leads to a new read-only connection, which must not probe (and
+/// move) again at once. A read-write connection starts it over.
 struct RwProbe {
     every: Duration,
     last: Instant,
@@ -223,17 +226,34 @@ struct RwProbe {
 }
 
 impl RwProbe {
-    fn new(negotiated: Duration) -> Self {
+    const FIRST: Duration = Duration::from_millis(100);
+
+    fn new() -> Self {
         RwProbe {
-            every: Duration::from_millis(100),
+            every: Self::FIRST,
             last: Instant::now(),
-            // Short enough to leave the reader time for pings and silence.
-            timeout: (negotiated / 6).clamp(Duration::from_millis(50), Duration::from_secs(1)),
+            timeout: Duration::from_secs(1),
         }
     }
 
-    /// Probes the next host if one is due; its address if it is read-write.
-    fn due(&mut self, hosts: &mut HostList, tls: Option<&TlsSettings>) -> Option<SocketAddr> {
+    /// A new connection: read-only ones probe from now on, at the interval
+    /// reached; a read-write one ends the search.
+    fn connected(&mut self, read_only: bool, negotiated: Duration) {
+        if !read_only {
+            self.every = Self::FIRST;
+        }
+        self.last = Instant::now();
+        // Short enough to leave the reader time for pings and silence.
+        self.timeout = (negotiated / 6).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    }
+
+    /// Probes the next host if one is due; its name (as in the connect
+    /// string) and address if it is read-write.
+    fn due(
+        &mut self,
+        hosts: &mut HostList,
+        tls: Option<&TlsSettings>,
+    ) -> Option<(String, SocketAddr)> {
         if self.last.elapsed() < self.every {
             return None;
         }
@@ -242,7 +262,7 @@ impl RwProbe {
         let addr = resolve_one(host).ok()?;
         let found = is_read_write(host, addr, tls, self.timeout);
         self.last = Instant::now();
-        found.then_some(addr)
+        found.then(|| (host.to_owned(), addr))
     }
 }
 
@@ -313,9 +333,11 @@ pub(crate) enum WireEvent {
         silent_for: Duration,
     },
     Expired,
-    /// The server rejected the client's auth: why.
+    /// The server rejected the client's auth: why, and whether it was the
+    /// connection's SASL login (else an auth packet).
     AuthFailed {
         reason: String,
+        at_login: bool,
     },
     Closed,
 }
@@ -393,6 +415,9 @@ struct Io {
     /// A handle on the live connection to shut it down with; `None` while
     /// disconnected.
     live: Option<Stream>,
+    /// A handle on a connection whose SASL login is under way (it is not
+    /// live yet), so that a close can end the login.
+    logging_in: Option<Stream>,
     /// Counts connections; a writer checks it to write only on the
     /// connection its requests were queued for.
     conn_id: u64,
@@ -466,6 +491,7 @@ impl WireSession {
         let inner = Arc::new(Inner {
             io: Mutex::new(Io {
                 live: None,
+                logging_in: None,
                 conn_id: 0,
                 pending: VecDeque::new(),
                 next_xid: 1,
@@ -889,16 +915,19 @@ enum Ended {
     /// Lost or silent: reconnect to the same session.
     Dropped,
     /// Connected read-only, a read-write server was found: connect there.
-    ReadWriteFound(SocketAddr),
+    /// Its host as in the connect string (the name TLS verifies) and address.
+    ReadWriteFound(String, SocketAddr),
     /// The server says the session is gone.
     Expired,
-    /// The server rejected the client's auth: why.
-    AuthFailed(String),
+    /// The server rejected the client's auth: why, and whether it was the
+    /// SASL login.
+    AuthFailed(String, bool),
 }
 
 impl Inner {
     fn run(self: Arc<Self>) {
         let mut hosts = HostList::new(&self.cfg.hosts);
+        let mut probe = RwProbe::new();
         // Jittered (the crate's default randomization is ±50%) and growing
         // while attempts keep failing.
         let mut pause = backoff::ExponentialBackoff {
@@ -911,10 +940,10 @@ impl Inner {
             thread::sleep(pause.next_backoff().unwrap_or(Duration::from_secs(1)));
         };
         // A read-write server found while connected read-only.
-        let mut prefer: Option<SocketAddr> = None;
+        let mut prefer: Option<(String, SocketAddr)> = None;
         while !self.is_ending() {
             let (attempt, round_done) = match prefer.take() {
-                Some(addr) => (Ok((addr.ip().to_string(), addr)), false),
+                Some(found) => (Ok(found), false),
                 None => {
                     let (host, round_done) = hosts.next();
                     let resolved = resolve_one(host).map(|addr| (host.to_owned(), addr));
@@ -928,8 +957,9 @@ impl Inner {
                     *self.last_connect_error.lock() = None;
                     let connected_at = Instant::now();
                     (self.events)(WireEvent::Connected { read_only });
-                    let (ended, last_recv) = self.read_loop(stream, read_only, &mut hosts);
-                    if let Ended::AuthFailed(why) = &ended {
+                    let (ended, last_recv) =
+                        self.read_loop(stream, read_only, &mut hosts, &mut probe);
+                    if let Ended::AuthFailed(why, _) = &ended {
                         *self.auth_failure.lock() = why.clone();
                         // What waits fails with the reason, and nothing
                         // reports a mere disconnection first.
@@ -955,7 +985,7 @@ impl Inner {
                     ended
                 }
                 Err(HandshakeError::Expired) => Ended::Expired,
-                Err(HandshakeError::AuthFailed(why)) => Ended::AuthFailed(why),
+                Err(HandshakeError::AuthFailed(why)) => Ended::AuthFailed(why, true),
                 Err(HandshakeError::Failed(failure)) => {
                     log::debug!("connecting failed: {failure}");
                     *self.last_connect_error.lock() = Some(failure);
@@ -968,16 +998,19 @@ impl Inner {
             };
             match ended {
                 Ended::Dropped => {}
-                Ended::ReadWriteFound(addr) => prefer = Some(addr),
+                Ended::ReadWriteFound(host, addr) => prefer = Some((host, addr)),
                 Ended::Expired => {
                     log::info!("session expired");
                     self.expire(ErrorCode::SessionExpired, WireEvent::Expired);
                     return;
                 }
-                Ended::AuthFailed(reason) => {
+                Ended::AuthFailed(reason, at_login) => {
                     log::error!("{reason}");
                     *self.auth_failure.lock() = reason.clone();
-                    self.expire(ErrorCode::AuthFailed, WireEvent::AuthFailed { reason });
+                    self.expire(
+                        ErrorCode::AuthFailed,
+                        WireEvent::AuthFailed { reason, at_login },
+                    );
                     return;
                 }
             }
@@ -1008,6 +1041,9 @@ impl Inner {
             return false;
         }
         self.drop_connection(ErrorCode::ConnectionLoss);
+        if let Some(s) = self.io.lock().logging_in.take() {
+            let _ = s.shutdown();
+        }
         self.connected.notify_all();
         true
     }
@@ -1029,12 +1065,20 @@ impl Inner {
     }
 
     fn drop_connection(&self, code: ErrorCode) {
+        // A rejected auth's waiters learn what was refused, as later calls do.
+        let refused = (code == ErrorCode::AuthFailed).then(|| self.auth_failure.lock().clone());
+        let error = || match &refused {
+            Some(reason) => Error::AuthFailed {
+                reason: reason.clone(),
+            },
+            None => Error::from_code(code),
+        };
         let mut io = self.io.lock();
         if let Some(s) = io.live.take() {
             let _ = s.shutdown();
         }
         for p in io.pending.drain(..) {
-            p.answer(Err(Error::from_code(code)));
+            p.answer(Err(error()));
         }
     }
 
@@ -1065,11 +1109,22 @@ impl Inner {
             })
         };
         if let Some(creds) = &self.cfg.sasl {
-            // Auth is the connection's: every connection logs in again.
-            sasl::login(&mut s, creds, self.cfg.max_reply, || {
-                self.io.lock().take_xid()
-            })
-            .map_err(|e| match e {
+            // Connected now: each SASL reply gets the read timeout any reply
+            // gets (the Java client's), not what is left of the connect's.
+            s.set_read_timeout(Some((negotiated * 2 / 3).max(Duration::from_millis(200))))
+                .map_err(failed)?;
+            // A close from now on shuts this handle down, ending the login.
+            self.io.lock().logging_in = Some(s.try_clone().map_err(failed)?);
+            let login = if self.is_ending() {
+                Err(LoginError::Io(io::Error::other("the client is closing")))
+            } else {
+                // Auth is the connection's: every connection logs in again.
+                sasl::login(&mut s, creds, self.cfg.max_reply, || {
+                    self.io.lock().take_xid()
+                })
+            };
+            self.io.lock().logging_in = None;
+            login.map_err(|e| match e {
                 LoginError::Rejected(why) => HandshakeError::AuthFailed(format!(
                     "SASL DIGEST-MD5 login as {:?} at {addr} failed: {why}",
                     creds.user
@@ -1165,9 +1220,15 @@ impl Inner {
     /// Reads and dispatches replies until the connection ends. Connected to
     /// a read-only server, it also probes the other hosts for a read-write
     /// one (`hosts`), as the Java client's pingRwServer.
-    fn read_loop(&self, mut s: Stream, read_only: bool, hosts: &mut HostList) -> (Ended, Instant) {
+    fn read_loop(
+        &self,
+        mut s: Stream,
+        read_only: bool,
+        hosts: &mut HostList,
+        probe: &mut RwProbe,
+    ) -> (Ended, Instant) {
         let negotiated = self.creds.lock().negotiated;
-        let mut probe = RwProbe::new(negotiated);
+        probe.connected(read_only, negotiated);
         let read_timeout = negotiated * 2 / 3;
         // Half the read timeout, and at least every 10 s as the Java client
         // (`MAX_SEND_PING_INTERVAL`), so idle connections look alive to
@@ -1213,9 +1274,9 @@ impl Inner {
                 return (Ended::Dropped, last_recv);
             }
             if read_only {
-                if let Some(addr) = probe.due(hosts, self.cfg.tls.as_ref()) {
-                    log::info!("read-write server found at {addr}, moving there");
-                    return (Ended::ReadWriteFound(addr), last_recv);
+                if let Some((host, addr)) = probe.due(hosts, self.cfg.tls.as_ref()) {
+                    log::info!("read-write server found at {host} ({addr}), moving there");
+                    return (Ended::ReadWriteFound(host, addr), last_recv);
                 }
             }
             // A writer holding the lock is sending already (or stuck, which
@@ -1285,10 +1346,13 @@ impl Inner {
             xid::AUTH => {
                 if header.err != 0 {
                     log::warn!("authentication failed ({})", header.err);
-                    return Ok(Some(Ended::AuthFailed(format!(
-                        "the server rejected an auth packet ({})",
-                        ErrorCode::from_wire(header.err)
-                    ))));
+                    return Ok(Some(Ended::AuthFailed(
+                        format!(
+                            "the server rejected an auth packet ({})",
+                            ErrorCode::from_wire(header.err)
+                        ),
+                        false,
+                    )));
                 }
             }
             _ => {
