@@ -65,7 +65,9 @@ pub(crate) fn subscribe(client: &Client, owner: i64) -> (Receiver<HoldEvent>, Li
     // After registering, so a change from now on is not missed; one that
     // raced with this may be told twice (`InDoubt` again, or a `Restored`
     // after this `InDoubt`), which a reader handles as usual.
-    if client.session_id() != owner {
+    // Lost now: the session changed, or it is the one just lost (the new
+    // one not started yet), as the listener tells it.
+    if client.session_id() != owner || client.state() == Some(ConnectionState::Lost) {
         if !lost.swap(true, Ordering::AcqRel) {
             let _ = tx.send(HoldEvent::Lost);
         }

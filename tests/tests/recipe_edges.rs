@@ -898,6 +898,10 @@ fn holders_are_told_when_their_hold_is_in_doubt_or_lost() {
         );
     }
     assert!(g.is_lost() && g.is_in_doubt() && lease.is_in_doubt());
+    // A channel opened once the hold is lost starts with Lost, and says no more.
+    let late = g.events();
+    assert_eq!(late.try_recv(), Ok(HoldEvent::Lost), "{}", ctx.dump());
+    assert!(late.try_recv().is_err());
     // Lost is final: nothing after it, even once a new session connects.
     wait_until(
         Duration::from_secs(20),
