@@ -270,3 +270,82 @@ impl std::fmt::Debug for MultiLockGuard<'_> {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// A lock of the caller's own that keeps the trait's defaults
+    /// (`release_by`, `acquire_cancellable`), as a user's lock would.
+    #[derive(Clone, Default)]
+    struct Local {
+        held: Arc<AtomicBool>,
+        acquires: Arc<AtomicUsize>,
+        grant: Arc<AtomicBool>,
+    }
+
+    impl InterProcessLock for Local {
+        fn acquire(&self) -> Result<()> {
+            self.acquire_timeout(Duration::MAX).map(|_| ())
+        }
+        fn acquire_timeout(&self, _: Duration) -> Result<bool> {
+            self.acquires.fetch_add(1, Ordering::SeqCst);
+            let granted =
+                self.grant.load(Ordering::SeqCst) && !self.held.swap(true, Ordering::SeqCst);
+            Ok(granted)
+        }
+        fn release(&self) -> Result<()> {
+            self.held.store(false, Ordering::SeqCst);
+            Ok(())
+        }
+        fn is_acquired_in_this_process(&self) -> bool {
+            self.held.load(Ordering::SeqCst)
+        }
+    }
+
+    fn local(grant: bool) -> Local {
+        let l = Local::default();
+        l.grant.store(grant, Ordering::SeqCst);
+        l
+    }
+
+    #[test]
+    fn a_failed_acquire_rolls_back_a_custom_lock_through_the_default_release_by() {
+        let (first, second) = (local(true), local(false));
+        let multi =
+            InterProcessMultiLock::new(vec![Box::new(first.clone()), Box::new(second.clone())])
+                .unwrap();
+        assert!(!multi.acquire_timeout(Duration::from_millis(10)).unwrap());
+        assert!(
+            !first.is_acquired_in_this_process(),
+            "the first lock was kept"
+        );
+        assert_eq!(second.acquires.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn the_default_acquire_cancellable_checks_the_token_first() {
+        let lock = local(true);
+        let multi = InterProcessMultiLock::new(vec![Box::new(lock.clone())]).unwrap();
+        let cancel = CancelToken::new();
+        cancel.cancel();
+        assert!(matches!(
+            multi.acquire_cancellable(Duration::from_secs(1), &cancel),
+            Err(Error::Cancelled)
+        ));
+        assert_eq!(
+            lock.acquires.load(Ordering::SeqCst),
+            0,
+            "waited though cancelled"
+        );
+        let fresh = CancelToken::new();
+        assert!(multi
+            .acquire_cancellable(Duration::from_secs(1), &fresh)
+            .unwrap());
+        assert!(lock.is_acquired_in_this_process());
+        multi.release().unwrap();
+        assert!(!lock.is_acquired_in_this_process());
+    }
+}
