@@ -317,6 +317,7 @@ mod tests {
         let multi =
             InterProcessMultiLock::new(vec![Box::new(first.clone()), Box::new(second.clone())])
                 .unwrap();
+        assert_eq!(format!("{multi:?}"), "InterProcessMultiLock(2 locks)");
         assert!(!multi.acquire_timeout(Duration::from_millis(10)).unwrap());
         assert!(
             !first.is_acquired_in_this_process(),

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use latchkey_framework::{Client, RetryForever};
-use latchkey_recipes::{InterProcessMutex, InterProcessSemaphoreV2, REQUEST_GRACE};
+use latchkey_recipes::{
+    InterProcessMultiLock, InterProcessMutex, InterProcessSemaphoreV2, REQUEST_GRACE,
+};
 use latchkey_test::{FaultProxy, TestingServer};
 
 /// What a timed call may overrun its deadline by on a loaded machine (as
@@ -218,16 +220,21 @@ fn cancelling_a_queued_acquire_during_a_partition_returns_at_once() {
     let sem_path = format!("{base}/sem");
     let sem_held = InterProcessSemaphoreV2::new(&holder, &sem_path, 1).unwrap();
     let lease = sem_held.acquire().unwrap();
+    // The multi-lock takes this free lock first, then queues on the mutex:
+    // its cancel must roll the free lock back without waiting on ZooKeeper.
+    let free_path = format!("{base}/free");
+    let free = InterProcessMutex::new(&holder, &free_path).unwrap();
     let queued = |name: &str| match name {
-        "mutex" => held.participant_nodes().unwrap_or_default().len(),
+        "mutex" | "multi-lock" => held.participant_nodes().unwrap_or_default().len(),
         _ => sem_held.participant_nodes().unwrap_or_default().len(),
     };
 
     let mut late = Vec::new();
-    for name in ["mutex", "semaphore"] {
-        let (mutex, sem) = (
+    for name in ["mutex", "semaphore", "multi-lock"] {
+        let (mutex, sem, multi) = (
             InterProcessMutex::new(&waiter, &mutex_path).unwrap(),
             InterProcessSemaphoreV2::new(&waiter, &sem_path, 1).unwrap(),
+            InterProcessMultiLock::from_paths(&waiter, &[&free_path, &mutex_path]).unwrap(),
         );
         let cancel = CancelToken::new();
         let token = cancel.clone();
@@ -235,6 +242,7 @@ fn cancelling_a_queued_acquire_during_a_partition_returns_at_once() {
         thread::spawn(move || {
             let got = match name {
                 "mutex" => mutex.acquire_cancellable(Duration::MAX, &token),
+                "multi-lock" => multi.acquire_cancellable(Duration::MAX, &token),
                 _ => sem
                     .acquire_many_cancellable(1, Duration::MAX, &token)
                     .map(|l| l.is_some()),
@@ -258,6 +266,12 @@ fn cancelling_a_queued_acquire_during_a_partition_returns_at_once() {
         proxy.resume();
         wait_until(Duration::from_secs(20), || queued(name) == 1, || ctx.dump());
     }
+    // The multi-lock's free lock was given back, in the background.
+    wait_until(
+        Duration::from_secs(20),
+        || free.participant_nodes().is_ok_and(|n| n.is_empty()),
+        || ctx.dump(),
+    );
     assert!(
         late.is_empty(),
         "cancelled acquires returned late once the network went silent: {late:?}\n{}",
@@ -386,7 +400,7 @@ fn a_cancelled_handle_abandons_a_request_under_way() {
 /// rollback still has to fit in the call's deadline.
 #[test]
 fn a_multi_lock_rolls_back_within_its_deadline_during_a_partition() {
-    use latchkey_recipes::{InterProcessLock, InterProcessMultiLock, InterProcessSemaphoreMutex};
+    use latchkey_recipes::{InterProcessLock, InterProcessSemaphoreMutex};
     let server = TestingServer::start().expect("start ZooKeeper");
     let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
     let holder = connect(&server.connect_string(), Duration::from_secs(30));

@@ -609,3 +609,50 @@ fn a_node_ahead_gone_before_the_watch_means_look_again_not_queue_again() {
     assert_eq!(driver.asked.load(Ordering::SeqCst), 2);
     wait_empty(&c, &path, &dump);
 }
+
+/// The `InterProcessLock` trait, as generic code calls it, on each lock of
+/// the crate that implements it: acquire, held in this process, release;
+/// then another session takes the lock at once. (Every lock overrides some
+/// of the trait's defaults, so these calls reach the locks' own code.)
+#[test]
+fn the_lock_trait_acquires_and_releases_each_lock_of_the_crate() {
+    use latchkey_recipes::{InterProcessLock, InterProcessMultiLock, InterProcessSemaphoreMutex};
+    let server = shared_server();
+    let (mine, other) = (
+        connect(&server.connect_string(), Duration::from_secs(10)),
+        connect(&server.connect_string(), Duration::from_secs(10)),
+    );
+    let base = unique("/pinned/lock-trait");
+    let path = |name: &str| format!("{base}/{name}");
+    type Make = fn(&Client, &str) -> Box<dyn InterProcessLock>;
+    let kinds: [(&str, Make); 3] = [
+        ("mutex", |c, p| {
+            Box::new(InterProcessMutex::new(c, p).unwrap())
+        }),
+        ("semaphore mutex", |c, p| {
+            Box::new(InterProcessSemaphoreMutex::new(c, p).unwrap())
+        }),
+        ("multi-lock", |c, p| {
+            let (a, b) = (format!("{p}/a"), format!("{p}/b"));
+            Box::new(InterProcessMultiLock::from_paths(c, &[&a, &b]).unwrap())
+        }),
+    ];
+    for (name, make) in kinds {
+        let (lock, rival) = (make(&mine, &path(name)), make(&other, &path(name)));
+        lock.acquire().unwrap();
+        assert!(lock.is_acquired_in_this_process(), "{name}: not held");
+        assert!(
+            !rival.acquire_timeout(Duration::from_millis(200)).unwrap(),
+            "{name}: two holders"
+        );
+        lock.release().unwrap();
+        assert!(!lock.is_acquired_in_this_process(), "{name}: still held");
+        assert!(
+            rival.acquire_timeout(Duration::from_secs(10)).unwrap(),
+            "{name}: not released for another session"
+        );
+        rival.release().unwrap();
+    }
+    mine.close();
+    other.close();
+}
