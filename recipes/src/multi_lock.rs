@@ -327,6 +327,21 @@ mod tests {
     }
 
     #[test]
+    fn try_lock_takes_free_locks_and_the_guard_gives_them_back() {
+        let (a, b) = (local(true), local(true));
+        let multi =
+            InterProcessMultiLock::new(vec![Box::new(a.clone()), Box::new(b.clone())]).unwrap();
+        let guard = multi.try_lock().unwrap().expect("both locks are free");
+        assert!(multi.is_acquired_in_this_process());
+        drop(guard);
+        assert!(!a.is_acquired_in_this_process() && !b.is_acquired_in_this_process());
+        // One lock taken elsewhere: nothing is kept.
+        b.held.store(true, Ordering::SeqCst);
+        assert!(multi.try_lock().unwrap().is_none());
+        assert!(!a.is_acquired_in_this_process());
+    }
+
+    #[test]
     fn the_default_acquire_cancellable_checks_the_token_first() {
         let lock = local(true);
         let multi = InterProcessMultiLock::new(vec![Box::new(lock.clone())]).unwrap();
