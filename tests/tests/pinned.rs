@@ -639,19 +639,40 @@ fn the_lock_trait_acquires_and_releases_each_lock_of_the_crate() {
     ];
     for (name, make) in kinds {
         let (lock, rival) = (make(&mine, &path(name)), make(&other, &path(name)));
-        lock.acquire().unwrap();
-        assert!(lock.is_acquired_in_this_process(), "{name}: not held");
-        assert!(
-            !rival.acquire_timeout(Duration::from_millis(200)).unwrap(),
-            "{name}: two holders"
-        );
-        lock.release().unwrap();
-        assert!(!lock.is_acquired_in_this_process(), "{name}: still held");
-        assert!(
-            rival.acquire_timeout(Duration::from_secs(10)).unwrap(),
-            "{name}: not released for another session"
-        );
-        rival.release().unwrap();
+        // Once with acquire and release, once with the cancellable acquire
+        // and release_by.
+        for round in 0..2 {
+            if round == 0 {
+                lock.acquire().unwrap();
+            } else {
+                let token = CancelToken::new();
+                assert!(lock
+                    .acquire_cancellable(Duration::from_secs(10), &token)
+                    .unwrap());
+            }
+            assert!(
+                lock.is_acquired_in_this_process(),
+                "{name} {round}: not held"
+            );
+            assert!(
+                !rival.acquire_timeout(Duration::from_millis(200)).unwrap(),
+                "{name} {round}: two holders"
+            );
+            if round == 0 {
+                lock.release().unwrap();
+            } else {
+                lock.release_by(None).unwrap();
+            }
+            assert!(
+                !lock.is_acquired_in_this_process(),
+                "{name} {round}: still held"
+            );
+            assert!(
+                rival.acquire_timeout(Duration::from_secs(10)).unwrap(),
+                "{name} {round}: not released for another session"
+            );
+            rival.release().unwrap();
+        }
     }
     mine.close();
     other.close();
