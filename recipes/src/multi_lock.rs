@@ -332,6 +332,7 @@ mod tests {
         let multi =
             InterProcessMultiLock::new(vec![Box::new(a.clone()), Box::new(b.clone())]).unwrap();
         let guard = multi.try_lock().unwrap().expect("both locks are free");
+        assert_eq!(format!("{guard:?}"), "MultiLockGuard { locks: 2 }");
         assert!(multi.is_acquired_in_this_process());
         drop(guard);
         assert!(!a.is_acquired_in_this_process() && !b.is_acquired_in_this_process());
