@@ -33,6 +33,32 @@ fn builder(connect_string: &str) -> ClientBuilder {
         .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10))
 }
 
+/// A SASL reply body (a jute buffer) carrying `token`.
+fn sasl_reply(token: &[u8]) -> Vec<u8> {
+    let mut body = (token.len() as i32).to_be_bytes().to_vec();
+    body.extend_from_slice(token);
+    body
+}
+
+/// A scripted server that answers every SASL request with `token`.
+fn fake_sasl_server(token: &[u8]) -> FakeServer {
+    FakeServer::start(Script::default().reply(102, Reply::Ok(sasl_reply(token)))).unwrap()
+}
+
+/// A started client at `connect` logging in as `user`, with no retries.
+fn logging_in(connect: &str, user: &str, connection_timeout: Duration) -> Client {
+    let c = Client::builder()
+        .connect_string(connect)
+        .session_timeout(SESSION)
+        .connection_timeout(connection_timeout)
+        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+        .sasl_digest(user, "secret")
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    c
+}
+
 fn only_bob() -> Vec<Acl> {
     vec![Acl::new(Perms::ALL, "sasl", "bob")]
 }
@@ -279,18 +305,8 @@ fn a_server_that_cannot_prove_it_knows_the_password_is_refused() {
         challenge.to_owned(),
         format!("rspauth=0123456789abcdef0123456789abcdef,{challenge}"),
     ] {
-        let mut body = (token.len() as i32).to_be_bytes().to_vec();
-        body.extend_from_slice(token.as_bytes());
-        let fake = FakeServer::start(Script::default().reply(102, Reply::Ok(body))).unwrap();
-        let c = Client::builder()
-            .connect_string(fake.connect_string())
-            .session_timeout(SESSION)
-            .connection_timeout(Duration::from_secs(5))
-            .retry_policy(RetryNTimes::new(0, Duration::ZERO))
-            .sasl_digest("bob", "secret")
-            .build()
-            .unwrap();
-        c.start().unwrap();
+        let fake = fake_sasl_server(token.as_bytes());
+        let c = logging_in(&fake.connect_string(), "bob", Duration::from_secs(5));
         let err = c.exists("/x").unwrap_err();
         assert!(err.is(ErrorCode::AuthFailed), "{token}: {err}");
         assert!(err.to_string().contains("proof"), "{token}: {err}");
@@ -388,18 +404,8 @@ fn a_user_name_is_sent_in_the_charset_the_challenge_names() {
     ] {
         let challenge =
             format!(r#"realm="zk-sasl-md5",nonce="abc",qop="auth"{charset},algorithm=md5-sess"#);
-        let mut body = (challenge.len() as i32).to_be_bytes().to_vec();
-        body.extend_from_slice(challenge.as_bytes());
-        let fake = FakeServer::start(Script::default().reply(102, Reply::Ok(body))).unwrap();
-        let c = Client::builder()
-            .connect_string(fake.connect_string())
-            .session_timeout(SESSION)
-            .connection_timeout(Duration::from_secs(5))
-            .retry_policy(RetryNTimes::new(0, Duration::ZERO))
-            .sasl_digest("jos\u{e9}", "secret")
-            .build()
-            .unwrap();
-        c.start().unwrap();
+        let fake = fake_sasl_server(challenge.as_bytes());
+        let c = logging_in(&fake.connect_string(), "jos\u{e9}", Duration::from_secs(5));
         // The fake answers the response with the challenge again: refused.
         let err = c.exists("/x").unwrap_err();
         assert!(err.is(ErrorCode::AuthFailed), "{charset:?}: {err}");
@@ -427,19 +433,10 @@ fn a_user_name_is_sent_in_the_charset_the_challenge_names() {
 fn a_slow_sasl_reply_within_the_read_timeout_is_waited_for() {
     let challenge =
         r#"realm="zk-sasl-md5",nonce="abc",qop="auth",charset=utf-8,algorithm=md5-sess"#;
-    let mut body = (challenge.len() as i32).to_be_bytes().to_vec();
-    body.extend_from_slice(challenge.as_bytes());
+    let body = sasl_reply(challenge.as_bytes());
     let late = Reply::Late(Duration::from_millis(1500), Box::new(Reply::Ok(body)));
     let fake = FakeServer::start(Script::default().reply(102, late)).unwrap();
-    let c = Client::builder()
-        .connect_string(fake.connect_string())
-        .session_timeout(SESSION)
-        .connection_timeout(Duration::from_secs(1))
-        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
-        .sasl_digest("bob", "secret")
-        .build()
-        .unwrap();
-    c.start().unwrap();
+    let c = logging_in(&fake.connect_string(), "bob", Duration::from_secs(1));
     let answered = || {
         let tokens = sasl_tokens(&fake);
         tokens.iter().any(|(conn, t)| {
@@ -604,18 +601,8 @@ fn a_session_that_logged_in_clears_the_count_of_refused_logins() {
 #[test]
 fn a_latin1_challenge_is_answered() {
     let challenge = b"realm=\"r\xe9alm\",nonce=\"abc\",qop=\"auth\",algorithm=md5-sess";
-    let mut body = (challenge.len() as i32).to_be_bytes().to_vec();
-    body.extend_from_slice(challenge);
-    let fake = FakeServer::start(Script::default().reply(102, Reply::Ok(body))).unwrap();
-    let c = Client::builder()
-        .connect_string(fake.connect_string())
-        .session_timeout(SESSION)
-        .connection_timeout(Duration::from_secs(5))
-        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
-        .sasl_digest("bob", "secret")
-        .build()
-        .unwrap();
-    c.start().unwrap();
+    let fake = fake_sasl_server(challenge);
+    let c = logging_in(&fake.connect_string(), "bob", Duration::from_secs(5));
     // The fake answers the response with the challenge again: refused.
     let err = c.exists("/x").unwrap_err();
     let tokens = sasl_tokens(&fake);
