@@ -425,10 +425,45 @@ fn read_only_over_tls_finds_read_write(certs: &TestCerts, host: &str) {
     }
     .tls(certs, ClientAuth::None);
     let mut cluster = latchkey_test::TestingCluster::start_with(3, config).unwrap();
+    // A write, so that the read-only member's zxid is surely of epoch 1.
+    let early = connect(&cluster.member_connect_string(0), SESSION);
+    early
+        .create()
+        .for_path(&unique("tls-ro-epoch"), b"")
+        .unwrap();
+    early.close();
     cluster.kill(1).unwrap();
     cluster.kill(2).unwrap();
-    let read_write = tls_server(certs, ClientAuth::None);
-    let relay = latchkey_test::FaultProxy::start(secure(&read_write).parse().unwrap()).unwrap();
+    // The read-write server is a one-member ensemble in quorum mode, not a
+    // standalone server: a server refuses a client that has seen a newer
+    // zxid than its own (the client must try another server), and once
+    // the 3-member ensemble has begun its epoch (zxid 0x100000000, which
+    // the read-only member's replies carry), a standalone server (epoch
+    // 0) refuses the move for good. Its own epoch 1 and a few writes put
+    // it ahead of the read-only member, as a real ensemble's majority is.
+    let read_write = latchkey_test::TestingCluster::start_with(
+        1,
+        ServerConfig::default()
+            .tls(certs, ClientAuth::None)
+            .extra("standaloneEnabled", "false"),
+    )
+    .unwrap();
+    let writer = connect(&read_write.member_connect_string(0), SESSION);
+    for i in 0..3 {
+        writer
+            .create()
+            .for_path(&unique(&format!("tls-ro-ahead-{i}")), b"")
+            .unwrap();
+    }
+    writer.close();
+    let relay = latchkey_test::FaultProxy::start(
+        read_write
+            .member_secure_connect_string(0)
+            .unwrap()
+            .parse()
+            .unwrap(),
+    )
+    .unwrap();
     relay.set_refuse(true);
     let read_only = cluster
         .member_secure_connect_string(0)
@@ -452,7 +487,7 @@ fn read_only_over_tls_finds_read_write(certs: &TestCerts, host: &str) {
             "client states: {:?}\nmember 0:\n{}\nread-write server:\n{}",
             c.state_history(),
             cluster.log_tail(0, 20),
-            read_write.log_tail(20)
+            read_write.log_tail(0, 20)
         )
     };
     wait_until(
@@ -463,11 +498,9 @@ fn read_only_over_tls_finds_read_write(certs: &TestCerts, host: &str) {
     let before = relay.accepted_count();
     relay.set_refuse(false);
     // Writes succeed once the client is on the read-write server, which it
-    // finds only by asking it `isro` over TLS. Usually within a second or
-    // two; but the probe's interval doubles up to 60 s for the session
-    // (as the Java client's), and every other probe goes to the read-only
-    // member, so a client that reconnected read-only many times under load
-    // may take two full intervals.
+    // finds only by asking it `isro` over TLS: within a few seconds (the
+    // probe's interval doubles for the session, up to 60 s, as the Java
+    // client's; the bound leaves room for that).
     let path = unique("tls-ro");
     wait_until(
         Duration::from_secs(150),
