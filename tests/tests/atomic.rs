@@ -217,6 +217,9 @@ fn no_increment_is_lost_through_leader_kills() {
         succeeded.load(Ordering::SeqCst),
         errors.load(Ordering::SeqCst),
     );
+    // A read is served by the client's server, which may be a follower
+    // that has not applied the last increments yet: sync first.
+    cs[0].sync(&path).unwrap();
     let value = DistributedAtomicLong::new(&cs[0], &path, retries(0))
         .unwrap()
         .get()

@@ -38,7 +38,12 @@ pub fn remaining(connect: &str, paths: &Paths, within: Duration) -> Result<Vec<S
 /// The value of the shared counter at `path` (0 if it was never created).
 pub fn counter_value(connect: &str, path: &str) -> Result<i64, String> {
     let client = direct_client(connect)?;
-    let value = DistributedAtomicLong::new(&client, path, RetryNTimes::new(0, Duration::ZERO))
+    // The server may be a follower behind the leader: sync before reading.
+    let value = client
+        .sync(path)
+        .and_then(|()| {
+            DistributedAtomicLong::new(&client, path, RetryNTimes::new(0, Duration::ZERO))
+        })
         .and_then(|c| c.get())
         .map(|v| v.post_value)
         .map_err(|e| format!("read the counter {path}: {e}"));
