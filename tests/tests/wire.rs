@@ -30,6 +30,19 @@ fn fake_builder(fake: &FakeServer, session_timeout: Duration) -> ClientBuilder {
         .retry_policy(RetryNTimes::new(0, Duration::ZERO))
 }
 
+/// A client that may be served read-only, with the read-only fake `ro`
+/// first in its connect string and `rw` second; not started.
+fn read_only_first(ro: &FakeServer, rw: &FakeServer) -> Client {
+    Client::builder()
+        .connect_string(format!("{},{}", ro.connect_string(), rw.connect_string()))
+        .session_timeout(Duration::from_secs(5))
+        .connection_timeout(Duration::from_secs(2))
+        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+        .can_be_read_only(true)
+        .build()
+        .unwrap()
+}
+
 fn started(c: Client) -> Client {
     c.start().expect("start client");
     c
@@ -469,14 +482,7 @@ fn a_read_only_session_id_is_not_resent() {
 fn a_read_only_client_moves_to_a_read_write_server() {
     let ro = FakeServer::start(Script::default().read_only().session_id(0x40)).unwrap();
     let rw = FakeServer::start(Script::default().session_id(0x41).refuse(true)).unwrap();
-    let c = Client::builder()
-        .connect_string(format!("{},{}", ro.connect_string(), rw.connect_string()))
-        .session_timeout(Duration::from_secs(5))
-        .connection_timeout(Duration::from_secs(2))
-        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
-        .can_be_read_only(true)
-        .build()
-        .unwrap();
+    let c = read_only_first(&ro, &rw);
     let states = c.listen();
     let c = started(c);
     assert_eq!(
@@ -641,14 +647,7 @@ fn a_request_in_flight_at_a_rejected_auth_says_why() {
 fn a_failing_move_to_a_read_write_server_backs_off() {
     let ro = FakeServer::start(Script::default().read_only().session_id(0x40)).unwrap();
     let rw = FakeServer::start(Script::default().handshake_length_prefix(0)).unwrap();
-    let c = Client::builder()
-        .connect_string(format!("{},{}", ro.connect_string(), rw.connect_string()))
-        .session_timeout(Duration::from_secs(5))
-        .connection_timeout(Duration::from_secs(2))
-        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
-        .can_be_read_only(true)
-        .build()
-        .unwrap();
+    let c = read_only_first(&ro, &rw);
     let c = started(c);
     wait_until(
         Duration::from_secs(10),
