@@ -677,3 +677,71 @@ fn the_lock_trait_acquires_and_releases_each_lock_of_the_crate() {
     mine.close();
     other.close();
 }
+
+/// One token shared by several waits cancels every one of them, not only
+/// the last to register (the token keeps a wake-up per wait).
+#[test]
+fn one_token_shared_by_several_waits_cancels_each() {
+    let server = shared_server();
+    let s = server.connect_string();
+    let (h, w) = (connect(&s, SESSION), connect(&s, SESSION));
+    let ctx = Arc::new(Ctx::new(server, &w));
+    let paths = [
+        unique("/pinned/shared-token-a"),
+        unique("/pinned/shared-token-b"),
+        unique("/pinned/shared-token-c"),
+    ];
+    let holders: Vec<_> = paths
+        .iter()
+        .map(|p| {
+            let m = InterProcessMutex::new(&h, p).unwrap();
+            assert!(m.acquire_timeout(Duration::from_secs(10)).unwrap());
+            m
+        })
+        .collect();
+    let token = CancelToken::new();
+    let (tx, rx) = bounded(paths.len());
+    for p in &paths {
+        let (m, token, tx) = (
+            InterProcessMutex::new(&w, p).unwrap(),
+            token.clone(),
+            tx.clone(),
+        );
+        thread::spawn(move || {
+            let got = m.acquire_cancellable(Duration::from_secs(60), &token);
+            let _ = tx.send((got, Instant::now()));
+        });
+    }
+    for p in &paths {
+        wait_until(
+            Duration::from_secs(10),
+            || sorted_children(&h, p).len() == 2,
+            || ctx.dump(),
+        );
+    }
+    let cancelled_at = Instant::now();
+    token.cancel();
+    for _ in &paths {
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok((Err(Error::Cancelled), at)) => {
+                let took = at - cancelled_at;
+                assert!(took < Duration::from_secs(2), "a wait took {took:?} to end");
+            }
+            Ok((other, _)) => panic!("a cancelled wait ended with {other:?}\n{}", ctx.dump()),
+            Err(_) => panic!(
+                "a wait sharing the cancelled token still waits after 10 s\n{}",
+                ctx.dump()
+            ),
+        }
+    }
+    for p in &paths {
+        wait_until(
+            Duration::from_secs(10),
+            || sorted_children(&h, p).len() == 1,
+            || format!("left behind under {p}: {:?}", sorted_children(&h, p)),
+        );
+    }
+    for m in holders {
+        m.release().unwrap();
+    }
+}
