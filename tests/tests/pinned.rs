@@ -745,3 +745,72 @@ fn one_token_shared_by_several_waits_cancels_each() {
         m.release().unwrap();
     }
 }
+
+/// Waiters of one lock that wait for the same node share one watch on it
+/// (the herd of readers behind a writer sets one watch, not one each),
+/// and all get in when it goes.
+#[test]
+fn waiters_for_the_same_node_share_one_watch() {
+    const READERS: usize = 8;
+    let server = shared_server();
+    let s = server.connect_string();
+    let (h, w) = (connect(&s, SESSION), connect(&s, SESSION));
+    let ctx = Arc::new(Ctx::new(server, &w));
+    let path = unique("/pinned/shared-watch");
+    let writer = InterProcessReadWriteLock::new(&h, &path).unwrap();
+    assert!(writer
+        .write_lock()
+        .acquire_timeout(Duration::from_secs(10))
+        .unwrap());
+    let readers = InterProcessReadWriteLock::new(&w, &path).unwrap();
+    let before = w.pending_watches();
+    let (tx, rx) = bounded(READERS);
+    for _ in 0..READERS {
+        let (rw, tx) = (readers.clone(), tx.clone());
+        thread::spawn(move || {
+            let got = rw.read_lock().acquire_timeout(Duration::from_secs(30));
+            if matches!(got, Ok(true)) {
+                let _ = rw.read_lock().release();
+            }
+            let _ = tx.send(got);
+        });
+    }
+    wait_until(
+        Duration::from_secs(10),
+        || sorted_children(&h, &path).len() == READERS + 1,
+        || ctx.dump(),
+    );
+    // Each reader lists, then watches the writer's node: once all have
+    // joined, the client holds one watch for them.
+    wait_until(
+        Duration::from_secs(10),
+        || w.pending_watches() == before + 1,
+        || {
+            format!(
+                "{} readers of one client hold {} watches (want 1)\n{}",
+                READERS,
+                w.pending_watches().saturating_sub(before),
+                ctx.dump()
+            )
+        },
+    );
+    // And stays one while they wait: none sets a watch of its own later.
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_secs(1) {
+        let held = w.pending_watches().saturating_sub(before);
+        assert!(
+            held <= 1,
+            "{READERS} waiting readers hold {held} watches\n{}",
+            ctx.dump()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    writer.write_lock().release().unwrap();
+    for _ in 0..READERS {
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(Ok(true)) => {}
+            other => panic!("a reader after the writer left: {other:?}\n{}", ctx.dump()),
+        }
+    }
+    assert_eq!(w.pending_watches(), before, "watches left behind");
+}
