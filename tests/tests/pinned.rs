@@ -814,3 +814,43 @@ fn waiters_for_the_same_node_share_one_watch() {
     }
     assert_eq!(w.pending_watches(), before, "watches left behind");
 }
+
+/// A hold is lost when the session ends by a rejected auth, though no new
+/// session follows (no retries allowed): the session id the client still
+/// reports is the lost one's, so only the `Lost` state can tell.
+#[test]
+fn a_hold_is_lost_when_a_rejected_auth_ends_the_session() {
+    let server = shared_server();
+    let c = client_with(
+        &server.connect_string(),
+        RetryNTimes::new(0, Duration::from_millis(10)),
+    );
+    let ctx = Arc::new(Ctx::new(server, &c));
+    let path = unique("/pinned/lost-by-auth");
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let guard = mutex
+        .try_lock_for(Duration::from_secs(10))
+        .unwrap()
+        .expect("a free lock");
+    assert!(!guard.is_lost());
+    let err = c.add_auth("nosuchscheme", b"x").unwrap_err();
+    assert!(err.is(ErrorCode::AuthFailed), "{err}\n{}", ctx.dump());
+    wait_until(
+        Duration::from_secs(10),
+        || c.state() == Some(latchkey_framework::ConnectionState::Lost),
+        || ctx.dump(),
+    );
+    wait_until(
+        Duration::from_secs(10),
+        || guard.is_lost(),
+        || {
+            format!(
+                "the hold is not lost after the rejected auth\n{}",
+                ctx.dump()
+            )
+        },
+    );
+    assert!(guard.is_in_doubt());
+    drop(guard);
+    c.close();
+}
