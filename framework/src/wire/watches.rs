@@ -358,11 +358,15 @@ mod tests {
         ]);
         let total: usize = batches.iter().flatten().map(Vec::len).sum();
         assert_eq!(total, 6020);
-        for b in &batches {
+        // Every batch but the last closes at the Java client's 128 KiB.
+        for (i, b) in batches.iter().enumerate() {
             let bytes: usize = b.iter().flatten().map(String::len).sum();
-            assert!(bytes < SET_WATCHES_BATCH + 200, "{bytes}");
+            assert!(bytes < 128 * 1024 + 200, "batch {i}: {bytes} bytes");
+            if i + 1 < batches.len() {
+                assert!(bytes >= 128 * 1024, "batch {i}: {bytes} bytes");
+            }
         }
-        assert!(batches.len() >= 5, "{}", batches.len());
+        assert_eq!(batches.len(), 5);
         assert!(set_watches_batches(Default::default()).is_empty());
     }
 
@@ -406,9 +410,12 @@ mod tests {
         let mut w = Watches::default();
         w.add(WatchKind::Data, "/a".into(), watcher());
         w.add(WatchKind::Child, "/a".into(), watcher());
+        w.add(WatchKind::Child, "/a".into(), watcher());
+        assert_eq!(w.len(), 3);
         assert!(!w.is_ended());
         let ended = w.end();
-        assert_eq!(ended.len(), 2);
+        assert_eq!(ended.len(), 3);
         assert!(w.is_ended() && w.is_empty());
+        assert_eq!(w.len(), 0);
     }
 }
