@@ -854,3 +854,65 @@ fn a_hold_is_lost_when_a_rejected_auth_ends_the_session() {
     drop(guard);
     c.close();
 }
+
+/// Listeners share a thread, and one ahead of the mutex's may block: the
+/// mutex may hear `Lost` only after the next session began. That late
+/// `Lost` must not mark a hold taken in the new session.
+#[test]
+fn a_late_lost_does_not_mark_a_hold_of_the_next_session() {
+    use latchkey_framework::ConnectionState;
+    let server = shared_server();
+    let c = client_with(
+        &server.connect_string(),
+        RetryNTimes::new(10, Duration::from_millis(100)),
+    );
+    let ctx = Arc::new(Ctx::new(server, &c));
+    let (unblock, blocked) = bounded::<()>(1);
+    let _blocker = c.add_listener(move |state| {
+        if state == ConnectionState::Lost {
+            let _ = blocked.recv_timeout(CALL_BOUND);
+        }
+    });
+    let path = unique("/pinned/late-lost");
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let (seen_tx, seen) = bounded(16);
+    let _after = c.add_listener(move |state| {
+        let _ = seen_tx.try_send(state);
+    });
+    let old = c.session_id();
+    c.expire_session_for_testing().unwrap();
+    wait_until(
+        Duration::from_secs(20),
+        || {
+            let id = c.session_id();
+            id != old && id != 0 && c.state().is_some_and(ConnectionState::is_connected)
+        },
+        || ctx.dump(),
+    );
+    let guard = mutex
+        .try_lock_for(Duration::from_secs(10))
+        .unwrap()
+        .expect("the lock is free in the new session");
+    let before: Vec<_> = seen.try_iter().collect();
+    assert!(
+        !before.contains(&ConnectionState::Lost),
+        "the listeners were not held up: {before:?}"
+    );
+    unblock.send(()).unwrap();
+    // The listener after the mutex's hears Lost once the mutex's has.
+    loop {
+        match seen.recv_timeout(Duration::from_secs(10)) {
+            Ok(ConnectionState::Lost) => break,
+            Ok(_) => {}
+            Err(_) => panic!("no Lost reached the listeners\n{}", ctx.dump()),
+        }
+    }
+    assert!(
+        !guard.is_lost(),
+        "a hold of the new session was marked lost by the old session's Lost\n{}",
+        ctx.dump()
+    );
+    drop(guard);
+    assert!(sorted_children(&c, &path).is_empty());
+    c.close();
+}
