@@ -204,3 +204,135 @@ impl WatcherEvent {
         Ok(WatcherEvent { event_type, path })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::acl::Perms;
+
+    #[test]
+    fn operations_are_named_as_zookeeper_names_them() {
+        // Op codes as numbers, from ZooKeeper's ZooDefs.OpCode.
+        let names = [
+            (1, "create"),
+            (2, "delete"),
+            (3, "exists"),
+            (4, "getData"),
+            (5, "setData"),
+            (6, "getACL"),
+            (7, "setACL"),
+            (8, "getChildren"),
+            (9, "sync"),
+            (12, "getChildren"),
+            (13, "check"),
+            (14, "multi"),
+            (15, "create"),
+            (18, "removeWatches"),
+            (19, "createContainer"),
+            (21, "createTTL"),
+            (22, "multiRead"),
+            (101, "setWatches"),
+            (102, "sasl"),
+            (103, "getEphemerals"),
+            (104, "getAllChildrenNumber"),
+            (105, "setWatches2"),
+            (106, "addWatch"),
+            (107, "whoAmI"),
+            (11, "request"),
+            (-11, "request"),
+            (999, "request"),
+        ];
+        for (opcode, name) in names {
+            assert_eq!(op_name(opcode), name, "op code {opcode}");
+        }
+    }
+
+    #[test]
+    fn the_handshake_is_laid_out_as_the_java_client_writes_it() {
+        let frame = ConnectRequest {
+            last_zxid: 0x0102,
+            timeout_ms: 30_000,
+            session_id: -2,
+            passwd: b"pw",
+            read_only: true,
+        }
+        .frame();
+        let mut want = Vec::new();
+        want.extend(0i32.to_be_bytes());
+        want.extend(0x0102i64.to_be_bytes());
+        want.extend(30_000i32.to_be_bytes());
+        want.extend((-2i64).to_be_bytes());
+        want.extend(2i32.to_be_bytes());
+        want.extend(b"pw");
+        want.push(1);
+        assert_eq!(&frame[..4], &(want.len() as i32).to_be_bytes());
+        assert_eq!(&frame[4..], &want[..]);
+
+        let mut reply = Writer::frame();
+        reply.i32(0).i32(4_000).i64(77).bytes(b"secret");
+        let old = ConnectResponse::read(&reply.as_bytes()[4..]).unwrap();
+        assert_eq!(
+            (
+                old.timeout_ms,
+                old.session_id,
+                &old.passwd[..],
+                old.read_only
+            ),
+            (4_000, 77, &b"secret"[..], false),
+            "a server before 3.4 sends no read-only flag"
+        );
+        reply.bool(true);
+        let ro = ConnectResponse::read(&reply.as_bytes()[4..]).unwrap();
+        assert!(ro.read_only);
+    }
+
+    #[test]
+    fn acls_round_trip_and_impossible_counts_are_refused() {
+        let acls = vec![
+            Acl::new(Perms::READ, "world", "anyone"),
+            Acl::new(Perms::ALL, "digest", "bob:hash"),
+        ];
+        let mut w = Writer::frame();
+        write_acls(&mut w, &acls);
+        let bytes = w.finish_frame();
+        let mut r = Reader::new(&bytes[4..]);
+        assert_eq!(read_acls(&mut r).unwrap(), acls);
+        assert!(r.is_empty());
+        for count in [-1i32, 1, i32::MAX] {
+            let body = count.to_be_bytes();
+            let err = read_acls(&mut Reader::new(&body)).unwrap_err();
+            assert!(matches!(err, Error::Marshalling(_)), "{count}: {err}");
+        }
+        // Exactly enough bytes for one entry of empty strings.
+        let mut w = Writer::frame();
+        w.i32(1).i32(1).string("").string("");
+        let bytes = w.finish_frame();
+        assert_eq!(read_acls(&mut Reader::new(&bytes[4..])).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn stat_fields_are_read_in_wire_order() {
+        let mut w = Writer::frame();
+        w.i64(1).i64(2).i64(3).i64(4).i32(5).i32(6).i32(7);
+        w.i64(8).i32(9).i32(10).i64(11);
+        let bytes = w.finish_frame();
+        let stat = read_stat(&mut Reader::new(&bytes[4..])).unwrap();
+        let got = (
+            (stat.czxid, stat.mzxid, stat.ctime, stat.mtime),
+            (stat.version, stat.cversion, stat.aversion),
+            (stat.ephemeral_owner, stat.data_length, stat.num_children),
+            stat.pzxid,
+        );
+        assert_eq!(got, ((1, 2, 3, 4), (5, 6, 7), (8, 9, 10), 11));
+
+        let mut w = Writer::frame();
+        w.i32(7).i64(-1).i32(-101);
+        w.i32(3).i32(-1).string("/n");
+        let bytes = w.finish_frame();
+        let mut r = Reader::new(&bytes[4..]);
+        let h = ReplyHeader::read(&mut r).unwrap();
+        assert_eq!((h.xid, h.zxid, h.err), (7, -1, -101));
+        let e = WatcherEvent::read(&mut r).unwrap();
+        assert_eq!((e.event_type, e.path.as_str()), (3, "/n"));
+    }
+}
