@@ -405,6 +405,30 @@ mod tests {
         assert_eq!(&frames[0][8..12], &op::SET_WATCHES2.to_be_bytes());
     }
 
+    /// The walk from a node up to the root ends there, within a bound
+    /// (a broken walk loops: the test fails instead of hanging).
+    #[test]
+    fn the_walk_up_to_a_recursive_watch_ends_at_the_root() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut w = Watches::default();
+            w.add(
+                WatchKind::PersistentRecursive,
+                "/".into(),
+                Watcher::persistent(Arc::new(|_| {})),
+            );
+            let counts: Vec<usize> = ["/", "/a", "/a/b/c"]
+                .iter()
+                .map(|p| w.triggered(EventType::NodeDataChanged, p).len())
+                .collect();
+            let _ = tx.send(counts);
+        });
+        let counts = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the walk up to the root did not end within 10 s");
+        assert_eq!(counts, [1, 1, 1]);
+    }
+
     #[test]
     fn an_ended_table_hands_back_every_watch_and_says_so() {
         let mut w = Watches::default();
