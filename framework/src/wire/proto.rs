@@ -245,6 +245,12 @@ mod tests {
         for (opcode, name) in names {
             assert_eq!(op_name(opcode), name, "op code {opcode}");
         }
+        // And the reserved xids, as the Java client's ClientCnxn has them.
+        assert_eq!(
+            [xid::WATCH_EVENT, xid::PING, xid::AUTH, xid::SET_WATCHES],
+            [-1, -2, -4, -8]
+        );
+        assert_eq!((op::CLOSE_SESSION, op::ERROR), (-11, -1));
     }
 
     #[test]
@@ -298,16 +304,26 @@ mod tests {
         let mut r = Reader::new(&bytes[4..]);
         assert_eq!(read_acls(&mut r).unwrap(), acls);
         assert!(r.is_empty());
-        for count in [-1i32, 1, i32::MAX] {
-            let body = count.to_be_bytes();
-            let err = read_acls(&mut Reader::new(&body)).unwrap_err();
-            assert!(matches!(err, Error::Marshalling(_)), "{count}: {err}");
+        // Refused before reading entries: a negative count, or more entries
+        // than the bytes left can hold (12 bytes at least each).
+        let one_empty_entry = [1i32, 0, 0].map(i32::to_be_bytes).concat();
+        for (count, rest) in [(-1i32, &[][..]), (i32::MAX, &[]), (2, &one_empty_entry)] {
+            let mut body = count.to_be_bytes().to_vec();
+            body.extend(rest);
+            match read_acls(&mut Reader::new(&body)) {
+                Err(Error::Marshalling(why)) => {
+                    assert_eq!(why, "ACL vector longer than its record", "count {count}")
+                }
+                other => panic!("count {count}: {other:?}"),
+            }
         }
-        // Exactly enough bytes for one entry of empty strings.
-        let mut w = Writer::frame();
-        w.i32(1).i32(1).string("").string("");
-        let bytes = w.finish_frame();
-        assert_eq!(read_acls(&mut Reader::new(&bytes[4..])).unwrap().len(), 1);
+        // None, and exactly enough bytes for one entry of empty strings.
+        assert!(read_acls(&mut Reader::new(&0i32.to_be_bytes()))
+            .unwrap()
+            .is_empty());
+        let mut body = 1i32.to_be_bytes().to_vec();
+        body.extend(&one_empty_entry);
+        assert_eq!(read_acls(&mut Reader::new(&body)).unwrap().len(), 1);
     }
 
     #[test]
