@@ -537,4 +537,34 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn each_hook_and_listener_goes_alone() {
+        use std::sync::atomic::AtomicUsize;
+        let registry: Arc<Mutex<Listeners>> = Arc::default();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let hook = |registry: &Arc<Mutex<Listeners>>| {
+            let calls = Arc::clone(&calls);
+            let id = Listeners::add(registry, |_| {
+                Arc::new(move |_| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                })
+            });
+            ChangeHook {
+                registry: Arc::downgrade(registry),
+                id,
+            }
+        };
+        let (a, b, c) = (hook(&registry), hook(&registry), hook(&registry));
+        assert!(a.id != b.id && b.id != c.id && a.id != c.id);
+        drop(b);
+        let ids: Vec<u64> = registry.lock().list.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [a.id, c.id], "dropping one hook removes it alone");
+        for (_, listener) in registry.lock().list.iter() {
+            listener(1);
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        drop((a, c));
+        assert!(registry.lock().list.is_empty());
+    }
 }

@@ -417,6 +417,7 @@ fn shared_count_simple_versioned() {
     let (c, other) = (client(), client());
     let path = unique("edge-count-versioned");
     let count = SharedCount::new(&c, &path, 0).unwrap();
+    assert_eq!(count.path(), path);
     let mut current = count.versioned_value();
     assert_eq!(current.version, 0);
     for (want_version, value) in [(1, 1), (2, 5), (3, 10)] {
