@@ -174,4 +174,35 @@ mod tests {
         assert_eq!(Reader::new(&[0xff, 0xff, 0xff, 0xff]).bytes().unwrap(), b"");
         assert!(Reader::new(&[0, 0, 0, 1, 0xff]).string().is_err());
     }
+
+    #[test]
+    fn null_and_empty_vectors_and_counts_beyond_the_record() {
+        // Null (-1) and empty (0) read as empty, for buffers and vectors.
+        for n in [-1i32, 0] {
+            assert!(Reader::new(&n.to_be_bytes()).bytes().unwrap().is_empty());
+            assert!(Reader::new(&n.to_be_bytes()).strings().unwrap().is_empty());
+        }
+        // Vectors of empty and of two-byte strings, exactly filling the record.
+        for v in [&[""][..], &["ab", "cd"]] {
+            let mut w = Writer::frame();
+            w.strings(v);
+            let frame = w.finish_frame();
+            assert_eq!(Reader::new(&frame[4..]).strings().unwrap(), v);
+        }
+        // More strings than the bytes left can hold: refused before reading.
+        let mut w = Writer::frame();
+        w.i32(2).string("");
+        let frame = w.finish_frame();
+        match Reader::new(&frame[4..]).strings() {
+            Err(Error::Marshalling(why)) => assert_eq!(why, "vector longer than its record"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn raw_bytes_go_in_as_they_are() {
+        let mut w = Writer::frame();
+        w.i32(1).raw(&[9, 8]).i32(2);
+        assert_eq!(w.finish_frame()[4..], [0, 0, 0, 1, 9, 8, 0, 0, 0, 2]);
+    }
 }
