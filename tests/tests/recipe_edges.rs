@@ -978,4 +978,53 @@ fn shared_count_catches_up_after_each_reconnect() {
         }
     }
     assert_eq!(reader.versioned_value(), writer.versioned_value());
+
+    // Reconnections with no change: the count reads again after each, and
+    // keeps its one watch (the server kept it) instead of adding another.
+    let watches = cut_off.pending_watches();
+    assert_eq!(watches, 1, "the reader's watches\n{}", ctx.dump());
+    for round in 0..3 {
+        proxy.pause();
+        ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(10));
+        proxy.resume();
+        ctx.expect(
+            &states,
+            ConnectionState::Reconnected,
+            Duration::from_secs(10),
+        );
+        let window = std::time::Instant::now();
+        while window.elapsed() < Duration::from_secs(1) {
+            let now = cut_off.pending_watches();
+            assert!(
+                now <= watches,
+                "round {round}: {now} watches after a reconnection\n{}",
+                ctx.dump()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+    writer.set_count(99).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || reader.count() == 99,
+        || ctx.dump(),
+    );
+}
+
+/// A write refused for anything but a newer version is an error, not
+/// "someone else set it first".
+#[test]
+fn try_set_count_reports_a_refused_write() {
+    use latchkey_framework::{Acl, ErrorCode};
+    let _serial = serial();
+    let c = client();
+    let path = unique("edge-count-refused");
+    let count = SharedCount::new(&c, &path, 1).unwrap();
+    c.set_acl(&path, &Acl::read_unsafe(), None).unwrap();
+    let previous = count.versioned_value();
+    match count.try_set_count(&previous, 2) {
+        Err(e) if e.is(ErrorCode::NoAuth) => {}
+        other => panic!("try_set_count on a read-only node: {other:?}"),
+    }
+    assert_eq!(count.count(), 1);
 }
