@@ -198,6 +198,7 @@ fn caches_converge_to_the_ensembles_state_after_leader_kills_and_a_rolling_resta
             );
         };
         let fault = thread::scope(|s| {
+            let _stop = StopOnDrop(&stop);
             let writer = s.spawn(|| write_until(&writer, &root, round as u64, &stop, &writes));
             wrote(10, "before the fault", &cluster);
             let fault = match fault {

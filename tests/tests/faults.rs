@@ -188,17 +188,6 @@ fn exclusive_section(c: &Client, oracle: &Oracle, figs: &Figures, lost: impl Fn(
     oracle.exclusive.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// Sets its flag when dropped: contenders stop when a scenario ends, also
-/// when it fails (a panic inside `thread::scope` waits for every thread
-/// before it propagates, so contenders left running would hang the test).
-struct StopOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
 /// How long a scenario waits for every contender to get in again after a
 /// fault: several times the longest stall ever recorded (about 4 s, see
 /// docs/RELIABILITY.md), short enough that a lock that lets nobody in fails

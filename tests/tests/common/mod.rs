@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -120,5 +121,17 @@ pub fn log_tail(path: &std::path::Path, n: usize) -> String {
             lines[lines.len().saturating_sub(n)..].join("\n")
         }
         Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
+/// Sets its flag when dropped: threads that loop until the flag is set
+/// stop when a test's scope ends, also when it fails (a panic inside
+/// `thread::scope` waits for every thread before it propagates, so threads
+/// left looping would hang the test instead of failing it).
+pub struct StopOnDrop<'a>(pub &'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
     }
 }
