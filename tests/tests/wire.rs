@@ -667,3 +667,30 @@ fn a_failing_move_to_a_read_write_server_backs_off() {
     );
     c.close();
 }
+
+/// The size limit is inclusive: a request of exactly `max_request_size`
+/// bytes (after the length prefix) is sent; one byte more is refused,
+/// with the request's size and the limit in the error.
+#[test]
+fn a_request_of_exactly_the_maximum_size_is_sent() {
+    const MAX: usize = 1000;
+    let server = common::shared_server();
+    let c = common::start_connected(
+        Client::builder()
+            .connect_string(server.connect_string())
+            .max_request_size(MAX),
+    );
+    let path = common::unique("/max-request");
+    c.create().for_path(&path, b"").unwrap();
+    // setData: xid, op code, path (length and bytes), data (length and
+    // bytes), version.
+    let fits = MAX - (4 + 4 + 4 + path.len() + 4 + 4);
+    c.set_data(&path, &vec![7u8; fits], None)
+        .expect("a request of exactly the maximum size");
+    match c.set_data(&path, &vec![7u8; fits + 1], None) {
+        Err(Error::RequestTooLarge { size, max, .. }) => assert_eq!((size, max), (MAX + 1, MAX)),
+        other => panic!("one byte over the maximum: {other:?}"),
+    }
+    assert_eq!(c.get_data(&path).unwrap().0.len(), fits);
+    c.close();
+}
