@@ -105,6 +105,20 @@ fn one_of_three_latches_leads_and_the_next_takes_over_on_close() {
     );
 }
 
+/// The events a latch's channel gives until it disconnects, which it does
+/// when the latch closes; fails the test if it has not within 10 s.
+fn events_until_closed(events: &crossbeam_channel::Receiver<LatchEvent>) -> Vec<LatchEvent> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    loop {
+        match events.recv_deadline(deadline) {
+            Ok(e) => seen.push(e),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return seen,
+            Err(_) => panic!("the latch's events did not end within 10 s of its close: {seen:?}"),
+        }
+    }
+}
+
 #[test]
 fn listeners_hear_leadership_and_close_modes_differ() {
     let c = connect(&shared_server().connect_string(), SESSION);
@@ -119,7 +133,7 @@ fn listeners_hear_leadership_and_close_modes_differ() {
             Ok(LatchEvent::IsLeader)
         );
         latch.close().unwrap();
-        let after: Vec<LatchEvent> = events.iter().collect(); // disconnects on close
+        let after = events_until_closed(&events);
         let want = if want_not_leader {
             vec![LatchEvent::NotLeader]
         } else {
@@ -128,6 +142,18 @@ fn listeners_hear_leadership_and_close_modes_differ() {
         assert_eq!(after, want, "{mode:?}");
         assert_eq!(latch.state(), LatchState::Closed);
     }
+    // A mode given at close wins over the latch's own; the latch knows
+    // its node while it takes part.
+    let latch = LeaderLatch::with_close_mode(&c, &path, "me", CloseMode::Silent).unwrap();
+    let events = latch.listen();
+    latch.start().unwrap();
+    assert!(latch.await_leadership(Duration::from_secs(10)).unwrap());
+    let node = format!("{path}/{}", sorted_children(&c, &path)[0]);
+    assert_eq!(latch.our_path().as_deref(), Some(node.as_str()));
+    latch.close_with(CloseMode::NotifyLeader).unwrap();
+    let after = events_until_closed(&events);
+    assert_eq!(after, [LatchEvent::IsLeader, LatchEvent::NotLeader]);
+    assert!(sorted_children(&c, &path).is_empty());
 }
 
 #[test]
@@ -153,29 +179,27 @@ fn await_leadership_is_a_deadline_and_misuse_is_an_error() {
             "await {timeout:?} took {took:?}"
         );
     }
-    // Waiting without limit returns once the leader goes.
-    thread::scope(|s| {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let waiting = &waiting;
-        s.spawn(move || tx.send(waiting.await_leadership(Duration::MAX)));
-        thread::sleep(Duration::from_millis(100));
-        leader.close().unwrap();
-        let got = rx.recv_timeout(Duration::from_secs(20));
-        if got.is_err() {
-            // Ends the wait, so that the scope ends and the test fails.
-            let _ = waiting.close();
-        }
-        assert!(
-            matches!(got, Ok(Ok(true))),
-            "the unbounded wait, 20 s after the leader closed: {got:?}"
-        );
-    });
+    // Waiting without limit returns once the leader goes. (The waiter is
+    // not a scoped thread: if the wait never ends, the test still fails.)
+    let waiting = std::sync::Arc::new(waiting);
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    {
+        let waiting = std::sync::Arc::clone(&waiting);
+        thread::spawn(move || tx.send(waiting.await_leadership(Duration::MAX)));
+    }
+    thread::sleep(Duration::from_millis(100));
+    leader.close().unwrap();
+    let got = rx.recv_timeout(Duration::from_secs(20));
+    assert!(
+        matches!(got, Ok(Ok(true))),
+        "the unbounded wait, 20 s after the leader closed: {got:?}"
+    );
     assert!(matches!(leader.close(), Err(Error::IllegalState(_))));
     // A close while another thread waits ends its wait with an error.
     let third = LeaderLatch::new(&cs[0], &path).unwrap();
     third.start().unwrap();
     thread::scope(|s| {
-        let w = s.spawn(|| third.await_leadership(Duration::from_secs(30)));
+        let w = s.spawn(|| third.await_leadership(Duration::from_secs(10)));
         thread::sleep(Duration::from_millis(200));
         third.close().unwrap();
         assert!(matches!(w.join().unwrap(), Err(Error::IllegalState(_))));
