@@ -638,12 +638,21 @@ fn the_lock_trait_acquires_and_releases_each_lock_of_the_crate() {
         }),
     ];
     for (name, make) in kinds {
-        let (lock, rival) = (make(&mine, &path(name)), make(&other, &path(name)));
+        let (mut lock, rival) = (make(&mine, &path(name)), make(&other, &path(name)));
         // Once with acquire and release, once with the cancellable acquire
         // and release_by.
         for round in 0..2 {
             if round == 0 {
-                lock.acquire().unwrap();
+                // The unbounded acquire, on a thread of its own: a lock that
+                // never grants fails the test instead of hanging it.
+                (lock, _) = bounded_call(
+                    &format!("{name}: acquire"),
+                    move || {
+                        lock.acquire().unwrap();
+                        lock
+                    },
+                    String::new,
+                );
             } else {
                 let token = CancelToken::new();
                 assert!(lock

@@ -90,7 +90,12 @@ fn mutex_excludes_ten_threads_sharing_one_object() {
         for _ in 0..10 {
             s.spawn(|| {
                 for _ in 0..10 {
-                    m.acquire().unwrap();
+                    // Bounded: a thread that fails while holding must not
+                    // leave the others waiting for ever.
+                    assert!(
+                        m.acquire_timeout(Duration::from_secs(30)).unwrap(),
+                        "no turn within 30 s"
+                    );
                     oracle.enter();
                     assert!(m.is_owned_by_current_thread());
                     oracle.leave();
@@ -532,15 +537,19 @@ fn semaphore_bad_input_and_lease_lifecycle() {
         Err(Error::InvalidArgument(_))
     ));
     let sem = InterProcessSemaphoreV2::new(&cs[0], &path, 2).unwrap();
-    assert!(matches!(
-        sem.acquire_many(0),
-        Err(Error::InvalidArgument(_))
-    ));
-    assert!(matches!(
-        sem.acquire_many(3),
-        Err(Error::InvalidArgument(_))
-    ));
-    let mut leases = sem.acquire_many(2).unwrap();
+    // Refused at once (with a timeout, so that a semaphore that took three
+    // of two for a real request fails the test instead of hanging it).
+    for n in [0, 3] {
+        let got = sem.acquire_many_timeout(n, Duration::from_secs(10));
+        assert!(
+            matches!(got, Err(Error::InvalidArgument(_))),
+            "{n}: {got:?}"
+        );
+    }
+    let mut leases = sem
+        .acquire_many_timeout(2, Duration::from_secs(10))
+        .unwrap()
+        .expect("two free leases within 10 s");
     assert_eq!(sem.participant_nodes().unwrap().len(), 2);
     // A timed acquire that cannot complete gives back what it took.
     let other = InterProcessSemaphoreV2::new(&cs[1], &path, 2).unwrap();
