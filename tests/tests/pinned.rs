@@ -610,6 +610,47 @@ fn a_node_ahead_gone_before_the_watch_means_look_again_not_queue_again() {
     wait_empty(&c, &path, &dump);
 }
 
+/// Acquire and release, then the cancellable acquire and `release_by`,
+/// each checked against `rival`, a lock of another session on the same path.
+fn lock_trait_rounds(
+    name: &str,
+    lock: &dyn latchkey_recipes::InterProcessLock,
+    rival: &dyn latchkey_recipes::InterProcessLock,
+) {
+    for round in 0..2 {
+        if round == 0 {
+            lock.acquire().unwrap();
+        } else {
+            let token = CancelToken::new();
+            assert!(lock
+                .acquire_cancellable(Duration::from_secs(10), &token)
+                .unwrap());
+        }
+        assert!(
+            lock.is_acquired_in_this_process(),
+            "{name} {round}: not held"
+        );
+        assert!(
+            !rival.acquire_timeout(Duration::from_millis(200)).unwrap(),
+            "{name} {round}: two holders"
+        );
+        if round == 0 {
+            lock.release().unwrap();
+        } else {
+            lock.release_by(None).unwrap();
+        }
+        assert!(
+            !lock.is_acquired_in_this_process(),
+            "{name} {round}: still held"
+        );
+        assert!(
+            rival.acquire_timeout(Duration::from_secs(10)).unwrap(),
+            "{name} {round}: not released for another session"
+        );
+        rival.release().unwrap();
+    }
+}
+
 /// The `InterProcessLock` trait, as generic code calls it, on each lock of
 /// the crate that implements it: acquire, held in this process, release;
 /// then another session takes the lock at once. (Every lock overrides some
@@ -638,50 +679,14 @@ fn the_lock_trait_acquires_and_releases_each_lock_of_the_crate() {
         }),
     ];
     for (name, make) in kinds {
-        let (mut lock, rival) = (make(&mine, &path(name)), make(&other, &path(name)));
-        // Once with acquire and release, once with the cancellable acquire
-        // and release_by.
-        for round in 0..2 {
-            if round == 0 {
-                // The unbounded acquire, on a thread of its own: a lock that
-                // never grants fails the test instead of hanging it.
-                (lock, _) = bounded_call(
-                    &format!("{name}: acquire"),
-                    move || {
-                        lock.acquire().unwrap();
-                        lock
-                    },
-                    String::new,
-                );
-            } else {
-                let token = CancelToken::new();
-                assert!(lock
-                    .acquire_cancellable(Duration::from_secs(10), &token)
-                    .unwrap());
-            }
-            assert!(
-                lock.is_acquired_in_this_process(),
-                "{name} {round}: not held"
-            );
-            assert!(
-                !rival.acquire_timeout(Duration::from_millis(200)).unwrap(),
-                "{name} {round}: two holders"
-            );
-            if round == 0 {
-                lock.release().unwrap();
-            } else {
-                lock.release_by(None).unwrap();
-            }
-            assert!(
-                !lock.is_acquired_in_this_process(),
-                "{name} {round}: still held"
-            );
-            assert!(
-                rival.acquire_timeout(Duration::from_secs(10)).unwrap(),
-                "{name} {round}: not released for another session"
-            );
-            rival.release().unwrap();
-        }
+        let (lock, rival) = (make(&mine, &path(name)), make(&other, &path(name)));
+        // On a thread of its own, for the unbounded acquire: a lock that
+        // never grants fails the test instead of hanging it.
+        bounded_call(
+            &format!("{name}: the trait's calls"),
+            move || lock_trait_rounds(name, &*lock, &*rival),
+            String::new,
+        );
     }
     mine.close();
     other.close();
