@@ -16,8 +16,8 @@ use common::*;
 use crossbeam_channel::bounded;
 use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result, RetryForever, RetryNTimes};
 use latchkey_recipes::{
-    CancelToken, Decision, InterProcessMutex, InterProcessReadWriteLock, LockDriver, LockInternals,
-    Revoker, StandardDriver,
+    CancelToken, Decision, InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2,
+    LockDriver, LockInternals, Revoker, StandardDriver,
 };
 use latchkey_test::{FaultProxy, TestingServer};
 
@@ -353,13 +353,21 @@ fn participant_nodes_fails_on_a_lost_connection_instead_of_listing_none() {
     };
     let path = unique("/pinned/participants");
     let mutex = Arc::new(InterProcessMutex::new(&c, &path).unwrap());
+    let sem_path = unique("/pinned/participants-sem");
+    let sem = Arc::new(InterProcessSemaphoreV2::new(&c, &sem_path, 2).unwrap());
 
     // A lock path nobody has used has no participants, and that is no error.
     assert_eq!(mutex.participant_nodes().unwrap(), Vec::<String>::new());
+    assert_eq!(sem.participant_nodes().unwrap(), Vec::<String>::new());
 
     assert!(mutex.acquire_timeout(Duration::from_secs(10)).unwrap());
     let held = mutex.participant_nodes().unwrap();
     assert_eq!(held.len(), 1, "{held:?}");
+    let lease = sem
+        .acquire_timeout(Duration::from_secs(10))
+        .unwrap()
+        .expect("a free lease");
+    assert_eq!(sem.participant_nodes().unwrap().len(), 1);
 
     server.stop().expect("stop ZooKeeper");
     let (got, _) = bounded_call(
@@ -374,6 +382,16 @@ fn participant_nodes_fails_on_a_lost_connection_instead_of_listing_none() {
         got.is_err(),
         "with ZooKeeper stopped, participant_nodes answered {got:?}"
     );
+    let (got, _) = bounded_call(
+        "the semaphore's participant_nodes with ZooKeeper stopped",
+        move || sem.participant_nodes(),
+        &dump,
+    );
+    assert!(
+        got.is_err(),
+        "with ZooKeeper stopped, the semaphore's participant_nodes answered {got:?}"
+    );
+    drop(lease);
     c.close();
 }
 
