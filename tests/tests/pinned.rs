@@ -948,3 +948,46 @@ fn a_late_lost_does_not_mark_a_hold_of_the_next_session() {
     assert!(sorted_children(&c, &path).is_empty());
     c.close();
 }
+
+/// An error while a lease waiter lists the leases reaches the caller; it
+/// is not taken for the end of the wait's time (`Ok(None)`).
+#[test]
+fn a_lease_wait_that_fails_is_an_error_not_a_timeout() {
+    let server = shared_server();
+    let s = server.connect_string();
+    let (h, w) = (connect(&s, SESSION), connect(&s, SESSION));
+    let ctx = Arc::new(Ctx::new(server, &w));
+    let dump = {
+        let ctx = Arc::clone(&ctx);
+        move || ctx.dump()
+    };
+    let path = unique("/pinned/lease-wait-error");
+    let leases = format!("{path}/leases");
+    let held = InterProcessSemaphoreV2::new(&h, &path, 1)
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(10))
+        .unwrap()
+        .expect("a free lease");
+    let sem = InterProcessSemaphoreV2::new(&w, &path, 1).unwrap();
+    let waiter = thread::spawn(move || sem.acquire_timeout(Duration::from_secs(60)));
+    wait_until(
+        Duration::from_secs(10),
+        || sorted_children(&h, &leases).len() == 2,
+        &dump,
+    );
+    // Both lease nodes and their parent go in one step: the waiter's next
+    // listing finds no leases path.
+    let mut tx = h.transaction();
+    for child in sorted_children(&h, &leases) {
+        tx = tx.delete(&format!("{leases}/{child}"));
+    }
+    tx.delete(&leases).commit().unwrap();
+    let (tx, rx) = bounded(1);
+    thread::spawn(move || tx.send(waiter.join()));
+    match rx.recv_timeout(CALL_BOUND) {
+        Ok(Ok(Err(e))) if e.is(ErrorCode::NoNode) => {}
+        Ok(other) => panic!("the waiter whose leases path went: {other:?}\n{}", dump()),
+        Err(_) => panic!("the waiter still waits after {CALL_BOUND:?}\n{}", dump()),
+    }
+    drop(held);
+}
