@@ -969,7 +969,10 @@ fn a_lease_wait_that_fails_is_an_error_not_a_timeout() {
         .unwrap()
         .expect("a free lease");
     let sem = InterProcessSemaphoreV2::new(&w, &path, 1).unwrap();
-    let waiter = thread::spawn(move || sem.acquire_timeout(Duration::from_secs(60)));
+    let (done, waited) = bounded(1);
+    thread::spawn(move || {
+        let _ = done.send(sem.acquire_timeout(Duration::from_secs(60)));
+    });
     wait_until(
         Duration::from_secs(10),
         || sorted_children(&h, &leases).len() == 2,
@@ -982,10 +985,8 @@ fn a_lease_wait_that_fails_is_an_error_not_a_timeout() {
         tx = tx.delete(&format!("{leases}/{child}"));
     }
     tx.delete(&leases).commit().unwrap();
-    let (tx, rx) = bounded(1);
-    thread::spawn(move || tx.send(waiter.join()));
-    match rx.recv_timeout(CALL_BOUND) {
-        Ok(Ok(Err(e))) if e.is(ErrorCode::NoNode) => {}
+    match waited.recv_timeout(CALL_BOUND) {
+        Ok(Err(e)) if e.is(ErrorCode::NoNode) => {}
         Ok(other) => panic!("the waiter whose leases path went: {other:?}\n{}", dump()),
         Err(_) => panic!("the waiter still waits after {CALL_BOUND:?}\n{}", dump()),
     }
