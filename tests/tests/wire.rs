@@ -688,7 +688,15 @@ fn a_request_of_exactly_the_maximum_size_is_sent() {
     c.set_data(&path, &vec![7u8; fits], None)
         .expect("a request of exactly the maximum size");
     match c.set_data(&path, &vec![7u8; fits + 1], None) {
-        Err(Error::RequestTooLarge { size, max, .. }) => assert_eq!((size, max), (MAX + 1, MAX)),
+        Err(Error::RequestTooLarge {
+            operation,
+            path: named,
+            size,
+            max,
+        }) => assert_eq!(
+            (operation, named.as_str(), size, max),
+            ("setData", path.as_str(), MAX + 1, MAX)
+        ),
         other => panic!("one byte over the maximum: {other:?}"),
     }
     assert_eq!(c.get_data(&path).unwrap().0.len(), fits);
