@@ -860,8 +860,11 @@ fn holders_are_told_when_their_hold_is_in_doubt_or_lost() {
     let sem = InterProcessSemaphoreV2::new(&c, &unique("edge-doubt-sem"), 1).unwrap();
     let g = m.lock().unwrap();
     let lease = sem.acquire().unwrap();
+    let sm = InterProcessSemaphoreMutex::new(&c, &unique("edge-doubt-smutex")).unwrap();
+    assert!(!sm.is_in_doubt(), "not held: not in doubt");
+    assert!(sm.acquire_timeout(Duration::from_secs(10)).unwrap());
     let (events, lease_events) = (g.events(), lease.events());
-    assert!(!g.is_in_doubt() && !lease.is_in_doubt());
+    assert!(!g.is_in_doubt() && !lease.is_in_doubt() && !sm.is_in_doubt());
     assert!(events.try_recv().is_err(), "nothing to tell yet");
 
     proxy.pause();
@@ -872,8 +875,15 @@ fn holders_are_told_when_their_hold_is_in_doubt_or_lost() {
         Duration::from_secs(5),
         &ctx,
     );
-    assert!(g.is_in_doubt() && lease.is_in_doubt(), "{}", ctx.dump());
-    assert!(!g.is_lost(), "suspended is in doubt, not lost");
+    assert!(
+        g.is_in_doubt() && lease.is_in_doubt() && sm.is_in_doubt(),
+        "{}",
+        ctx.dump()
+    );
+    assert!(
+        !g.is_lost() && !sm.is_lost(),
+        "suspended is in doubt, not lost"
+    );
     // A channel opened while in doubt starts with InDoubt.
     let late = g.events();
     assert_eq!(late.try_recv(), Ok(HoldEvent::InDoubt));
@@ -886,7 +896,11 @@ fn holders_are_told_when_their_hold_is_in_doubt_or_lost() {
         Duration::from_secs(5),
         &ctx,
     );
-    assert!(!g.is_in_doubt() && !lease.is_in_doubt(), "{}", ctx.dump());
+    assert!(
+        !g.is_in_doubt() && !lease.is_in_doubt() && !sm.is_in_doubt(),
+        "{}",
+        ctx.dump()
+    );
 
     c.expire_session_for_testing().unwrap();
     for (what, rx) in [("lock", &events), ("lease", &lease_events)] {
@@ -899,6 +913,8 @@ fn holders_are_told_when_their_hold_is_in_doubt_or_lost() {
         );
     }
     assert!(g.is_lost() && g.is_in_doubt() && lease.is_in_doubt());
+    assert!(sm.is_lost() && sm.is_in_doubt());
+    drop(sm);
     // A channel opened once the hold is lost starts with Lost, and says no more.
     let late = g.events();
     assert_eq!(late.try_recv(), Ok(HoldEvent::Lost), "{}", ctx.dump());
