@@ -702,3 +702,22 @@ fn a_request_of_exactly_the_maximum_size_is_sent() {
     assert_eq!(c.get_data(&path).unwrap().0.len(), fits);
     c.close();
 }
+
+/// Replies of 64 KiB and more (a length prefix with more than its two low
+/// bytes set) are read whole.
+#[test]
+fn large_replies_are_read_whole() {
+    let server = common::shared_server();
+    let c = common::connect(&server.connect_string(), Duration::from_secs(10));
+    let path = common::unique("/large-reply");
+    for size in [65_535usize, 65_536, 300_000] {
+        let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        c.create()
+            .for_path(&format!("{path}-{size}"), &data)
+            .unwrap();
+        let (got, stat) = c.get_data(&format!("{path}-{size}")).unwrap();
+        assert_eq!(stat.data_length as usize, size);
+        assert!(got == data, "{size} bytes came back changed");
+    }
+    c.close();
+}
