@@ -690,8 +690,21 @@ fn shared_count_rejects_malformed_data_and_follows_a_recreated_node() {
     expect_count(&changes, 6);
     assert_eq!(count.count(), 6);
 
-    // A deleted and re-created node starts again at version 0.
+    // A deleted and re-created node starts again at version 0. While it
+    // is gone the count watches for its return (one watch, on the reader's
+    // client, which nothing else uses).
+    let events_before = cs[1].metrics().watch_events;
     c.delete().for_path(&path).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || cs[1].metrics().watch_events > events_before && cs[1].pending_watches() == 1,
+        || {
+            format!(
+                "the count's watches while its node is gone: {}",
+                cs[1].pending_watches()
+            )
+        },
+    );
     c.create().for_path(&path, &9i32.to_be_bytes()).unwrap();
     expect_count(&changes, 9);
     let v = count.versioned_value();
