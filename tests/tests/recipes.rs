@@ -572,6 +572,7 @@ fn semaphore_bad_input_and_lease_lifecycle() {
         .acquire_timeout(Duration::from_secs(10))
         .unwrap()
         .unwrap();
+    assert!(held.path().ends_with(&format!("/{}", held.node_name())));
     // No data given: the lease node says who holds it.
     let who = String::from_utf8(held.data().unwrap()).unwrap();
     assert!(
@@ -709,6 +710,23 @@ fn shared_count_rejects_malformed_data_and_follows_a_recreated_node() {
     expect_count(&changes, 9);
     let v = count.versioned_value();
     assert_eq!((v.version, v.value), (0, 9));
+
+    // Closed, it stops watching: the next change is its watch's last event.
+    count.close();
+    let events_before = cs[1].metrics().watch_events;
+    c.set_data(&path, &10i32.to_be_bytes(), None).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || cs[1].metrics().watch_events > events_before,
+        String::new,
+    );
+    let window = std::time::Instant::now();
+    while window.elapsed() < Duration::from_secs(1) {
+        let watches = cs[1].pending_watches();
+        assert_eq!(watches, 0, "a closed count watches again");
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(count.count(), 9, "a closed count keeps its last value");
     cs.iter().for_each(Client::close);
 }
 
