@@ -434,7 +434,9 @@ fn a_slow_sasl_reply_within_the_read_timeout_is_waited_for() {
     let challenge =
         r#"realm="zk-sasl-md5",nonce="abc",qop="auth",charset=utf-8,algorithm=md5-sess"#;
     let body = sasl_reply(challenge.as_bytes());
-    let late = Reply::Late(Duration::from_millis(1500), Box::new(Reply::Ok(body)));
+    // 3 s: past the 1 s connect timeout and past a sixth of the session
+    // timeout, within its two thirds (6.7 s).
+    let late = Reply::Late(Duration::from_secs(3), Box::new(Reply::Ok(body)));
     let fake = FakeServer::start(Script::default().reply(102, late)).unwrap();
     let c = logging_in(&fake.connect_string(), "bob", Duration::from_secs(1));
     let answered = || {
@@ -443,14 +445,14 @@ fn a_slow_sasl_reply_within_the_read_timeout_is_waited_for() {
             !t.is_empty() && tokens.iter().any(|(c2, t2)| c2 == conn && t2.is_empty())
         })
     };
-    let until = Instant::now() + Duration::from_secs(8);
+    let until = Instant::now() + Duration::from_secs(10);
     while Instant::now() < until && !answered() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let seen = fake.seen();
     assert!(
         answered(),
-        "no connection got past the slow challenge in 8 s: {} connections, {} SASL requests, states {:?}",
+        "no connection got past the slow challenge in 10 s: {} connections, {} SASL requests, states {:?}",
         seen.connections,
         seen.count(102),
         c.state_history()
