@@ -797,7 +797,7 @@ fn waiters_for_the_same_node_share_one_watch() {
     let readers = InterProcessReadWriteLock::new(&w, &path).unwrap();
     let before = w.pending_watches();
     let (tx, rx) = bounded(READERS);
-    for _ in 0..READERS {
+    for reader in 0..READERS {
         let (rw, tx) = (readers.clone(), tx.clone());
         thread::spawn(move || {
             let got = rw.read_lock().acquire_timeout(Duration::from_secs(30));
@@ -806,6 +806,15 @@ fn waiters_for_the_same_node_share_one_watch() {
             }
             let _ = tx.send(got);
         });
+        if reader == 0 {
+            // The first sets the watch; the others find it set. (Two that
+            // arrive within the same microseconds may each set one.)
+            wait_until(
+                Duration::from_secs(10),
+                || w.pending_watches() == before + 1,
+                || ctx.dump(),
+            );
+        }
     }
     wait_until(
         Duration::from_secs(10),
