@@ -832,3 +832,18 @@ impl std::fmt::Debug for SemaphoreMutexGuard<'_> {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_failed_return_keeps_its_cause_as_the_source() {
+        let failed = LeaseReturnError::Failed(Error::Closed);
+        assert!(failed
+            .source()
+            .is_some_and(|s| s.to_string() == Error::Closed.to_string()));
+        assert!(LeaseReturnError::NotOurs(Vec::new()).source().is_none());
+    }
+}
