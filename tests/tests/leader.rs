@@ -95,6 +95,20 @@ fn one_of_three_latches_leads_and_the_next_takes_over_on_close() {
     println!("new leader after close in {:?}", closed_at.elapsed());
     assert_eq!(rest[0].participants().unwrap().len(), 2);
     assert_eq!(rest[0].leader().unwrap().id, rest[second].id());
+    // The next in the queue, as in Curator, with the node it queued with:
+    // a waiter keeps its place (and its node) through its wake-ups.
+    assert_eq!(
+        rest[second].id(),
+        participants[1].id,
+        "the queue was {participants:?}"
+    );
+    let mut queue = children.clone();
+    queue.sort_by(|a, b| a.rsplit('-').next().cmp(&b.rsplit('-').next()));
+    assert_eq!(
+        rest[second].our_path(),
+        Some(format!("{path}/{}", queue[1])),
+        "the queue was {queue:?}"
+    );
 
     // Dropping a latch closes it too.
     drop(rest);
