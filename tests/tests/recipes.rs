@@ -323,6 +323,20 @@ fn semaphore_mutex_is_not_reentrant_and_releases_from_any_thread() {
     assert!(!m.acquire_timeout(Duration::from_millis(300)).unwrap());
     thread::scope(|s| s.spawn(|| m.release().unwrap()).join().unwrap());
     assert!(matches!(m.release(), Err(Error::IllegalState(_))));
+
+    // The guard: its lease node, its standing, and the release on drop.
+    let g = m.lock().unwrap();
+    let nodes = m.participant_nodes().unwrap();
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    assert!(g.node_path().ends_with(&format!("/{}", nodes[0])));
+    assert!(!g.is_lost() && !g.is_in_doubt());
+    drop(g);
+    assert!(!m.is_acquired_in_this_process());
+    wait_until(
+        Duration::from_secs(10),
+        || m.participant_nodes().unwrap().is_empty(),
+        || format!("left after the guard's drop: {:?}", m.participant_nodes()),
+    );
     c.close();
 }
 
