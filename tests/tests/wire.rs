@@ -721,3 +721,36 @@ fn large_replies_are_read_whole() {
     }
     c.close();
 }
+
+/// Many requests in flight at once: their replies arrive several to a
+/// read, and each is answered without the connection being dropped.
+#[test]
+fn a_burst_of_pipelined_requests_is_answered_on_one_connection() {
+    let server = common::shared_server();
+    // No retries: a call caught in a dropped connection fails at once.
+    let c = common::start_connected(
+        Client::builder()
+            .connect_string(server.connect_string())
+            .retry_policy(latchkey_framework::RetryNTimes::new(0, Duration::ZERO)),
+    );
+    let ctx = Ctx::new(server, &c);
+    let path = common::unique("/burst");
+    c.create().for_path(&path, b"burst").unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..16 {
+            s.spawn(|| {
+                // Stops at the first sign of a dropped connection.
+                for _ in 0..100 {
+                    if c.metrics().suspensions > 0 {
+                        return;
+                    }
+                    let got = c.get_data(&path).map(|(data, _)| data);
+                    assert!(matches!(&got, Ok(d) if d == b"burst"), "{got:?}");
+                }
+            });
+        }
+    });
+    assert_eq!(c.metrics().suspensions, 0, "{}", ctx.dump());
+    assert_eq!(c.state_history().len(), 1, "{}", ctx.dump());
+    c.close();
+}
