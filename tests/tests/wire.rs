@@ -754,3 +754,55 @@ fn a_burst_of_pipelined_requests_is_answered_on_one_connection() {
     assert_eq!(c.state_history().len(), 1, "{}", ctx.dump());
     c.close();
 }
+
+/// A reconnection re-arms watches from the last zxid the client saw: an
+/// unchanged node's watch does not fire (the server compares the node's
+/// zxids with that one), and a change made while cut off fires it once.
+#[test]
+fn watches_re_armed_after_a_cut_fire_only_for_changes() {
+    let server = common::shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = common::connect(&proxy.connect_string(), Duration::from_secs(10));
+    let other = common::connect(&server.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &c);
+    let (quiet, changed) = (
+        common::unique("/rearm-quiet"),
+        common::unique("/rearm-changed"),
+    );
+    for p in [&quiet, &changed] {
+        other.create().for_path(p, b"v0").unwrap();
+        other.set_data(p, b"v1", None).unwrap();
+    }
+    let events = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    for p in [&quiet, &changed] {
+        let seen = Arc::clone(&events);
+        let name = p.clone();
+        c.get_data_watch(p, move |ev| seen.lock().push((name, ev.event_type)))
+            .unwrap();
+    }
+    let states = c.listen();
+    proxy.cut();
+    other.set_data(&changed, b"v2", None).unwrap();
+    ctx.expect(
+        &states,
+        ConnectionState::Reconnected,
+        Duration::from_secs(10),
+    );
+    wait_until(
+        Duration::from_secs(10),
+        || !events.lock().is_empty(),
+        || format!("no event for the change made while cut off\n{}", ctx.dump()),
+    );
+    // One request of this client after the re-arm: its reply comes after
+    // any event the re-arm raised.
+    c.sync(&quiet).unwrap();
+    c.exists(&quiet).unwrap();
+    assert_eq!(
+        *events.lock(),
+        vec![(changed.clone(), EventType::NodeDataChanged)],
+        "{}",
+        ctx.dump()
+    );
+    other.close();
+    c.close();
+}
