@@ -651,11 +651,17 @@ fn guards_node_data_and_who_holds() {
     assert_eq!(who.1, b"job 42");
 
     let sem = InterProcessSemaphoreV2::new(&c, &unique("edge-who-sem"), 2).unwrap();
-    let lease = sem.acquire().unwrap();
+    // Bounded: a semaphore that counts wrong fails here instead of hanging.
+    let free = || {
+        sem.acquire_timeout(Duration::from_secs(10))
+            .unwrap()
+            .expect("a free lease of two within 10 s")
+    };
+    let lease = free();
     let d = data_of(lease.path());
     assert!(d.contains(&format!("pid={pid}")), "lease data {d:?}");
     sem.set_node_data(b"lease data").unwrap();
-    let lease2 = sem.acquire().unwrap();
+    let lease2 = free();
     assert_eq!(lease2.data().unwrap(), b"lease data");
     assert_refused("huge lease data", sem.set_node_data(&vec![1; 2 << 20]));
     drop((lease, lease2));
@@ -858,8 +864,14 @@ fn holders_are_told_when_their_hold_is_in_doubt_or_lost() {
     let ctx = Ctx::new(shared_server(), &c);
     let m = InterProcessMutex::new(&c, &unique("edge-doubt")).unwrap();
     let sem = InterProcessSemaphoreV2::new(&c, &unique("edge-doubt-sem"), 1).unwrap();
-    let g = m.lock().unwrap();
-    let lease = sem.acquire().unwrap();
+    let g = m
+        .try_lock_for(Duration::from_secs(10))
+        .unwrap()
+        .expect("a free lock");
+    let lease = sem
+        .acquire_timeout(Duration::from_secs(10))
+        .unwrap()
+        .expect("a free lease");
     let sm = InterProcessSemaphoreMutex::new(&c, &unique("edge-doubt-smutex")).unwrap();
     assert!(!sm.is_in_doubt(), "not held: not in doubt");
     assert!(sm.acquire_timeout(Duration::from_secs(10)).unwrap());

@@ -560,10 +560,18 @@ fn semaphore_bad_input_and_lease_lifecycle() {
             "{n}: {got:?}"
         );
     }
-    let mut leases = sem
-        .acquire_many_timeout(2, Duration::from_secs(10))
-        .unwrap()
-        .expect("two free leases within 10 s");
+    // The call without a timeout, on a thread the test bounds.
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    {
+        let sem = sem.clone();
+        thread::spawn(move || {
+            let _ = tx.send(sem.acquire_many(2));
+        });
+    }
+    let mut leases = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("two free leases within 10 s")
+        .unwrap();
     assert_eq!(sem.participant_nodes().unwrap().len(), 2);
     // A timed acquire that cannot complete gives back what it took.
     let other = InterProcessSemaphoreV2::new(&cs[1], &path, 2).unwrap();
