@@ -229,4 +229,51 @@ mod tests {
         header(&mut w, 77, false, 0);
         assert!(read_response(w.as_bytes()).is_err());
     }
+
+    #[test]
+    fn creates_go_under_their_modes_op_code_and_replies_with_a_stat_are_read() {
+        let create = |mode| SubRequest::Create {
+            path: "/n",
+            data: b"",
+            acl: &[],
+            mode,
+        };
+        let ttl = std::time::Duration::from_secs(5);
+        let codes = [
+            create(CreateMode::Persistent).opcode(),
+            create(CreateMode::EphemeralSequential).opcode(),
+            create(CreateMode::Container).opcode(),
+            create(CreateMode::PersistentWithTtl(ttl)).opcode(),
+        ];
+        // create2, create2, createContainer, createTTL (ZooDefs.OpCode).
+        assert_eq!(codes, [15, 15, 19, 21]);
+
+        // Servers from 3.9 answer each with its stat.
+        let mut w = Writer::default();
+        for (i, opcode) in [15, 19, 21].into_iter().enumerate() {
+            header(&mut w, opcode, false, 0);
+            w.string(&format!("/n{i}"));
+            w.i64(i as i64 + 1)
+                .i64(0)
+                .i64(0)
+                .i64(0)
+                .i32(0)
+                .i32(0)
+                .i32(0);
+            w.i64(0).i32(0).i32(0).i64(0);
+        }
+        header(&mut w, -1, true, -1);
+        let replies = read_response(w.as_bytes()).unwrap();
+        let got: Vec<_> = replies
+            .iter()
+            .map(|r| match r {
+                SubReply::Created {
+                    path,
+                    stat: Some(stat),
+                } => (path.as_str(), stat.czxid),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(got, [("/n0", 1), ("/n1", 2), ("/n2", 3)]);
+    }
 }
