@@ -1001,3 +1001,55 @@ fn a_lease_wait_that_fails_is_an_error_not_a_timeout() {
     }
     drop(held);
 }
+
+/// A lease waiter blocks while the semaphore is full: over a second it
+/// sends a ping or so, not one attempt after another.
+#[test]
+fn a_lease_waiter_blocks_while_the_semaphore_is_full() {
+    let server = shared_server();
+    let s = server.connect_string();
+    let (h, w) = (connect(&s, SESSION), connect(&s, SESSION));
+    let ctx = Arc::new(Ctx::new(server, &w));
+    let dump = {
+        let ctx = Arc::clone(&ctx);
+        move || ctx.dump()
+    };
+    let path = unique("/pinned/lease-blocks");
+    let leases = format!("{path}/leases");
+    let held = InterProcessSemaphoreV2::new(&h, &path, 1)
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(10))
+        .unwrap()
+        .expect("a free lease");
+    let sem = InterProcessSemaphoreV2::new(&w, &path, 1).unwrap();
+    let (done, waited) = bounded(1);
+    thread::spawn(move || {
+        let got = sem.acquire_timeout(Duration::from_secs(60));
+        let _ = done.send(got.map(|lease| lease.is_some()));
+    });
+    wait_until(
+        Duration::from_secs(10),
+        || sorted_children(&h, &leases).len() == 2,
+        &dump,
+    );
+    let before = w.metrics().requests_sent;
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_secs(1) {
+        thread::sleep(Duration::from_millis(50));
+    }
+    let sent = w.metrics().requests_sent - before;
+    assert!(
+        sent <= 10,
+        "the lease waiter sent {sent} requests in 1 s while the semaphore was full\n{}",
+        dump()
+    );
+    assert!(waited.try_recv().is_err(), "the wait ended while full");
+    drop(held);
+    match waited.recv_timeout(Duration::from_secs(10)) {
+        Ok(Ok(true)) => {}
+        other => panic!(
+            "the waiter after the lease was returned: {other:?}\n{}",
+            dump()
+        ),
+    }
+}
