@@ -737,10 +737,12 @@ fn shared_count_rejects_malformed_data_and_follows_a_recreated_node() {
     count.close();
     let events_before = cs[1].metrics().watch_events;
     c.set_data(&path, &10i32.to_be_bytes(), None).unwrap();
+    // The event is counted before its watch leaves the table: wait for
+    // both.
     wait_until(
         Duration::from_secs(10),
-        || cs[1].metrics().watch_events > events_before,
-        String::new,
+        || cs[1].metrics().watch_events > events_before && cs[1].pending_watches() == 0,
+        || format!("watches after the change: {}", cs[1].pending_watches()),
     );
     let window = std::time::Instant::now();
     while window.elapsed() < Duration::from_secs(1) {
