@@ -26,6 +26,13 @@ pub enum HoldEvent {
     Lost,
 }
 
+/// Whether a hold of session `owner` is lost: another session is current,
+/// or the client is `Lost` (a rejected auth ends a session and keeps its
+/// id until the next one starts, which may be never).
+pub(crate) fn is_lost(client: &Client, owner: i64) -> bool {
+    client.session_id() != owner || client.state() == Some(ConnectionState::Lost)
+}
+
 /// Whether a hold of session `owner` is in doubt: lost, or the client not
 /// connected now.
 pub(crate) fn in_doubt(client: &Client, owner: i64) -> bool {
@@ -67,7 +74,7 @@ pub(crate) fn subscribe(client: &Client, owner: i64) -> (Receiver<HoldEvent>, Li
     // after this `InDoubt`), which a reader handles as usual.
     // Lost now: the session changed, or it is the one just lost (the new
     // one not started yet), as the listener tells it.
-    if client.session_id() != owner || client.state() == Some(ConnectionState::Lost) {
+    if is_lost(client, owner) {
         if !lost.swap(true, Ordering::AcqRel) {
             let _ = tx.send(HoldEvent::Lost);
         }

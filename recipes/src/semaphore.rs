@@ -520,7 +520,7 @@ impl Lease {
 
     /// Whether the lease was lost with its session.
     pub fn is_lost(&self) -> bool {
-        self.client.session_id() != self.owner
+        hold::is_lost(&self.client, self.owner)
     }
 
     /// Whether the lease is in doubt: lost, or the client not connected now

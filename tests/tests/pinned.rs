@@ -874,6 +874,16 @@ fn a_hold_is_lost_when_a_rejected_auth_ends_the_session() {
         .unwrap()
         .expect("a free lock");
     assert!(!guard.is_lost());
+    let lease = InterProcessSemaphoreV2::new(&c, &unique("/pinned/lost-by-auth-sem"), 1)
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(10))
+        .unwrap()
+        .expect("a free lease");
+    let sm =
+        latchkey_recipes::InterProcessSemaphoreMutex::new(&c, &unique("/pinned/lost-by-auth-sm"))
+            .unwrap();
+    assert!(sm.acquire_timeout(Duration::from_secs(10)).unwrap());
+    assert!(!lease.is_lost() && !sm.is_lost());
     let err = c.add_auth("nosuchscheme", b"x").unwrap_err();
     assert!(err.is(ErrorCode::AuthFailed), "{err}\n{}", ctx.dump());
     wait_until(
@@ -892,7 +902,16 @@ fn a_hold_is_lost_when_a_rejected_auth_ends_the_session() {
         },
     );
     assert!(guard.is_in_doubt());
-    drop(guard);
+    // Leases too: the semaphore's, and the semaphore mutex's.
+    assert!(
+        lease.is_lost() && sm.is_lost(),
+        "lease lost: {}, semaphore mutex lost: {}\n{}",
+        lease.is_lost(),
+        sm.is_lost(),
+        ctx.dump()
+    );
+    assert!(lease.is_in_doubt() && sm.is_in_doubt());
+    drop((guard, lease));
     c.close();
 }
 
