@@ -874,9 +874,12 @@ fn holders_are_told_when_their_hold_is_in_doubt_or_lost() {
         .expect("a free lease");
     let sm = InterProcessSemaphoreMutex::new(&c, &unique("edge-doubt-smutex")).unwrap();
     assert!(!sm.is_in_doubt(), "not held: not in doubt");
-    assert!(sm.acquire_timeout(Duration::from_secs(10)).unwrap());
+    let sg = sm
+        .try_lock_for(Duration::from_secs(10))
+        .unwrap()
+        .expect("a free semaphore mutex");
     let (events, lease_events) = (g.events(), lease.events());
-    assert!(!g.is_in_doubt() && !lease.is_in_doubt() && !sm.is_in_doubt());
+    assert!(!g.is_in_doubt() && !lease.is_in_doubt() && !sg.is_in_doubt());
     assert!(events.try_recv().is_err(), "nothing to tell yet");
 
     proxy.pause();
@@ -888,12 +891,12 @@ fn holders_are_told_when_their_hold_is_in_doubt_or_lost() {
         &ctx,
     );
     assert!(
-        g.is_in_doubt() && lease.is_in_doubt() && sm.is_in_doubt(),
+        g.is_in_doubt() && lease.is_in_doubt() && sg.is_in_doubt() && sm.is_in_doubt(),
         "{}",
         ctx.dump()
     );
     assert!(
-        !g.is_lost() && !sm.is_lost(),
+        !g.is_lost() && !sg.is_lost(),
         "suspended is in doubt, not lost"
     );
     // A channel opened while in doubt starts with InDoubt.
@@ -909,7 +912,7 @@ fn holders_are_told_when_their_hold_is_in_doubt_or_lost() {
         &ctx,
     );
     assert!(
-        !g.is_in_doubt() && !lease.is_in_doubt() && !sm.is_in_doubt(),
+        !g.is_in_doubt() && !lease.is_in_doubt() && !sg.is_in_doubt(),
         "{}",
         ctx.dump()
     );
@@ -927,9 +930,9 @@ fn holders_are_told_when_their_hold_is_in_doubt_or_lost() {
     assert!(g.is_lost() && g.is_in_doubt() && lease.is_in_doubt());
     // The client reports the old session until it starts the next one,
     // which may be just after the Lost heard above.
-    wait_until(Duration::from_secs(10), || sm.is_lost(), || ctx.dump());
-    assert!(sm.is_in_doubt());
-    drop(sm);
+    wait_until(Duration::from_secs(10), || sg.is_lost(), || ctx.dump());
+    assert!(sg.is_in_doubt() && sm.is_lost());
+    drop(sg);
     // A channel opened once the hold is lost starts with Lost, and says no more.
     let late = g.events();
     assert_eq!(late.try_recv(), Ok(HoldEvent::Lost), "{}", ctx.dump());
