@@ -445,6 +445,17 @@ impl Inner {
                 Ok(Next::Again)
             }
             Some(0) => {
+                // Our own node, watched: nobody else tells a leader that its
+                // node went (deleted by an operator or a tool, say), and a
+                // latch that led on without it would lead beside the next.
+                match self.watches.watch_data(&self.client, &ours, &self.signal) {
+                    Ok(()) => {}
+                    Err(e) if e.is(ErrorCode::NoNode) => {
+                        self.forget_node(&ours);
+                        return Ok(Next::Again);
+                    }
+                    Err(e) => return Err(e),
+                }
                 let mut s = self.shared.lock();
                 // Lead only if nothing happened since we began to look:
                 // a state change or watch in between makes us look again.

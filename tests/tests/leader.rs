@@ -706,3 +706,30 @@ mod selector {
         assert_eq!(v, 0, "two selectors led at once");
     }
 }
+
+/// A latch whose node is deleted by someone else queues again with a new
+/// node, and leads again when it is alone.
+#[test]
+fn a_latch_whose_node_is_deleted_queues_again() {
+    let cs = clients(2, SESSION);
+    let path = unique("latch-node-deleted");
+    let latch = LeaderLatch::new(&cs[0], &path).unwrap();
+    latch.start().unwrap();
+    assert!(latch.await_leadership(Duration::from_secs(10)).unwrap());
+    let first = latch.our_path().expect("a node while leading");
+    cs[1].delete().for_path(&first).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || latch.has_leadership() && latch.our_path().is_some_and(|p| p != first),
+        || {
+            format!(
+                "after its node {first} went: leads {}, node {:?}, nodes {:?}",
+                latch.has_leadership(),
+                latch.our_path(),
+                sorted_children(&cs[1], &path)
+            )
+        },
+    );
+    assert_eq!(sorted_children(&cs[1], &path).len(), 1);
+    latch.close().unwrap();
+}
