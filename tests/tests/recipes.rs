@@ -324,11 +324,14 @@ fn semaphore_mutex_is_not_reentrant_and_releases_from_any_thread() {
     thread::scope(|s| s.spawn(|| m.release().unwrap()).join().unwrap());
     assert!(matches!(m.release(), Err(Error::IllegalState(_))));
 
-    // The guard: its lease node, its standing, and the release on drop.
+    // The guard: its lease node (with the data set for it), its standing,
+    // and the release on drop.
+    m.set_node_data(b"job 7").unwrap();
     let g = m.lock().unwrap();
     let nodes = m.participant_nodes().unwrap();
     assert_eq!(nodes.len(), 1, "{nodes:?}");
     assert!(g.node_path().ends_with(&format!("/{}", nodes[0])));
+    assert_eq!(c.get_data(&g.node_path()).unwrap().0, b"job 7");
     assert!(!g.is_lost() && !g.is_in_doubt());
     drop(g);
     assert!(!m.is_acquired_in_this_process());
