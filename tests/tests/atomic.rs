@@ -238,3 +238,33 @@ fn no_increment_is_lost_through_leader_kills() {
         "an increment was applied twice: {value} > {ok} + {unknown}"
     );
 }
+
+/// `force_set` creates a missing node; what ZooKeeper refuses (here by
+/// ACL) reaches the caller instead of reading as "not set" or "exists".
+#[test]
+fn force_set_creates_and_refusals_are_errors() {
+    use latchkey_framework::{Acl, ErrorCode, Perms};
+    let c = connect(&shared_server().connect_string(), SESSION);
+    let fresh = DistributedAtomicLong::new(&c, &unique("atomic-force"), retries(0)).unwrap();
+    fresh.force_set(42).unwrap();
+    assert_eq!(fresh.get().unwrap().post_value, 42);
+
+    // A node nobody may read, and a parent nobody may create under.
+    let (closed, parent) = (unique("atomic-unreadable"), unique("atomic-closed-parent"));
+    c.create().for_path(&closed, &1i64.to_be_bytes()).unwrap();
+    c.set_acl(&closed, &[Acl::new(Perms::WRITE, "world", "anyone")], None)
+        .unwrap();
+    c.create().for_path(&parent, b"").unwrap();
+    c.set_acl(&parent, &[Acl::new(Perms::READ, "world", "anyone")], None)
+        .unwrap();
+    let unreadable = DistributedAtomicLong::new(&c, &closed, retries(0)).unwrap();
+    match unreadable.compare_and_set(1, 2) {
+        Err(e) if e.is(ErrorCode::NoAuth) => {}
+        other => panic!("compare_and_set on an unreadable node: {other:?}"),
+    }
+    let under = DistributedAtomicLong::new(&c, &format!("{parent}/n"), retries(0)).unwrap();
+    match under.initialize(1) {
+        Err(e) if e.is(ErrorCode::NoAuth) => {}
+        other => panic!("initialize where nobody may create: {other:?}"),
+    }
+}
