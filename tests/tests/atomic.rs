@@ -258,6 +258,10 @@ fn force_set_creates_and_refusals_are_errors() {
     c.set_acl(&parent, &[Acl::new(Perms::READ, "world", "anyone")], None)
         .unwrap();
     let unreadable = DistributedAtomicLong::new(&c, &closed, retries(0)).unwrap();
+    match unreadable.get() {
+        Err(e) if e.is(ErrorCode::NoAuth) => {}
+        other => panic!("get on an unreadable node: {other:?}"),
+    }
     match unreadable.compare_and_set(1, 2) {
         Err(e) if e.is(ErrorCode::NoAuth) => {}
         other => panic!("compare_and_set on an unreadable node: {other:?}"),
