@@ -266,6 +266,21 @@ fn force_set_creates_and_refusals_are_errors() {
         Err(e) if e.is(ErrorCode::NoAuth) => {}
         other => panic!("compare_and_set on an unreadable node: {other:?}"),
     }
+    let read_only = unique("atomic-read-only");
+    c.create()
+        .for_path(&read_only, &1i64.to_be_bytes())
+        .unwrap();
+    c.set_acl(
+        &read_only,
+        &[Acl::new(Perms::READ, "world", "anyone")],
+        None,
+    )
+    .unwrap();
+    let unwritable = DistributedAtomicLong::new(&c, &read_only, retries(0)).unwrap();
+    match unwritable.compare_and_set(1, 2) {
+        Err(e) if e.is(ErrorCode::NoAuth) => {}
+        other => panic!("compare_and_set on a read-only node: {other:?}"),
+    }
     let under = DistributedAtomicLong::new(&c, &format!("{parent}/n"), retries(0)).unwrap();
     match under.initialize(1) {
         Err(e) if e.is(ErrorCode::NoAuth) => {}
