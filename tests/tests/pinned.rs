@@ -977,98 +977,100 @@ fn a_late_lost_does_not_mark_a_hold_of_the_next_session() {
     c.close();
 }
 
+/// A one-lease semaphore at a fresh path: `h`'s session holds the lease,
+/// and a thread of `w`'s session waits for it (60 s at most) with its node
+/// queued; the wait's result arrives on `waited`.
+struct FullSemaphore {
+    h: Client,
+    w: Client,
+    ctx: Ctx,
+    leases: String,
+    held: latchkey_recipes::Lease,
+    waited: crossbeam_channel::Receiver<Result<Option<latchkey_recipes::Lease>>>,
+}
+
+impl FullSemaphore {
+    fn new(prefix: &str) -> FullSemaphore {
+        let server = shared_server();
+        let s = server.connect_string();
+        let (h, w) = (connect(&s, SESSION), connect(&s, SESSION));
+        let ctx = Ctx::new(server, &w);
+        let path = unique(prefix);
+        let held = InterProcessSemaphoreV2::new(&h, &path, 1)
+            .unwrap()
+            .acquire_timeout(Duration::from_secs(10))
+            .unwrap()
+            .expect("a free lease");
+        let sem = InterProcessSemaphoreV2::new(&w, &path, 1).unwrap();
+        let (done, waited) = bounded(1);
+        thread::spawn(move || {
+            let _ = done.send(sem.acquire_timeout(Duration::from_secs(60)));
+        });
+        let leases = format!("{path}/leases");
+        wait_until(
+            Duration::from_secs(10),
+            || sorted_children(&h, &leases).len() == 2,
+            || ctx.dump(),
+        );
+        FullSemaphore {
+            h,
+            w,
+            ctx,
+            leases,
+            held,
+            waited,
+        }
+    }
+}
+
 /// An error while a lease waiter lists the leases reaches the caller; it
 /// is not taken for the end of the wait's time (`Ok(None)`).
 #[test]
 fn a_lease_wait_that_fails_is_an_error_not_a_timeout() {
-    let server = shared_server();
-    let s = server.connect_string();
-    let (h, w) = (connect(&s, SESSION), connect(&s, SESSION));
-    let ctx = Arc::new(Ctx::new(server, &w));
-    let dump = {
-        let ctx = Arc::clone(&ctx);
-        move || ctx.dump()
-    };
-    let path = unique("/pinned/lease-wait-error");
-    let leases = format!("{path}/leases");
-    let held = InterProcessSemaphoreV2::new(&h, &path, 1)
-        .unwrap()
-        .acquire_timeout(Duration::from_secs(10))
-        .unwrap()
-        .expect("a free lease");
-    let sem = InterProcessSemaphoreV2::new(&w, &path, 1).unwrap();
-    let (done, waited) = bounded(1);
-    thread::spawn(move || {
-        let _ = done.send(sem.acquire_timeout(Duration::from_secs(60)));
-    });
-    wait_until(
-        Duration::from_secs(10),
-        || sorted_children(&h, &leases).len() == 2,
-        &dump,
-    );
+    let full = FullSemaphore::new("/pinned/lease-wait-error");
     // Both lease nodes and their parent go in one step: the waiter's next
     // listing finds no leases path.
-    let mut tx = h.transaction();
-    for child in sorted_children(&h, &leases) {
-        tx = tx.delete(&format!("{leases}/{child}"));
+    let mut tx = full.h.transaction();
+    for child in sorted_children(&full.h, &full.leases) {
+        tx = tx.delete(&format!("{}/{child}", full.leases));
     }
-    tx.delete(&leases).commit().unwrap();
-    match waited.recv_timeout(CALL_BOUND) {
+    tx.delete(&full.leases).commit().unwrap();
+    match full.waited.recv_timeout(CALL_BOUND) {
         Ok(Err(e)) if e.is(ErrorCode::NoNode) => {}
-        Ok(other) => panic!("the waiter whose leases path went: {other:?}\n{}", dump()),
-        Err(_) => panic!("the waiter still waits after {CALL_BOUND:?}\n{}", dump()),
+        Ok(other) => panic!(
+            "the waiter whose leases path went: {other:?}\n{}",
+            full.ctx.dump()
+        ),
+        Err(_) => panic!(
+            "the waiter still waits after {CALL_BOUND:?}\n{}",
+            full.ctx.dump()
+        ),
     }
-    drop(held);
 }
 
 /// A lease waiter blocks while the semaphore is full: over a second it
 /// sends a ping or so, not one attempt after another.
 #[test]
 fn a_lease_waiter_blocks_while_the_semaphore_is_full() {
-    let server = shared_server();
-    let s = server.connect_string();
-    let (h, w) = (connect(&s, SESSION), connect(&s, SESSION));
-    let ctx = Arc::new(Ctx::new(server, &w));
-    let dump = {
-        let ctx = Arc::clone(&ctx);
-        move || ctx.dump()
-    };
-    let path = unique("/pinned/lease-blocks");
-    let leases = format!("{path}/leases");
-    let held = InterProcessSemaphoreV2::new(&h, &path, 1)
-        .unwrap()
-        .acquire_timeout(Duration::from_secs(10))
-        .unwrap()
-        .expect("a free lease");
-    let sem = InterProcessSemaphoreV2::new(&w, &path, 1).unwrap();
-    let (done, waited) = bounded(1);
-    thread::spawn(move || {
-        let got = sem.acquire_timeout(Duration::from_secs(60));
-        let _ = done.send(got.map(|lease| lease.is_some()));
-    });
-    wait_until(
-        Duration::from_secs(10),
-        || sorted_children(&h, &leases).len() == 2,
-        &dump,
-    );
-    let before = w.metrics().requests_sent;
+    let full = FullSemaphore::new("/pinned/lease-blocks");
+    let before = full.w.metrics().requests_sent;
     let window = Instant::now();
     while window.elapsed() < Duration::from_secs(1) {
         thread::sleep(Duration::from_millis(50));
     }
-    let sent = w.metrics().requests_sent - before;
+    let sent = full.w.metrics().requests_sent - before;
     assert!(
         sent <= 10,
         "the lease waiter sent {sent} requests in 1 s while the semaphore was full\n{}",
-        dump()
+        full.ctx.dump()
     );
-    assert!(waited.try_recv().is_err(), "the wait ended while full");
-    drop(held);
-    match waited.recv_timeout(Duration::from_secs(10)) {
-        Ok(Ok(true)) => {}
+    assert!(full.waited.try_recv().is_err(), "the wait ended while full");
+    drop(full.held);
+    match full.waited.recv_timeout(Duration::from_secs(10)) {
+        Ok(Ok(Some(_))) => {}
         other => panic!(
             "the waiter after the lease was returned: {other:?}\n{}",
-            dump()
+            full.ctx.dump()
         ),
     }
 }
