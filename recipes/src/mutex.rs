@@ -2,13 +2,12 @@
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use latchkey_framework::{Client, ConnectionState, Error, ErrorCode, ListenerHandle, Result};
+use latchkey_framework::{Client, Error, ErrorCode, ListenerHandle, Result};
 use parking_lot::Mutex;
 
 use crate::cancel::{self, CancelToken};
@@ -26,7 +25,6 @@ pub const LOCK_NAME: &str = "lock-";
 struct Hold {
     node: LockNode,
     count: u32,
-    lost: Arc<AtomicBool>,
     /// Listeners behind [`MutexGuard::events`]; they go with the hold.
     subscriptions: Vec<ListenerHandle>,
 }
@@ -37,7 +35,6 @@ pub(crate) struct MutexInner {
     /// What the next lock node stores; empty: who holds it.
     data: Mutex<Vec<u8>>,
     revocable: Revocable,
-    _state: Mutex<Option<ListenerHandle>>,
 }
 
 /// A distributed mutex, reentrant per thread, that queues with Curator's
@@ -137,13 +134,14 @@ impl InterProcessMutex {
         validate_node_size("lock", path, data)?;
         let internals =
             LockInternals::new(client, path, lock_name, sort_names, max_leases, driver)?;
-        Ok(Self::wrap(MutexInner {
-            internals,
-            holds: Mutex::new(HashMap::new()),
-            data: Mutex::new(data.to_vec()),
-            revocable: Revocable::default(),
-            _state: Mutex::new(None),
-        }))
+        Ok(InterProcessMutex {
+            inner: Arc::new(MutexInner {
+                internals,
+                holds: Mutex::new(HashMap::new()),
+                data: Mutex::new(data.to_vec()),
+                revocable: Revocable::default(),
+            }),
+        })
     }
 
     /// This mutex as part of another recipe's wait: its own waits and
@@ -151,31 +149,6 @@ impl InterProcessMutex {
     pub(crate) fn unobserved(self) -> Self {
         self.inner.internals.set_unobserved();
         self
-    }
-
-    fn wrap(inner: MutexInner) -> Self {
-        let inner = Arc::new(inner);
-        let weak: Weak<MutexInner> = Arc::downgrade(&inner);
-        let handle = inner.internals.client().add_listener(move |state| {
-            if state == ConnectionState::Lost {
-                if let Some(inner) = weak.upgrade() {
-                    // Listeners share a thread, and one may block: this Lost
-                    // may come after the next session began. A hold of that
-                    // session is not lost; holds of any other session are,
-                    // and every hold while the client is still lost.
-                    let client = inner.internals.client();
-                    let still_lost = client.state() == Some(ConnectionState::Lost);
-                    let current = client.session_id();
-                    for hold in inner.holds.lock().values() {
-                        if still_lost || hold.node.owner != current {
-                            hold.lost.store(true, Ordering::Release);
-                        }
-                    }
-                }
-            }
-        });
-        *inner._state.lock() = Some(handle);
-        InterProcessMutex { inner }
     }
 
     /// Waits as long as it takes to hold the lock.
@@ -253,7 +226,6 @@ impl InterProcessMutex {
             Hold {
                 node,
                 count: 1,
-                lost: Arc::new(AtomicBool::new(false)),
                 subscriptions: Vec::new(),
             },
         );
@@ -368,10 +340,7 @@ impl InterProcessMutex {
     }
 
     fn hold_lost(&self, hold: &Hold) -> bool {
-        // The session check also covers a Lost that arrived between taking
-        // the node and recording the hold, which the listener cannot mark.
-        hold.lost.load(Ordering::Acquire)
-            || self.inner.internals.client().session_id() != hold.node.owner
+        hold::is_lost(self.inner.internals.client(), hold.node.owner)
     }
 
     /// Whether the calling thread's hold is in doubt: lost, or the client
@@ -381,10 +350,9 @@ impl InterProcessMutex {
     /// thread holds nothing. See [`MutexGuard::events`] for when to check.
     pub fn is_in_doubt(&self) -> bool {
         let holds = self.inner.holds.lock();
-        holds.get(&thread::current().id()).is_some_and(|h| {
-            h.lost.load(Ordering::Acquire)
-                || hold::in_doubt(self.inner.internals.client(), h.node.owner)
-        })
+        holds
+            .get(&thread::current().id())
+            .is_some_and(|h| hold::in_doubt(self.inner.internals.client(), h.node.owner))
     }
 
     /// The standing of the calling thread's hold as it changes (see
