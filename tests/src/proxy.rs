@@ -44,6 +44,9 @@ const STALL_LIMIT: Duration = Duration::from_secs(60);
 ///   not come back, or the reverse).
 /// - [`cut`](Self::cut): closes every current connection on both sides at
 ///   once; the client reads EOF (or a reset). New connections work as usual.
+/// - [`pause_requests_at`](Self::pause_requests_at): the same as
+///   `pause_requests`, from the first request that carries given bytes on
+///   (that request waits too): silence at one exact step of a recipe.
 /// - [`set_delay`](Self::set_delay): every forwarded chunk waits this long
 ///   first (chunks of one direction are delayed one after another).
 /// - [`set_refuse`](Self::set_refuse): new connections are accepted and
@@ -83,6 +86,8 @@ struct Shared {
     pause_requests: AtomicBool,
     /// Target → client is blackholed.
     pause_replies: AtomicBool,
+    /// Bytes whose next appearance client → target sets `pause_requests`.
+    pause_requests_at: Mutex<Option<Vec<u8>>>,
     refuse: AtomicBool,
     delay_us: AtomicU64,
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
@@ -128,6 +133,19 @@ impl Shared {
         Duration::from_micros(self.delay_us.load(Ordering::SeqCst))
     }
 
+    /// Sets `pause_requests` if `chunk`, read from a client, carries the
+    /// bytes of [`FaultProxy::pause_requests_at`].
+    fn pause_requests_if_carrying(&self, chunk: &[u8]) {
+        let mut at = self.pause_requests_at.lock();
+        let found = at
+            .as_deref()
+            .is_some_and(|b| !b.is_empty() && chunk.windows(b.len()).any(|w| w == b));
+        if found {
+            *at = None;
+            self.pause_requests.store(true, Ordering::SeqCst);
+        }
+    }
+
     fn forget(&self, conn: &Conn) {
         conn.close();
         self.conns.lock().remove(&conn.id);
@@ -145,6 +163,7 @@ impl FaultProxy {
             shutdown: AtomicBool::new(false),
             pause_requests: AtomicBool::new(false),
             pause_replies: AtomicBool::new(false),
+            pause_requests_at: Mutex::new(None),
             refuse: AtomicBool::new(false),
             delay_us: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
@@ -203,8 +222,22 @@ impl FaultProxy {
         self.shared.pause_requests.store(true, Ordering::SeqCst);
     }
 
-    /// Forwards both directions again, delivering what waited.
+    /// Blackholes client → target, as [`pause_requests`](Self::pause_requests)
+    /// does, as soon as a request carrying `bytes` comes (that request and
+    /// all after it wait for [`resume`](Self::resume)). One shot; a second
+    /// call replaces the bytes. Matched within one read from the socket, which
+    /// holds a whole request unless it is large or requests are pipelined
+    /// past the buffer. For example the bytes of a path with its length in
+    /// front (`[0, 0, 0, 7]` then `/a/path`) match the requests on that node
+    /// and not on its children.
+    pub fn pause_requests_at(&self, bytes: &[u8]) {
+        *self.shared.pause_requests_at.lock() = Some(bytes.to_vec());
+    }
+
+    /// Forwards both directions again, delivering what waited (and forgets
+    /// a [`pause_requests_at`](Self::pause_requests_at) not reached yet).
     pub fn resume(&self) {
+        *self.shared.pause_requests_at.lock() = None;
         self.shared.pause_requests.store(false, Ordering::SeqCst);
         self.shared.pause_replies.store(false, Ordering::SeqCst);
     }
@@ -413,6 +446,9 @@ fn pump(
             }
             Err(_) => return false,
         };
+        if std::ptr::eq(paused, &shared.pause_requests) {
+            shared.pause_requests_if_carrying(&buf[..n]);
+        }
         // Bytes read just as a pause began wait for the resume.
         while paused.load(Ordering::SeqCst) {
             if shared.stopped(conn) {

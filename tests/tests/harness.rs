@@ -561,6 +561,36 @@ fn proxy_pause_replies_lets_requests_through() {
 }
 
 #[test]
+fn proxy_pause_requests_at_holds_the_request_carrying_the_bytes_and_after() {
+    let echo = Echo::start();
+    let proxy = FaultProxy::start(echo.addr).unwrap();
+    let mut c = client(proxy.addr());
+    proxy.pause_requests_at(b"STOP");
+    c.write_all(b"go").unwrap();
+    assert_eq!(
+        read_n(&mut c, 2).unwrap(),
+        b"go",
+        "bytes without the mark pass"
+    );
+    c.write_all(b"a STOP here").unwrap();
+    assert!(
+        silent_for(&mut c, Duration::from_millis(300)),
+        "the request carrying the mark is held"
+    );
+    c.write_all(b"later").unwrap();
+    assert!(
+        silent_for(&mut c, Duration::from_millis(300)),
+        "so is the next"
+    );
+    assert_eq!(echo.received(), 2);
+    proxy.resume();
+    assert_eq!(read_n(&mut c, 16).unwrap(), b"a STOP herelater");
+    // One shot: the mark passes freely after the resume.
+    c.write_all(b"STOP").unwrap();
+    assert_eq!(read_n(&mut c, 4).unwrap(), b"STOP");
+}
+
+#[test]
 fn proxy_cut_closes_the_clients_connection_and_accepts_new_ones() {
     let echo = Echo::start();
     let proxy = FaultProxy::start(echo.addr).unwrap();

@@ -1074,3 +1074,104 @@ fn a_lease_waiter_blocks_while_the_semaphore_is_full() {
         ),
     }
 }
+
+/// A path as a request carries it: its length (big-endian `i32`), then its
+/// bytes; matches the requests on that node and not on its children.
+fn request_path(path: &str) -> Vec<u8> {
+    let len = i32::try_from(path.len()).expect("a short path");
+    let mut bytes = len.to_be_bytes().to_vec();
+    bytes.extend_from_slice(path.as_bytes());
+    bytes
+}
+
+/// ZooKeeper falls silent once the semaphore's internal lock is granted,
+/// just as the lease is created, or just as the leases are listed: the
+/// call's time runs out in that request, which is "not acquired"
+/// (`Ok(None)`, as for a wait that reaches its deadline), not an error.
+/// After the resume the lease node (created late, or left by the
+/// listing) goes.
+#[test]
+fn a_timed_lease_whose_create_or_listing_gets_no_answer_is_not_acquired() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(30))
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(RetryForever::new(Duration::from_millis(100))),
+    );
+    let direct = connect(&server.connect_string(), SESSION);
+    let ctx = Arc::new(Ctx::new(server, &c));
+    let dump = {
+        let ctx = Arc::clone(&ctx);
+        move || ctx.dump()
+    };
+    let path = unique("/pinned/lease-silent");
+    let leases = format!("{path}/leases");
+    let sem = Arc::new(InterProcessSemaphoreV2::new(&c, &path, 1).unwrap());
+    // The semaphore's nodes exist from here on: no parent is created below.
+    drop(
+        sem.acquire_timeout(Duration::from_secs(10))
+            .unwrap()
+            .expect("a free lease"),
+    );
+    let create = format!("{leases}/").into_bytes();
+    for (step, bytes) in [("create", create), ("listing", request_path(&leases))] {
+        proxy.pause_requests_at(&bytes);
+        let sem = Arc::clone(&sem);
+        let (got, _) = bounded_call(
+            "acquire_timeout with ZooKeeper silent from the lease on",
+            move || {
+                sem.acquire_timeout(Duration::from_millis(1500))
+                    .map(|lease| lease.is_some())
+            },
+            &dump,
+        );
+        assert!(
+            matches!(got, Ok(false)),
+            "silent from the lease's {step} on: want Ok(None), got {got:?}\n{}",
+            dump()
+        );
+        proxy.resume();
+        wait_empty(&direct, &leases, &dump);
+    }
+    c.close();
+}
+
+/// A lease create or listing that ZooKeeper refuses is an error, not "not
+/// acquired": the leases node lets nobody create, then nobody read.
+#[test]
+fn a_timed_lease_whose_create_or_listing_is_refused_is_an_error() {
+    use latchkey_framework::{Acl, Perms};
+    let server = shared_server();
+    let c = connect(&server.connect_string(), SESSION);
+    let ctx = Ctx::new(server, &c);
+    let path = unique("/pinned/lease-refused");
+    let leases = format!("{path}/leases");
+    let sem = InterProcessSemaphoreV2::new(&c, &path, 1).unwrap();
+    drop(
+        sem.acquire_timeout(Duration::from_secs(10))
+            .unwrap()
+            .expect("a free lease"),
+    );
+    let steps = [
+        ("create", Perms::READ | Perms::ADMIN),
+        ("listing", Perms::CREATE | Perms::DELETE | Perms::ADMIN),
+    ];
+    for (step, perms) in steps {
+        c.set_acl(&leases, &[Acl::new(perms, "world", "anyone")], None)
+            .unwrap();
+        let got = sem
+            .acquire_timeout(Duration::from_secs(10))
+            .map(|lease| lease.is_some());
+        assert!(
+            matches!(&got, Err(e) if e.is(ErrorCode::NoAuth)),
+            "the lease's {step} refused: want NoAuth, got {got:?}\n{}",
+            ctx.dump()
+        );
+        c.set_acl(&leases, &Acl::open_unsafe(), None).unwrap();
+        wait_empty(&c, &leases, || ctx.dump());
+    }
+    c.close();
+}
