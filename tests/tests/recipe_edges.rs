@@ -1074,3 +1074,58 @@ fn try_set_count_reports_a_refused_write() {
     }
     assert_eq!(count.count(), 1);
 }
+
+/// Two sessions set the count from the same value at the same moment,
+/// round after round: exactly one of them wins each round and the other
+/// reads `Ok(false)`, never an error, also when its write is the one that
+/// ZooKeeper refuses for the version (the other's write landed between its
+/// read and its write: Curator's `trySetCount` answers false then too).
+#[test]
+fn try_set_count_racing_another_session_answers_false_never_an_error() {
+    use std::sync::Barrier;
+    let _serial = serial();
+    let (a, b) = (client(), client());
+    let ctx = Ctx::new(shared_server(), &a);
+    let path = unique("edge-count-race");
+    let counts = [
+        SharedCount::new(&a, &path, 0).unwrap(),
+        SharedCount::new(&b, &path, 0).unwrap(),
+    ];
+    // Both read before either writes in most rounds (on this machine, in
+    // every one): the loser's write is then the one refused.
+    for round in 0..20 {
+        wait_until(
+            Duration::from_secs(10),
+            || counts.iter().all(|c| c.count() == round),
+            || {
+                format!(
+                    "round {round}: counts {} and {}\n{}",
+                    counts[0].count(),
+                    counts[1].count(),
+                    ctx.dump()
+                )
+            },
+        );
+        let start = Barrier::new(2);
+        let results: Vec<Result<bool, Error>> = thread::scope(|s| {
+            let tries: Vec<_> = counts
+                .iter()
+                .map(|count| {
+                    let start = &start;
+                    s.spawn(move || {
+                        let previous = count.versioned_value();
+                        start.wait();
+                        count.try_set_count(&previous, round + 1)
+                    })
+                })
+                .collect();
+            tries.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let wins = results.iter().filter(|r| matches!(r, Ok(true))).count();
+        assert!(
+            results.iter().all(|r| r.is_ok()) && wins == 1,
+            "round {round}: {results:?}\n{}",
+            ctx.dump()
+        );
+    }
+}
