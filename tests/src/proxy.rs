@@ -234,6 +234,13 @@ impl FaultProxy {
         *self.shared.pause_requests_at.lock() = Some(bytes.to_vec());
     }
 
+    /// Whether client → target is blackholed now (by
+    /// [`pause_requests`](Self::pause_requests), [`pause`](Self::pause) or a
+    /// [`pause_requests_at`](Self::pause_requests_at) that was reached).
+    pub fn requests_paused(&self) -> bool {
+        self.shared.pause_requests.load(Ordering::SeqCst)
+    }
+
     /// Forwards both directions again, delivering what waited (and forgets
     /// a [`pause_requests_at`](Self::pause_requests_at) not reached yet).
     pub fn resume(&self) {

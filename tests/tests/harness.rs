@@ -572,7 +572,14 @@ fn proxy_pause_requests_at_holds_the_request_carrying_the_bytes_and_after() {
         b"go",
         "bytes without the mark pass"
     );
+    assert!(!proxy.requests_paused());
     c.write_all(b"a STOP here").unwrap();
+    wait_until(
+        WAIT,
+        "the mark to pause requests",
+        || proxy.requests_paused(),
+        String::new,
+    );
     assert!(
         silent_for(&mut c, Duration::from_millis(300)),
         "the request carrying the mark is held"
@@ -584,6 +591,7 @@ fn proxy_pause_requests_at_holds_the_request_carrying_the_bytes_and_after() {
     );
     assert_eq!(echo.received(), 2);
     proxy.resume();
+    assert!(!proxy.requests_paused());
     assert_eq!(read_n(&mut c, 16).unwrap(), b"a STOP herelater");
     // One shot: the mark passes freely after the resume.
     c.write_all(b"STOP").unwrap();

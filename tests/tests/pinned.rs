@@ -1175,3 +1175,82 @@ fn a_timed_lease_whose_create_or_listing_is_refused_is_an_error() {
     }
     c.close();
 }
+
+/// A lease whose node another client deletes between its create and the
+/// listing that follows (ZooKeeper held silent at that listing while the
+/// test deletes it) queues again while the retry policy allows, like a
+/// lock node that vanishes: a timed acquire then gets the lease, and an
+/// untimed one whose node vanishes at every attempt gives up after the
+/// policy's retries, with an error.
+#[test]
+fn a_lease_node_that_keeps_vanishing_queues_again_then_gives_up() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let c = client_with(
+        &proxy.connect_string(),
+        RetryNTimes::new(2, Duration::from_millis(100)),
+    );
+    let direct = connect(&server.connect_string(), SESSION);
+    let ctx = Arc::new(Ctx::new(server, &c));
+    let path = unique("/pinned/lease-vanishing");
+    let leases = format!("{path}/leases");
+    let sem = Arc::new(InterProcessSemaphoreV2::new(&c, &path, 1).unwrap());
+    drop(
+        sem.acquire_timeout(Duration::from_secs(10))
+            .unwrap()
+            .expect("a free lease"),
+    );
+    let (done, result) = bounded(1);
+    // Deletes the lease node of the next `times` attempts, each while its
+    // listing is held, then lets the call go on.
+    let vanish = |times: usize| {
+        for attempt in 0..times {
+            proxy.pause_requests_at(&request_path(&leases));
+            wait_until(
+                CALL_BOUND,
+                || proxy.requests_paused(),
+                || format!("attempt {attempt} never listed the leases\n{}", ctx.dump()),
+            );
+            for child in sorted_children(&direct, &leases) {
+                direct
+                    .delete()
+                    .for_path(&format!("{leases}/{child}"))
+                    .expect("delete the lease node");
+            }
+            proxy.resume();
+        }
+    };
+    {
+        let (sem, done) = (Arc::clone(&sem), done.clone());
+        thread::spawn(move || {
+            let got = sem.acquire_timeout(Duration::from_secs(60));
+            let _ = done.send(got.map(|lease| lease.is_some()));
+        });
+    }
+    vanish(1);
+    match result.recv_timeout(CALL_BOUND) {
+        Ok(Ok(true)) => {}
+        other => panic!(
+            "a timed acquire whose node vanished once: {other:?}\n{}",
+            ctx.dump()
+        ),
+    }
+    wait_empty(&direct, &leases, || ctx.dump());
+    {
+        let sem = Arc::clone(&sem);
+        thread::spawn(move || {
+            let _ = done.send(sem.acquire().map(|_| true));
+        });
+    }
+    // The first attempt and the policy's two retries.
+    vanish(3);
+    match result.recv_timeout(CALL_BOUND) {
+        Ok(Err(Error::IllegalState(_))) => {}
+        other => panic!(
+            "an acquire whose node vanished at every attempt: {other:?}\n{}",
+            ctx.dump()
+        ),
+    }
+    wait_empty(&direct, &leases, || ctx.dump());
+    c.close();
+}
