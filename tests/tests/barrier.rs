@@ -16,6 +16,9 @@ use latchkey_test::{FaultProxy, TestingCluster, TestingServer};
 
 const SESSION: Duration = Duration::from_secs(10);
 
+/// How long a timed barrier call may take before the test calls it hung.
+const BOUND: Duration = Duration::from_secs(10);
+
 #[test]
 fn waiters_pass_when_the_barrier_is_removed() {
     let cs = clients(3, SESSION);
@@ -29,7 +32,11 @@ fn waiters_pass_when_the_barrier_is_removed() {
     gate.set_barrier().unwrap();
     for timeout in [Duration::ZERO, Duration::from_millis(300)] {
         let t = Instant::now();
-        assert!(!gate.wait_on_barrier(timeout).unwrap());
+        let waiter = DistributedBarrier::new(&cs[0], &path).unwrap();
+        let passed = call_within("a timed wait on a set barrier", BOUND, move || {
+            waiter.wait_on_barrier(timeout)
+        });
+        assert!(!passed.unwrap());
         assert!(
             t.elapsed() < timeout + Duration::from_millis(1500),
             "{:?}",
@@ -121,7 +128,10 @@ fn an_enter_that_times_out_is_not_counted() {
     let path = unique("double-barrier-timeout");
     let b = DistributedDoubleBarrier::new(&cs[0], &path, 2).unwrap();
     let t = Instant::now();
-    assert!(!b.enter(Duration::from_millis(300)).unwrap());
+    let entered = call_within("a timed enter alone", BOUND, move || {
+        b.enter(Duration::from_millis(300))
+    });
+    assert!(!entered.unwrap());
     assert!(
         t.elapsed() < Duration::from_millis(1500),
         "{:?}",
@@ -129,10 +139,10 @@ fn an_enter_that_times_out_is_not_counted() {
     );
     assert!(sorted_children(&cs[0], &path).is_empty(), "its node went");
     let late = DistributedDoubleBarrier::new(&cs[1], &path, 2).unwrap();
-    assert!(
-        !late.enter(Duration::from_millis(200)).unwrap(),
-        "alone: no quorum"
-    );
+    let entered = call_within("a late timed enter alone", BOUND, move || {
+        late.enter(Duration::from_millis(200))
+    });
+    assert!(!entered.unwrap(), "alone: no quorum");
     assert!(matches!(
         DistributedDoubleBarrier::new(&cs[0], &path, 0),
         Err(Error::InvalidArgument(_))

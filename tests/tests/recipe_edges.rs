@@ -38,39 +38,6 @@ fn client() -> Client {
     connect(&shared_server().connect_string(), SESSION)
 }
 
-/// Runs `f` on its own thread and returns its result; fails the test if it
-/// panics or does not return within `within`.
-fn bounded<T: Send + 'static>(
-    what: &str,
-    within: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let handle = thread::Builder::new()
-        .name(what.chars().take(40).collect())
-        .spawn(move || {
-            let _ = tx.send(f());
-        })
-        .expect("spawn");
-    match rx.recv_timeout(within) {
-        Ok(v) => {
-            let _ = handle.join();
-            v
-        }
-        Err(_) if handle.is_finished() => match handle.join() {
-            Err(panic) => {
-                let msg = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
-                panic!("{what} panicked: {msg:?}")
-            }
-            Ok(()) => panic!("{what} returned nothing"),
-        },
-        Err(_) => panic!("{what} did not return within {within:?}"),
-    }
-}
-
 /// Asserts a clear, typed refusal (not a ZooKeeper round-trip failure).
 fn assert_refused<T: std::fmt::Debug>(what: &str, r: latchkey_framework::Result<T>) {
     match r {
@@ -148,14 +115,14 @@ fn extreme_arguments_never_panic_or_abort() {
     // Odd but valid paths work.
     for odd in ["/edge odd/ü-ñ", "/edge-dots/..a/a..", "/edge_\u{2603}"] {
         let m = InterProcessMutex::new(&c, odd).expect(odd);
-        let got = bounded(odd, CALL_BOUND, move || m.acquire_timeout(Duration::ZERO));
+        let got = call_within(odd, CALL_BOUND, move || m.acquire_timeout(Duration::ZERO));
         assert!(matches!(got, Ok(true)), "{odd}: {got:?}");
     }
 
     // Durations: zero and huge on a free lock take it; huge means no deadline.
     for d in [Duration::ZERO, Duration::from_nanos(1), Duration::MAX] {
         let m = InterProcessMutex::new(&c, &unique("edge-mutex")).unwrap();
-        let r = bounded(&format!("mutex {d:?}"), CALL_BOUND, move || {
+        let r = call_within(&format!("mutex {d:?}"), CALL_BOUND, move || {
             let first = m.acquire_timeout(d)?;
             // A reentrant acquire with the same duration.
             let again = m.acquire_timeout(d)?;
@@ -170,7 +137,7 @@ fn extreme_arguments_never_panic_or_abort() {
         );
 
         let sem = InterProcessSemaphoreV2::new(&c, &unique("edge-sem"), 2).unwrap();
-        let r = bounded(&format!("semaphore {d:?}"), CALL_BOUND, move || {
+        let r = call_within(&format!("semaphore {d:?}"), CALL_BOUND, move || {
             let one = sem.acquire_timeout(d)?;
             let two = sem.acquire_many_timeout(1, d)?;
             // Both leases are held: a third attempt must time out.
@@ -183,7 +150,7 @@ fn extreme_arguments_never_panic_or_abort() {
         );
 
         let sm = InterProcessSemaphoreMutex::new(&c, &unique("edge-smutex")).unwrap();
-        let r = bounded(&format!("semaphore mutex {d:?}"), CALL_BOUND, move || {
+        let r = call_within(&format!("semaphore mutex {d:?}"), CALL_BOUND, move || {
             let got = sm.acquire_timeout(d)?;
             sm.release()?;
             Ok::<_, Error>(got)
@@ -192,7 +159,7 @@ fn extreme_arguments_never_panic_or_abort() {
 
         let paths = [unique("edge-ml-a"), unique("edge-ml-b")];
         let ml = InterProcessMultiLock::from_paths(&c, &[&paths[0], &paths[1]]).unwrap();
-        let r = bounded(&format!("multi-lock {d:?}"), CALL_BOUND, move || {
+        let r = call_within(&format!("multi-lock {d:?}"), CALL_BOUND, move || {
             let got = ml.acquire_timeout(d)?;
             ml.release()?;
             Ok::<_, Error>(got)
@@ -200,7 +167,7 @@ fn extreme_arguments_never_panic_or_abort() {
         assert!(matches!(r, Ok(true)), "multi-lock {d:?}: {r:?}");
 
         let rw = latchkey_recipes::InterProcessReadWriteLock::new(&c, &unique("edge-rw")).unwrap();
-        let r = bounded(&format!("read-write lock {d:?}"), CALL_BOUND, move || {
+        let r = call_within(&format!("read-write lock {d:?}"), CALL_BOUND, move || {
             let w = rw.write_lock().acquire_timeout(d)?;
             let r = rw.read_lock().acquire_timeout(d)?;
             rw.read_lock().release()?;
@@ -214,7 +181,7 @@ fn extreme_arguments_never_panic_or_abort() {
 
         let m = InterProcessMutex::new(&c, &unique("edge-cancel-d")).unwrap();
         let sem = InterProcessSemaphoreV2::new(&c, &unique("edge-cancel-d"), 1).unwrap();
-        let r = bounded(&format!("cancellable {d:?}"), CALL_BOUND, move || {
+        let r = call_within(&format!("cancellable {d:?}"), CALL_BOUND, move || {
             let token = latchkey_recipes::CancelToken::new();
             let got = m.acquire_cancellable(d, &token)?;
             let again = m.try_lock()?.is_some();
@@ -248,7 +215,7 @@ fn extreme_arguments_never_panic_or_abort() {
         || format!("{:?}", other.get_children(&held_path)),
     );
     holder.release().unwrap();
-    let got = bounded("Duration::MAX waiter", CALL_BOUND, move || {
+    let got = call_within("Duration::MAX waiter", CALL_BOUND, move || {
         waiter.join().unwrap()
     });
     assert!(matches!(got, Ok(true)), "{got:?}");
@@ -257,14 +224,14 @@ fn extreme_arguments_never_panic_or_abort() {
     let sem = InterProcessSemaphoreV2::new(&c, &unique("edge-many"), 3).unwrap();
     for n in [0, 4, u32::MAX] {
         let s = sem.clone();
-        let r = bounded(
+        let r = call_within(
             &format!("acquire_many_timeout({n})"),
             CALL_BOUND,
             move || s.acquire_many_timeout(n, Duration::MAX),
         );
         assert_refused(&format!("acquire_many_timeout({n})"), r);
         let s = sem.clone();
-        let r = bounded(&format!("acquire_many({n})"), CALL_BOUND, move || {
+        let r = call_within(&format!("acquire_many({n})"), CALL_BOUND, move || {
             s.acquire_many(n)
         });
         assert_refused(&format!("acquire_many({n})"), r);
@@ -274,7 +241,7 @@ fn extreme_arguments_never_panic_or_abort() {
         InterProcessSemaphoreV2::with_shared_count(&c, &unique("edge-shared"), &count).unwrap();
     for n in [0, u32::MAX, i32::MAX as u32 + 1] {
         let s = shared.clone();
-        let r = bounded(
+        let r = call_within(
             &format!("shared acquire_many({n})"),
             CALL_BOUND,
             move || s.acquire_many_timeout(n, Duration::MAX),
@@ -283,7 +250,7 @@ fn extreme_arguments_never_panic_or_abort() {
     }
     // More than the shared maximum now is a correct (bounded) wait.
     let s = shared.clone();
-    let r = bounded("shared acquire_many(3) for 200 ms", CALL_BOUND, move || {
+    let r = call_within("shared acquire_many(3) for 200 ms", CALL_BOUND, move || {
         s.acquire_many_timeout(3, Duration::from_millis(200))
     });
     assert!(matches!(r, Ok(None)), "{r:?}");
@@ -550,7 +517,7 @@ fn try_lock_foreign_leases_and_reserved_paths() {
     }
     held.acquire().unwrap();
     let m2 = m.clone();
-    let (got, took) = bounded("try_lock on a held lock", CALL_BOUND, move || {
+    let (got, took) = call_within("try_lock on a held lock", CALL_BOUND, move || {
         let started = std::time::Instant::now();
         let got = m2.try_lock().map(|g| g.is_some());
         (got, started.elapsed())
@@ -606,7 +573,7 @@ fn try_lock_foreign_leases_and_reserved_paths() {
             .namespace(unique("edge-ns").trim_start_matches('/')),
     );
     let m = InterProcessMutex::new(&namespaced, "/zookeeper/x").unwrap();
-    let r = bounded("namespaced /zookeeper/x", CALL_BOUND, move || {
+    let r = call_within("namespaced /zookeeper/x", CALL_BOUND, move || {
         let got = m.acquire_timeout(Duration::from_secs(5))?;
         m.release()?;
         Ok::<_, Error>(got)
@@ -735,7 +702,7 @@ fn a_blocked_acquire_can_be_cancelled() {
     );
     let cancelled_at = std::time::Instant::now();
     token.cancel();
-    let (r, returned_at) = bounded("join the cancelled waiter", CALL_BOUND, move || {
+    let (r, returned_at) = call_within("join the cancelled waiter", CALL_BOUND, move || {
         waiter.join().unwrap()
     });
     assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
@@ -774,7 +741,7 @@ fn a_blocked_acquire_can_be_cancelled() {
         || ctx.dump(),
     );
     token.cancel();
-    let r = bounded(
+    let r = call_within(
         "join the cancelled lease waiter",
         Duration::from_secs(2),
         move || waiter.join().unwrap(),
@@ -805,7 +772,7 @@ fn a_blocked_acquire_can_be_cancelled() {
         || ctx.dump(),
     );
     token.cancel();
-    let (r, holds) = bounded(
+    let (r, holds) = call_within(
         "join the cancelled multi-lock",
         Duration::from_secs(2),
         move || waiter.join().unwrap(),

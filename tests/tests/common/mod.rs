@@ -6,6 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -133,5 +134,38 @@ pub struct StopOnDrop<'a>(pub &'a AtomicBool);
 impl Drop for StopOnDrop<'_> {
     fn drop(&mut self) {
         self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Runs `f` on its own thread and returns its result; fails the test if it
+/// panics or does not return within `within`.
+pub fn call_within<T: Send + 'static>(
+    what: &str,
+    within: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let handle = thread::Builder::new()
+        .name(what.chars().take(40).collect())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .expect("spawn");
+    match rx.recv_timeout(within) {
+        Ok(v) => {
+            let _ = handle.join();
+            v
+        }
+        Err(_) if handle.is_finished() => match handle.join() {
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
+                panic!("{what} panicked: {msg:?}")
+            }
+            Ok(()) => panic!("{what} returned nothing"),
+        },
+        Err(_) => panic!("{what} did not return within {within:?}"),
     }
 }
