@@ -63,6 +63,40 @@ fn waiters_pass_when_the_barrier_is_removed() {
     assert!(DistributedBarrier::new(&cs[0], "/").is_err());
 }
 
+/// Setting a barrier that is set, or removing one that is not, is fine;
+/// anything else ZooKeeper refuses is an error (here: an ACL on the
+/// parent that lets nobody create, then nobody delete).
+#[test]
+fn set_and_remove_report_what_zookeeper_refuses() {
+    use latchkey_framework::{Acl, ErrorCode, Perms};
+    let c = connect(&shared_server().connect_string(), SESSION);
+    let parent = unique("barrier-refused");
+    c.create().for_path(&parent, &[]).unwrap();
+    let gate = DistributedBarrier::new(&c, &format!("{parent}/gate")).unwrap();
+    let only = |perms| [Acl::new(perms, "world", "anyone")];
+    c.set_acl(&parent, &only(Perms::READ | Perms::ADMIN), None)
+        .unwrap();
+    match gate.set_barrier() {
+        Err(e) if e.is(ErrorCode::NoAuth) => {}
+        other => panic!("set_barrier under a parent refusing creates: {other:?}"),
+    }
+    c.set_acl(&parent, &Acl::open_unsafe(), None).unwrap();
+    gate.set_barrier().unwrap();
+    c.set_acl(
+        &parent,
+        &only(Perms::READ | Perms::CREATE | Perms::ADMIN),
+        None,
+    )
+    .unwrap();
+    match gate.remove_barrier() {
+        Err(e) if e.is(ErrorCode::NoAuth) => {}
+        other => panic!("remove_barrier under a parent refusing deletes: {other:?}"),
+    }
+    c.set_acl(&parent, &Acl::open_unsafe(), None).unwrap();
+    gate.remove_barrier().unwrap();
+    c.delete().for_path(&parent).unwrap();
+}
+
 #[test]
 fn a_barrier_wait_survives_a_server_restart() {
     let mut server = TestingServer::start().unwrap();
@@ -83,6 +117,7 @@ fn a_barrier_wait_survives_a_server_restart() {
         server.restart().unwrap();
         assert!(c.block_until_connected(Duration::from_secs(30)).unwrap());
         gate.remove_barrier().unwrap();
+        end_waits_unless(|| w.is_finished(), std::slice::from_ref(&other));
         assert!(w.join().unwrap().unwrap(), "{:?}", other.state_history());
     });
 }
@@ -253,6 +288,21 @@ const PASS_WITHIN: Duration = Duration::from_secs(30);
 /// What a waiter's call returned, and when.
 type Outcome = Mutex<Vec<(usize, Instant, latchkey_framework::Result<bool>)>>;
 
+/// Waits until `done` ([`PASS_WITHIN`] at most); if it is not, closes
+/// `cs`, whose blocked calls then end: the test's scope joins at once and
+/// its checks fail with what happened, instead of waiting out the calls.
+fn end_waits_unless(done: impl Fn() -> bool, cs: &[Client]) {
+    let until = Instant::now() + PASS_WITHIN;
+    while !done() && Instant::now() < until {
+        thread::sleep(Duration::from_millis(10));
+    }
+    if !done() {
+        for c in cs {
+            c.close();
+        }
+    }
+}
+
 /// Clients of `cluster`, connected to any member.
 fn cluster_clients(cluster: &TestingCluster, n: usize) -> Vec<Client> {
     (0..n)
@@ -387,6 +437,7 @@ fn barrier_waiters_pass_once_removed_after_a_leader_kill_and_a_rolling_restart()
         );
         let removed_at = Instant::now();
         gate.remove_barrier().unwrap();
+        end_waits_unless(|| outcome.lock().unwrap().len() == waiters, &cs[..waiters]);
         removed_at
     });
     assert_passed_together("barrier", &outcome, waiters, removed_at, || {
@@ -452,8 +503,9 @@ fn double_barrier_members_enter_and_leave_together_through_a_leader_kill_and_a_r
             dump(&cluster)
         );
         let arrived = Instant::now();
-        let got = barriers[last].enter(Duration::from_secs(120));
+        let got = barriers[last].enter(PASS_WITHIN);
         entered.lock().unwrap().push((last, Instant::now(), got));
+        end_waits_unless(|| entered.lock().unwrap().len() == members, &cs[..members]);
         cluster.restart(leader).unwrap();
         arrived
     });
@@ -487,8 +539,9 @@ fn double_barrier_members_enter_and_leave_together_through_a_leader_kill_and_a_r
             dump(&cluster)
         );
         let leaving = Instant::now();
-        let got = barriers[last].leave(Duration::from_secs(120));
+        let got = barriers[last].leave(PASS_WITHIN);
         left.lock().unwrap().push((last, Instant::now(), got));
+        end_waits_unless(|| left.lock().unwrap().len() == members, &cs[..members]);
         leaving
     });
     assert_passed_together("leave", &left, members, last_left, || dump(&cluster));
