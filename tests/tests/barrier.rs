@@ -97,6 +97,29 @@ fn set_and_remove_report_what_zookeeper_refuses() {
     c.delete().for_path(&parent).unwrap();
 }
 
+/// A timed wait whose time runs out in a request (ZooKeeper silent) is
+/// "not passed", as one that runs out while waiting for the watch is, not
+/// an error.
+#[test]
+fn a_timed_wait_with_zookeeper_silent_is_not_passed_rather_than_an_error() {
+    let proxy = FaultProxy::start(shared_server().addr()).unwrap();
+    let c = connect(&proxy.connect_string(), Duration::from_secs(30));
+    let path = unique("barrier-silent");
+    let gate = DistributedBarrier::new(&c, &path).unwrap();
+    gate.set_barrier().unwrap();
+    proxy.pause();
+    let passed = call_within("a timed wait with ZooKeeper silent", BOUND, move || {
+        gate.wait_on_barrier(Duration::from_millis(1500))
+    });
+    assert!(
+        matches!(passed, Ok(false)),
+        "want Ok(false), got {passed:?}: {:?}",
+        c.state_history()
+    );
+    proxy.resume();
+    c.delete().for_path(&path).unwrap();
+}
+
 #[test]
 fn a_barrier_wait_survives_a_server_restart() {
     let mut server = TestingServer::start().unwrap();
