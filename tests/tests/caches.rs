@@ -459,6 +459,48 @@ fn a_curator_cache_converges_after_a_partition_and_a_lost_session() {
     watches(0, "after close");
 }
 
+/// A second start is refused with an error that names the cache; dropping
+/// the cache does what closing it does: its watch goes, on the client and
+/// on the server, and its listeners' channels disconnect.
+#[test]
+fn a_curator_cache_refuses_a_second_start_and_a_dropped_one_stops_watching() {
+    let server = shared_server();
+    let c = &clients(1, Duration::from_secs(20))[0];
+    let ctx = Ctx::new(server, c);
+    let root = unique("/caches/dropped");
+    let cache = CuratorCache::new(c, &root).unwrap();
+    cache.start().unwrap();
+    match cache.start() {
+        Err(latchkey_framework::Error::IllegalState(why)) if why.contains(&root) => {}
+        other => panic!("a second start: want IllegalState naming {root}, got {other:?}"),
+    }
+    let events = cache.listen();
+    let watches = |want: usize, what: &str| {
+        wait_until(
+            Duration::from_secs(10),
+            || c.pending_watches() == want && server_watches_on(server, &root) == want,
+            || {
+                format!(
+                    "{what}: {} watch callbacks, {} watches on the server, want {want}\n{}",
+                    c.pending_watches(),
+                    server_watches_on(server, &root),
+                    ctx.dump()
+                )
+            },
+        )
+    };
+    watches(1, "started");
+    drop(cache);
+    watches(0, "dropped");
+    assert!(
+        matches!(
+            events.recv_timeout(Duration::from_secs(10)),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+        ),
+        "the listener's channel of a dropped cache"
+    );
+}
+
 /// After a reconnection the client re-arms the cache's persistent watch
 /// (SetWatches2) just after `Reconnected` is told, and ZooKeeper sends no
 /// catch-up event for persistent watches: a change made in between raises
