@@ -97,6 +97,31 @@ fn set_and_remove_report_what_zookeeper_refuses() {
     c.delete().for_path(&parent).unwrap();
 }
 
+/// A member whose listing ZooKeeper refuses in `leave` gets the error; it
+/// is not taken for "everyone has left" (only a barrier node that is gone
+/// is).
+#[test]
+fn a_refused_listing_in_leave_is_an_error() {
+    use latchkey_framework::{Acl, ErrorCode, Perms};
+    let c = connect(&shared_server().connect_string(), SESSION);
+    let path = unique("double-barrier-refused");
+    let alone = DistributedDoubleBarrier::new(&c, &path, 1).unwrap();
+    assert!(alone.enter(BOUND).unwrap(), "one member of one enters");
+    let unreadable = [Acl::new(
+        Perms::CREATE | Perms::DELETE | Perms::ADMIN,
+        "world",
+        "anyone",
+    )];
+    c.set_acl(&path, &unreadable, None).unwrap();
+    match alone.leave(BOUND) {
+        Err(e) if e.is(ErrorCode::NoAuth) => {}
+        other => panic!("leave with its listing refused: {other:?}"),
+    }
+    c.set_acl(&path, &Acl::open_unsafe(), None).unwrap();
+    assert!(alone.leave(BOUND).unwrap());
+    assert!(sorted_children(&c, &path).is_empty());
+}
+
 /// A timed wait whose time runs out in a request (ZooKeeper silent) is
 /// "not passed", as one that runs out while waiting for the watch is, not
 /// an error.
