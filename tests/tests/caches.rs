@@ -501,6 +501,55 @@ fn a_curator_cache_refuses_a_second_start_and_a_dropped_one_stops_watching() {
     );
 }
 
+/// A change to one node of a subtree is read alone: the cache sends a
+/// request or two for it, not a read of the whole subtree (which it does
+/// only on a new session or connection).
+#[test]
+fn a_curator_cache_reads_a_changed_node_alone() {
+    let server = shared_server();
+    let (cache_client, writer) = {
+        let mut c = clients(2, Duration::from_secs(20));
+        (c.remove(0), c.remove(0))
+    };
+    let ctx = Ctx::new(server, &cache_client);
+    let root = unique("/caches/one-change");
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&root, b"")
+        .unwrap();
+    for i in 0..20 {
+        writer
+            .create()
+            .for_path(&format!("{root}/n{i:02}"), b"")
+            .unwrap();
+    }
+    // Last in the cache's order of reads: a whole re-read reaches it last.
+    let changed = format!("{root}/z");
+    writer.create().for_path(&changed, b"before").unwrap();
+    let cache = CuratorCache::new(&cache_client, &root).unwrap();
+    cache.start().unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || tree(&cache) == server_tree(&writer, &root),
+        || ctx.dump(),
+    );
+    let before = cache_client.metrics().requests_sent;
+    writer.set_data(&changed, b"after", None).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || cache.get(&changed).is_some_and(|n| n.data == b"after"),
+        || ctx.dump(),
+    );
+    let sent = cache_client.metrics().requests_sent - before;
+    // One read of the node; a ping may fall in between.
+    assert!(
+        sent <= 4,
+        "the cache sent {sent} requests for one changed node of 22\n{}",
+        ctx.dump()
+    );
+}
+
 /// After a reconnection the client re-arms the cache's persistent watch
 /// (SetWatches2) just after `Reconnected` is told, and ZooKeeper sends no
 /// catch-up event for persistent watches: a change made in between raises
