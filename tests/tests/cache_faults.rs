@@ -169,7 +169,9 @@ fn caches_converge_to_the_ensembles_state_after_leader_kills_and_a_rolling_resta
     node_cache.start().unwrap();
     let tree_cache = CuratorCache::new(&tree_client, &root).unwrap();
     let tree_events = tree_cache.listen();
+    let dog = Watchdog::new("CuratorCache::start", Duration::from_secs(30));
     tree_cache.start().unwrap();
+    drop(dog);
     let mut replay = Replay::default();
     let states = [node_client.listen(), tree_client.listen()];
     let mut reconnects = [0; 2];

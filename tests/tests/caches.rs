@@ -254,6 +254,16 @@ fn a_node_cache_refuses_bad_paths_and_a_second_start() {
     let _: Option<ChildData> = root.current_data();
 }
 
+/// A started `CuratorCache` of `root`; a start that has not returned
+/// within 30 s ends the test process (its first pass loops until the
+/// subtree is read).
+fn started_cache(client: &latchkey_framework::Client, root: &str) -> CuratorCache {
+    let cache = CuratorCache::new(client, root).unwrap();
+    let _dog = Watchdog::new("CuratorCache::start", Duration::from_secs(30));
+    cache.start().unwrap();
+    cache
+}
+
 /// A snapshot of a `CuratorCache`: path → data.
 fn tree(cache: &CuratorCache) -> Vec<(String, Vec<u8>)> {
     cache
@@ -298,8 +308,7 @@ fn a_curator_cache_follows_a_subtree_parents_first() {
     let ctx = Ctx::new(server, &cache_client);
     let root = unique("/caches/tree");
     // The root does not exist yet: the cache waits for it.
-    let cache = CuratorCache::new(&cache_client, &root).unwrap();
-    cache.start().unwrap();
+    let cache = started_cache(&cache_client, &root);
     assert_eq!(cache.size(), 0);
     let events = cache.listen();
     writer
@@ -367,8 +376,7 @@ fn a_curator_cache_converges_after_a_partition_and_a_lost_session() {
             .for_path(&format!("{root}/{p}"), p.as_bytes())
             .unwrap();
     }
-    let cache = CuratorCache::new(&cache_client, &root).unwrap();
-    cache.start().unwrap();
+    let cache = started_cache(&cache_client, &root);
     assert_eq!(tree(&cache), server_tree(&writer, &root));
     let events = cache.listen();
 
@@ -468,8 +476,7 @@ fn a_curator_cache_refuses_a_second_start_and_a_dropped_one_stops_watching() {
     let c = &clients(1, Duration::from_secs(20))[0];
     let ctx = Ctx::new(server, c);
     let root = unique("/caches/dropped");
-    let cache = CuratorCache::new(c, &root).unwrap();
-    cache.start().unwrap();
+    let cache = started_cache(c, &root);
     match cache.start() {
         Err(latchkey_framework::Error::IllegalState(why)) if why.contains(&root) => {}
         other => panic!("a second start: want IllegalState naming {root}, got {other:?}"),
@@ -527,8 +534,7 @@ fn a_curator_cache_reads_a_changed_node_alone() {
     // Last in the cache's order of reads: a whole re-read reaches it last.
     let changed = format!("{root}/z");
     writer.create().for_path(&changed, b"before").unwrap();
-    let cache = CuratorCache::new(&cache_client, &root).unwrap();
-    cache.start().unwrap();
+    let cache = started_cache(&cache_client, &root);
     wait_until(
         Duration::from_secs(10),
         || tree(&cache) == server_tree(&writer, &root),
@@ -568,8 +574,7 @@ fn a_curator_cache_sees_changes_made_before_its_rearmed_watch_reaches_the_server
         .creating_parents_if_needed()
         .for_path(&format!("{root}/x"), b"start")
         .unwrap();
-    let cache = CuratorCache::new(&cache_client, &root).unwrap();
-    cache.start().unwrap();
+    let cache = started_cache(&cache_client, &root);
     let states = cache_client.listen();
     proxy.set_delay(Duration::from_millis(300));
     for i in 0..3 {

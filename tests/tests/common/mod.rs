@@ -169,3 +169,26 @@ pub fn call_within<T: Send + 'static>(
         Err(_) => panic!("{what} did not return within {within:?}"),
     }
 }
+
+/// Ends the test process with a message unless dropped within `bound`:
+/// bounds a call that borrows (and so cannot move to a thread of its own
+/// as with [`call_within`]), so that if it hangs the binary fails in
+/// bounded time instead of stalling.
+pub struct Watchdog(crossbeam_channel::Sender<()>);
+
+impl Watchdog {
+    pub fn new(what: &str, bound: Duration) -> Watchdog {
+        let (dropped, watched) = crossbeam_channel::bounded::<()>(0);
+        let what = what.to_owned();
+        thread::spawn(move || {
+            if let Err(crossbeam_channel::RecvTimeoutError::Timeout) = watched.recv_timeout(bound) {
+                // Past the test harness's capture, which exit would lose.
+                let message =
+                    format!("{what} did not return within {bound:?}: ending the test process\n");
+                let _ = std::io::Write::write_all(&mut std::io::stderr(), message.as_bytes());
+                std::process::exit(101);
+            }
+        });
+        Watchdog(dropped)
+    }
+}
