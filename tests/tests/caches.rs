@@ -556,6 +556,47 @@ fn a_curator_cache_reads_a_changed_node_alone() {
     );
 }
 
+/// A cache whose watch goes while it runs (removed through its client
+/// here) adds it again, and goes on following the subtree.
+#[test]
+fn a_curator_cache_whose_watch_is_removed_adds_it_again() {
+    use latchkey_framework::WatcherType;
+    let server = shared_server();
+    let (cache_client, writer) = {
+        let mut c = clients(2, Duration::from_secs(20));
+        (c.remove(0), c.remove(0))
+    };
+    let ctx = Ctx::new(server, &cache_client);
+    let root = unique("/caches/watch-removed");
+    let cache = started_cache(&cache_client, &root);
+    cache_client
+        .remove_watches(&root, WatcherType::Any)
+        .unwrap();
+    let added = format!("{root}/added");
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&added, b"seen")
+        .unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || cache.get(&added).is_some_and(|n| n.data == b"seen"),
+        || format!("the cache has {:?}\n{}", tree(&cache), ctx.dump()),
+    );
+    wait_until(
+        Duration::from_secs(10),
+        || cache_client.pending_watches() == 1 && server_watches_on(server, &root) == 1,
+        || {
+            format!(
+                "{} watch callbacks, {} watches on the server, want 1\n{}",
+                cache_client.pending_watches(),
+                server_watches_on(server, &root),
+                ctx.dump()
+            )
+        },
+    );
+}
+
 /// After a reconnection the client re-arms the cache's persistent watch
 /// (SetWatches2) just after `Reconnected` is told, and ZooKeeper sends no
 /// catch-up event for persistent watches: a change made in between raises
