@@ -1489,6 +1489,20 @@ mod tests {
     }
 
     #[test]
+    fn a_read_write_probe_waits_a_sixth_of_the_session_within_50_ms_and_1_s() {
+        let mut probe = RwProbe::new();
+        let ms = Duration::from_millis;
+        for (session, want) in [
+            (ms(120), ms(50)),
+            (ms(3000), ms(500)),
+            (ms(30_000), ms(1000)),
+        ] {
+            probe.connected(true, session);
+            assert_eq!(probe.timeout, want, "negotiated session {session:?}");
+        }
+    }
+
+    #[test]
     fn hosts_are_shuffled_not_rotated() {
         let names: Vec<String> = ["a:1", "b:1", "c:1"].map(String::from).to_vec();
         let mut orders = std::collections::HashSet::new();
