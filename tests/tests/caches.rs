@@ -597,6 +597,61 @@ fn a_curator_cache_whose_watch_is_removed_adds_it_again() {
     );
 }
 
+/// A read that fails (the connection is lost just as a changed node is
+/// read, and the client does not retry) is tried again later: the node is
+/// not taken for deleted.
+#[test]
+fn a_curator_cache_does_not_take_a_failed_read_for_a_deletion() {
+    use latchkey_framework::{ConnectionState, RetryNTimes};
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let cache_client = start_connected(
+        latchkey_framework::Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(20))
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
+    );
+    let states = cache_client.listen();
+    let writer = &clients(1, Duration::from_secs(20))[0];
+    let ctx = Ctx::new(server, &cache_client);
+    let root = unique("/caches/failed-read");
+    let child = format!("{root}/child");
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&child, b"1")
+        .unwrap();
+    let cache = started_cache(&cache_client, &root);
+    let events = cache.listen();
+    // The cache's read of the changed node is held, then its connection cut.
+    proxy.pause_requests_at(&request_path(&child));
+    writer.set_data(&child, b"2", None).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || proxy.requests_paused(),
+        || format!("the cache never read {child}\n{}", ctx.dump()),
+    );
+    proxy.cut();
+    ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(10));
+    proxy.resume();
+    wait_until(
+        Duration::from_secs(20),
+        || cache.get(&child).is_some_and(|n| n.data == b"2"),
+        || format!("the cache has {:?}\n{}", tree(&cache), ctx.dump()),
+    );
+    let deleted: Vec<String> = events
+        .try_iter()
+        .filter(|e| matches!(e, CacheEvent::Deleted(_)))
+        .map(|e| short(&e))
+        .collect();
+    assert!(
+        deleted.is_empty(),
+        "told deleted although never deleted: {deleted:?}\n{}",
+        ctx.dump()
+    );
+}
+
 /// After a reconnection the client re-arms the cache's persistent watch
 /// (SetWatches2) just after `Reconnected` is told, and ZooKeeper sends no
 /// catch-up event for persistent watches: a change made in between raises

@@ -1075,15 +1075,6 @@ fn a_lease_waiter_blocks_while_the_semaphore_is_full() {
     }
 }
 
-/// A path as a request carries it: its length (big-endian `i32`), then its
-/// bytes; matches the requests on that node and not on its children.
-fn request_path(path: &str) -> Vec<u8> {
-    let len = i32::try_from(path.len()).expect("a short path");
-    let mut bytes = len.to_be_bytes().to_vec();
-    bytes.extend_from_slice(path.as_bytes());
-    bytes
-}
-
 /// ZooKeeper falls silent once the semaphore's internal lock is granted,
 /// just as the lease is created, or just as the leases are listed: the
 /// call's time runs out in that request, which is "not acquired"

@@ -192,3 +192,12 @@ impl Watchdog {
         Watchdog(dropped)
     }
 }
+
+/// A path as a request carries it: its length (big-endian `i32`), then its
+/// bytes; matches the requests on that node and not on its children.
+pub fn request_path(path: &str) -> Vec<u8> {
+    let len = i32::try_from(path.len()).expect("a short path");
+    let mut bytes = len.to_be_bytes().to_vec();
+    bytes.extend_from_slice(path.as_bytes());
+    bytes
+}
