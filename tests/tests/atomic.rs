@@ -103,6 +103,9 @@ fn contended_increments_are_never_lost_or_doubled() {
         let path = unique(&format!("atomic-contended-{name}"));
         let succeeded = AtomicU64::new(0);
         let failed = AtomicU64::new(0);
+        // Far above what the increments need (a few seconds): a counter
+        // whose writes never land fails here instead of retrying for minutes.
+        let phase_ends = Instant::now() + Duration::from_secs(30);
         thread::scope(|s| {
             for c in &cs {
                 let (path, succeeded, failed) = (&path, &succeeded, &failed);
@@ -121,6 +124,10 @@ fn contended_increments_are_never_lost_or_doubled() {
                             .unwrap();
                     }
                     for _ in 0..50 {
+                        assert!(
+                            Instant::now() < phase_ends,
+                            "{name}: 50 increments per session not done within 30 s"
+                        );
                         let v = a.increment().unwrap();
                         if v.succeeded {
                             assert_eq!(v.post_value, v.pre_value + 1);
@@ -179,6 +186,8 @@ fn no_increment_is_lost_through_leader_kills() {
     let stop = AtomicBool::new(false);
     let deadline = Instant::now() + Duration::from_secs(150);
     thread::scope(|s| {
+        // A failed check below stops the incrementing threads too.
+        let _stop = StopOnDrop(&stop);
         for c in &cs {
             let (path, succeeded, gave_up, errors, stop) =
                 (&path, &succeeded, &gave_up, &errors, &stop);
