@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use latchkey_framework::{Client, Error, ExponentialBackoffRetry, RetryNTimes};
 use latchkey_recipes::{DistributedAtomicInteger, DistributedAtomicLong, PromotedToLock};
-use latchkey_test::TestingCluster;
+use latchkey_test::{FaultProxy, TestingCluster};
 
 const SESSION: Duration = Duration::from_secs(10);
 
@@ -294,5 +294,46 @@ fn force_set_creates_and_refusals_are_errors() {
     match under.initialize(1) {
         Err(e) if e.is(ErrorCode::NoAuth) => {}
         other => panic!("initialize where nobody may create: {other:?}"),
+    }
+    match under.force_set(1) {
+        Err(e) if e.is(ErrorCode::NoAuth) => {}
+        other => panic!("force_set where nobody may create: {other:?}"),
+    }
+}
+
+/// `force_set` of a missing node that another session creates between
+/// the set (which finds no node) and the create (which then finds one):
+/// the value is set on the node the other created.
+#[test]
+fn force_set_racing_another_create_sets_the_value() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let c = connect(&proxy.connect_string(), SESSION);
+    let other = connect(&server.connect_string(), SESSION);
+    let ctx = Ctx::new(server, &c);
+    let path = unique("atomic-force-race");
+    let counter = DistributedAtomicLong::new(&c, &path, retries(0)).unwrap();
+    // The create request (create2, op code 15) of the counter's node.
+    let mut create = 15i32.to_be_bytes().to_vec();
+    create.extend(request_path(&path));
+    proxy.pause_requests_at(&create);
+    let (done, set) = crossbeam_channel::bounded(1);
+    thread::spawn(move || {
+        let _ = done.send(counter.force_set(42).map(|()| counter));
+    });
+    wait_until(
+        Duration::from_secs(10),
+        || proxy.requests_paused(),
+        || format!("force_set never created {path}\n{}", ctx.dump()),
+    );
+    other.create().for_path(&path, &7i64.to_be_bytes()).unwrap();
+    proxy.resume();
+    match set.recv_timeout(Duration::from_secs(20)) {
+        Ok(Ok(counter)) => assert_eq!(counter.get().unwrap().post_value, 42),
+        other => panic!(
+            "force_set racing a create: {:?}\n{}",
+            other.map(|r| r.map(|_| ())),
+            ctx.dump()
+        ),
     }
 }
