@@ -124,6 +124,7 @@ fn twenty_thousand_watches_survive_a_server_restart() {
         assert!(stat.is_none());
     });
     eprintln!("{WATCHES} exists watches set in {:?}", started.elapsed());
+    assert_eq!(c.pending_watches(), WATCHES, "one callback per watch set");
     let states = c.listen();
     let session = c.session_id();
     server.restart().unwrap();
@@ -150,6 +151,7 @@ fn twenty_thousand_watches_survive_a_server_restart() {
         },
     );
     assert_eq!(wrong.load(Ordering::SeqCst), 0, "{}", ctx.dump());
+    assert_eq!(c.pending_watches(), 0, "every callback fired once");
     let history = c.state_history();
     assert!(
         !history.iter().any(|(_, s)| *s == ConnectionState::Lost),
