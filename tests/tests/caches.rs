@@ -597,24 +597,64 @@ fn a_curator_cache_whose_watch_is_removed_adds_it_again() {
     );
 }
 
+/// A cache's client behind its own proxy that does not retry: a request
+/// cut off fails, and the cache has to try it again itself.
+struct CutOff {
+    proxy: FaultProxy,
+    client: latchkey_framework::Client,
+    states: crossbeam_channel::Receiver<latchkey_framework::ConnectionState>,
+    ctx: Ctx,
+}
+
+impl CutOff {
+    fn new() -> CutOff {
+        let server = shared_server();
+        let proxy = FaultProxy::start(server.addr()).unwrap();
+        let client = start_connected(
+            latchkey_framework::Client::builder()
+                .connect_string(proxy.connect_string())
+                .session_timeout(Duration::from_secs(20))
+                .connection_timeout(Duration::from_secs(5))
+                .retry_policy(latchkey_framework::RetryNTimes::new(0, Duration::ZERO)),
+        );
+        let states = client.listen();
+        let ctx = Ctx::new(server, &client);
+        CutOff {
+            proxy,
+            client,
+            states,
+            ctx,
+        }
+    }
+
+    /// Makes `change`, holds the request carrying `read` that it causes,
+    /// then cuts the connection (the request fails) and lets the client
+    /// connect again.
+    fn fail_the_read_of(&self, change: impl FnOnce(), read: &[u8]) {
+        self.proxy.pause_requests_at(read);
+        change();
+        wait_until(
+            Duration::from_secs(10),
+            || self.proxy.requests_paused(),
+            || format!("the cache never sent the read\n{}", self.ctx.dump()),
+        );
+        self.proxy.cut();
+        self.ctx.expect(
+            &self.states,
+            latchkey_framework::ConnectionState::Suspended,
+            Duration::from_secs(10),
+        );
+        self.proxy.resume();
+    }
+}
+
 /// A read that fails (the connection is lost just as a changed node is
 /// read, and the client does not retry) is tried again later: the node is
 /// not taken for deleted.
 #[test]
 fn a_curator_cache_does_not_take_a_failed_read_for_a_deletion() {
-    use latchkey_framework::{ConnectionState, RetryNTimes};
-    let server = shared_server();
-    let proxy = FaultProxy::start(server.addr()).unwrap();
-    let cache_client = start_connected(
-        latchkey_framework::Client::builder()
-            .connect_string(proxy.connect_string())
-            .session_timeout(Duration::from_secs(20))
-            .connection_timeout(Duration::from_secs(5))
-            .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
-    );
-    let states = cache_client.listen();
+    let cut = CutOff::new();
     let writer = &clients(1, Duration::from_secs(20))[0];
-    let ctx = Ctx::new(server, &cache_client);
     let root = unique("/caches/failed-read");
     let child = format!("{root}/child");
     writer
@@ -622,23 +662,16 @@ fn a_curator_cache_does_not_take_a_failed_read_for_a_deletion() {
         .creating_parents_if_needed()
         .for_path(&child, b"1")
         .unwrap();
-    let cache = started_cache(&cache_client, &root);
+    let cache = started_cache(&cut.client, &root);
     let events = cache.listen();
-    // The cache's read of the changed node is held, then its connection cut.
-    proxy.pause_requests_at(&request_path(&child));
-    writer.set_data(&child, b"2", None).unwrap();
-    wait_until(
-        Duration::from_secs(10),
-        || proxy.requests_paused(),
-        || format!("the cache never read {child}\n{}", ctx.dump()),
-    );
-    proxy.cut();
-    ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(10));
-    proxy.resume();
+    let change = || {
+        writer.set_data(&child, b"2", None).unwrap();
+    };
+    cut.fail_the_read_of(change, &request_path(&child));
     wait_until(
         Duration::from_secs(20),
         || cache.get(&child).is_some_and(|n| n.data == b"2"),
-        || format!("the cache has {:?}\n{}", tree(&cache), ctx.dump()),
+        || format!("the cache has {:?}\n{}", tree(&cache), cut.ctx.dump()),
     );
     let deleted: Vec<String> = events
         .try_iter()
@@ -648,7 +681,42 @@ fn a_curator_cache_does_not_take_a_failed_read_for_a_deletion() {
     assert!(
         deleted.is_empty(),
         "told deleted although never deleted: {deleted:?}\n{}",
-        ctx.dump()
+        cut.ctx.dump()
+    );
+}
+
+/// The node cache's twin: its read of the node's data (after the watched
+/// `exists`) fails, and the node is not taken for deleted.
+#[test]
+fn a_node_cache_does_not_take_a_failed_read_for_a_deletion() {
+    let cut = CutOff::new();
+    let writer = &clients(1, Duration::from_secs(20))[0];
+    let path = unique("/caches/node-failed-read");
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&path, b"1")
+        .unwrap();
+    let cache = NodeCache::new(&cut.client, &path).unwrap();
+    cache.start().unwrap();
+    let events = cache.listen();
+    // getData (op code 4) of the node, not its exists (3).
+    let mut get_data = 4i32.to_be_bytes().to_vec();
+    get_data.extend(request_path(&path));
+    let change = || {
+        writer.set_data(&path, b"2", None).unwrap();
+    };
+    cut.fail_the_read_of(change, &get_data);
+    wait_until(
+        Duration::from_secs(20),
+        || data_of(&cache).is_some_and(|d| d == b"2"),
+        || format!("the cache has {:?}\n{}", data_of(&cache), cut.ctx.dump()),
+    );
+    let told: Vec<Option<Vec<u8>>> = events.try_iter().map(|n| n.map(|n| n.data)).collect();
+    assert!(
+        told.iter().all(Option::is_some),
+        "told deleted although never deleted: {told:?}\n{}",
+        cut.ctx.dump()
     );
 }
 
