@@ -290,6 +290,10 @@ fn force_set_creates_and_refusals_are_errors() {
         Err(e) if e.is(ErrorCode::NoAuth) => {}
         other => panic!("compare_and_set on a read-only node: {other:?}"),
     }
+    match unwritable.increment() {
+        Err(e) if e.is(ErrorCode::NoAuth) => {}
+        other => panic!("increment on a read-only node: {other:?}"),
+    }
     let under = DistributedAtomicLong::new(&c, &format!("{parent}/n"), retries(0)).unwrap();
     match under.initialize(1) {
         Err(e) if e.is(ErrorCode::NoAuth) => {}
