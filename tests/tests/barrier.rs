@@ -97,11 +97,11 @@ fn set_and_remove_report_what_zookeeper_refuses() {
     c.delete().for_path(&parent).unwrap();
 }
 
-/// A member whose listing ZooKeeper refuses in `leave` gets the error; it
-/// is not taken for "everyone has left" (only a barrier node that is gone
-/// is).
+/// A member whose listing or delete ZooKeeper refuses in `leave` gets the
+/// error; it is not taken for "everyone has left" (only a barrier node that
+/// is gone is) or for "already deleted".
 #[test]
-fn a_refused_listing_in_leave_is_an_error() {
+fn a_refused_listing_or_delete_in_leave_is_an_error() {
     use latchkey_framework::{Acl, ErrorCode, Perms};
     let c = connect(&shared_server().connect_string(), SESSION);
     let path = unique("double-barrier-refused");
@@ -116,6 +116,17 @@ fn a_refused_listing_in_leave_is_an_error() {
     match alone.leave(BOUND) {
         Err(e) if e.is(ErrorCode::NoAuth) => {}
         other => panic!("leave with its listing refused: {other:?}"),
+    }
+    // Nobody may delete: the member's node stays, and leave says why.
+    let undeletable = [Acl::new(
+        Perms::READ | Perms::CREATE | Perms::ADMIN,
+        "world",
+        "anyone",
+    )];
+    c.set_acl(&path, &undeletable, None).unwrap();
+    match alone.leave(BOUND) {
+        Err(e) if e.is(ErrorCode::NoAuth) => {}
+        other => panic!("leave with its delete refused: {other:?}"),
     }
     c.set_acl(&path, &Acl::open_unsafe(), None).unwrap();
     assert!(alone.leave(BOUND).unwrap());
