@@ -264,55 +264,71 @@ fn started_cache(client: &latchkey_framework::Client, root: &str) -> CuratorCach
     cache
 }
 
-/// A closed node cache stops: its channel disconnects, it reads no more
-/// (a later change is not seen), and it keeps its last copy.
+/// A second start of a node cache is refused with an error naming it. A
+/// closed (or dropped) node cache stops: its channel disconnects, it reads
+/// no more (a later change costs it no request), and a closed one keeps
+/// its last copy.
 #[test]
-fn a_closed_node_cache_stops_and_keeps_its_last_copy() {
+fn a_closed_or_dropped_node_cache_stops_and_keeps_its_last_copy() {
     let server = shared_server();
     let (cache_client, writer) = {
         let mut c = clients(2, Duration::from_secs(20));
         (c.remove(0), c.remove(0))
     };
     let ctx = Ctx::new(server, &cache_client);
-    let path = unique("/caches/node-closed");
-    writer
-        .create()
-        .creating_parents_if_needed()
-        .for_path(&path, b"1")
-        .unwrap();
-    let cache = NodeCache::new(&cache_client, &path).unwrap();
-    assert_eq!(cache.path(), path);
-    let events = cache.listen();
-    cache.start().unwrap();
-    wait_until(
-        Duration::from_secs(10),
-        || data_of(&cache).is_some_and(|d| d == b"1"),
-        || ctx.dump(),
-    );
-    cache.close();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        match events.recv_deadline(deadline) {
-            Ok(_) => continue,
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
-            Err(timeout) => panic!("the closed cache's channel: {timeout:?}"),
+    for dropped in [false, true] {
+        let path = unique("/caches/node-closed");
+        writer
+            .create()
+            .creating_parents_if_needed()
+            .for_path(&path, b"1")
+            .unwrap();
+        let cache = NodeCache::new(&cache_client, &path).unwrap();
+        assert_eq!(cache.path(), path);
+        let events = cache.listen();
+        cache.start().unwrap();
+        match cache.start() {
+            Err(latchkey_framework::Error::IllegalState(why)) if why.contains(&path) => {}
+            other => panic!("a second start: want IllegalState naming {path}, got {other:?}"),
+        }
+        wait_until(
+            Duration::from_secs(10),
+            || data_of(&cache).is_some_and(|d| d == b"1"),
+            || ctx.dump(),
+        );
+        let kept = if dropped {
+            drop(cache);
+            None
+        } else {
+            cache.close();
+            Some(cache)
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match events.recv_deadline(deadline) {
+                Ok(_) => continue,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+                Err(timeout) => panic!("dropped {dropped}: the cache's channel: {timeout:?}"),
+            }
+        }
+        let before = cache_client.metrics().requests_sent;
+        writer.set_data(&path, b"2", None).unwrap();
+        // Nothing can prove a read will never come; an open cache reads the
+        // change within milliseconds, so a second is a wide margin.
+        let window = std::time::Instant::now();
+        while window.elapsed() < Duration::from_secs(1) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(
+            cache_client.metrics().requests_sent,
+            before,
+            "dropped {dropped}: the cache read again\n{}",
+            ctx.dump()
+        );
+        if let Some(closed) = kept {
+            assert_eq!(data_of(&closed).as_deref(), Some(&b"1"[..]));
         }
     }
-    let before = cache_client.metrics().requests_sent;
-    writer.set_data(&path, b"2", None).unwrap();
-    // Nothing can prove a read will never come; an open cache reads the
-    // change within milliseconds, so a second is a wide margin.
-    let window = std::time::Instant::now();
-    while window.elapsed() < Duration::from_secs(1) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(
-        cache_client.metrics().requests_sent,
-        before,
-        "the closed cache read again\n{}",
-        ctx.dump()
-    );
-    assert_eq!(data_of(&cache).as_deref(), Some(&b"1"[..]));
 }
 
 /// A snapshot of a `CuratorCache`: path → data.
