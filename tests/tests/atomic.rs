@@ -303,6 +303,48 @@ fn force_set_creates_and_refusals_are_errors() {
         Err(e) if e.is(ErrorCode::NoAuth) => {}
         other => panic!("force_set where nobody may create: {other:?}"),
     }
+    match under.increment() {
+        Err(e) if e.is(ErrorCode::NoAuth) => {}
+        other => panic!("increment where nobody may create: {other:?}"),
+    }
+}
+
+/// An increment whose write loses every time (another session writes
+/// between its read and its write: the write is held at the proxy while
+/// it does) tries once and then as often as the policy allows, and gives
+/// up "not succeeded".
+#[test]
+fn an_increment_that_always_loses_gives_up_after_the_policys_retries() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let c = connect(&proxy.connect_string(), SESSION);
+    let other = connect(&server.connect_string(), SESSION);
+    let ctx = Ctx::new(server, &c);
+    let path = unique("atomic-always-loses");
+    other.create().for_path(&path, &0i64.to_be_bytes()).unwrap();
+    let counter = DistributedAtomicLong::new(&c, &path, retries(2)).unwrap();
+    // The setData request (op code 5) of the counter's node.
+    let mut write = 5i32.to_be_bytes().to_vec();
+    write.extend(request_path(&path));
+    let (done, result) = crossbeam_channel::bounded(1);
+    thread::spawn(move || {
+        let _ = done.send(counter.increment());
+    });
+    // The first try and the policy's two retries.
+    for attempt in 0..3 {
+        proxy.pause_requests_at(&write);
+        wait_until(
+            Duration::from_secs(10),
+            || proxy.requests_paused(),
+            || format!("attempt {attempt} never wrote\n{}", ctx.dump()),
+        );
+        other.set_data(&path, &100i64.to_be_bytes(), None).unwrap();
+        proxy.resume();
+    }
+    match result.recv_timeout(Duration::from_secs(20)) {
+        Ok(Ok(v)) if !v.succeeded && v.stats.optimistic_tries == 3 => {}
+        other => panic!("an increment losing every write: {other:?}\n{}", ctx.dump()),
+    }
 }
 
 /// `force_set` of a missing node that another session creates between
