@@ -311,8 +311,9 @@ fn force_set_creates_and_refusals_are_errors() {
 
 /// An increment whose write loses every time (another session writes
 /// between its read and its write: the write is held at the proxy while
-/// it does) tries once and then as often as the policy allows, and gives
-/// up "not succeeded".
+/// it does) tries once and then as often as the policy allows, then as
+/// often as the promotion's policy allows holding the lock, and gives up
+/// "not succeeded".
 #[test]
 fn an_increment_that_always_loses_gives_up_after_the_policys_retries() {
     let server = shared_server();
@@ -322,29 +323,46 @@ fn an_increment_that_always_loses_gives_up_after_the_policys_retries() {
     let ctx = Ctx::new(server, &c);
     let path = unique("atomic-always-loses");
     other.create().for_path(&path, &0i64.to_be_bytes()).unwrap();
-    let counter = DistributedAtomicLong::new(&c, &path, retries(2)).unwrap();
     // The setData request (op code 5) of the counter's node.
     let mut write = 5i32.to_be_bytes().to_vec();
     write.extend(request_path(&path));
-    let (done, result) = crossbeam_channel::bounded(1);
-    thread::spawn(move || {
-        let _ = done.send(counter.increment());
-    });
+    // Increments with `counter`, making each of its first `writes` writes
+    // lose; the outcome.
+    let losing = |counter: DistributedAtomicLong, writes: usize| {
+        let (done, result) = crossbeam_channel::bounded(1);
+        thread::spawn(move || {
+            let _ = done.send(counter.increment());
+        });
+        for attempt in 0..writes {
+            proxy.pause_requests_at(&write);
+            wait_until(
+                Duration::from_secs(10),
+                || proxy.requests_paused(),
+                || format!("write {attempt} never came\n{}", ctx.dump()),
+            );
+            other.set_data(&path, &100i64.to_be_bytes(), None).unwrap();
+            proxy.resume();
+        }
+        match result.recv_timeout(Duration::from_secs(20)) {
+            Ok(Ok(v)) if !v.succeeded => v.stats,
+            other => panic!("an increment losing every write: {other:?}\n{}", ctx.dump()),
+        }
+    };
     // The first try and the policy's two retries.
-    for attempt in 0..3 {
-        proxy.pause_requests_at(&write);
-        wait_until(
-            Duration::from_secs(10),
-            || proxy.requests_paused(),
-            || format!("attempt {attempt} never wrote\n{}", ctx.dump()),
-        );
-        other.set_data(&path, &100i64.to_be_bytes(), None).unwrap();
-        proxy.resume();
-    }
-    match result.recv_timeout(Duration::from_secs(20)) {
-        Ok(Ok(v)) if !v.succeeded && v.stats.optimistic_tries == 3 => {}
-        other => panic!("an increment losing every write: {other:?}\n{}", ctx.dump()),
-    }
+    let plain = DistributedAtomicLong::new(&c, &path, retries(2)).unwrap();
+    let stats = losing(plain, 3);
+    assert_eq!((stats.optimistic_tries, stats.promoted_tries), (3, 0));
+    // Then two tries under the lock: the promotion's policy allows one retry.
+    let promoted = DistributedAtomicLong::new(&c, &path, retries(2))
+        .unwrap()
+        .promoted_to_lock(
+            PromotedToLock::new(&format!("{path}-lock"))
+                .timeout(Duration::from_secs(10))
+                .retry_policy(retries(1)),
+        )
+        .unwrap();
+    let stats = losing(promoted, 5);
+    assert_eq!((stats.optimistic_tries, stats.promoted_tries), (3, 2));
 }
 
 /// `force_set` of a missing node that another session creates between
