@@ -39,6 +39,7 @@ fn an_ephemeral_node_comes_back_after_its_session_is_lost_and_after_a_delete() {
             assert!(name.starts_with("_c_"), "protected name: {actual}");
         }
         assert_eq!(other.get_data(&actual).unwrap().0, b"first");
+        assert_eq!(node.data(), b"first");
 
         // Someone deletes it: it is back, under the same name.
         other.delete().for_path(&actual).unwrap();
@@ -51,6 +52,7 @@ fn an_ephemeral_node_comes_back_after_its_session_is_lost_and_after_a_delete() {
         // New data, then the session goes (a partition longer than it):
         // back on the new session, with the new data.
         node.set_data(b"second").unwrap();
+        assert_eq!(node.data(), b"second");
         wait_until(
             Duration::from_secs(10),
             || other.get_data(&actual).is_ok_and(|(d, _)| d == b"second"),
