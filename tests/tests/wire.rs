@@ -422,6 +422,27 @@ fn an_idle_client_pings_at_least_every_ten_seconds() {
     c.close();
 }
 
+/// Pings keep an idle connection: the client pings a third of the
+/// session timeout apart and stays on its one connection.
+#[test]
+fn an_idle_client_keeps_its_connection_by_pinging() {
+    let fake = FakeServer::start(Script::default().grant_timeout_ms(6000)).unwrap();
+    let c = connected(fake_client(&fake, Duration::from_secs(6)));
+    wait_until(
+        Duration::from_secs(15),
+        || fake.seen().count(op::PING) >= 2,
+        || format!("fewer than 2 pings: {:?}", fake.seen()),
+    );
+    let seen = fake.seen();
+    assert_eq!(
+        (seen.connections, seen.handshakes.len()),
+        (1, 1),
+        "an idle client connected again: {:?}",
+        c.state_history()
+    );
+    c.close();
+}
+
 /// The test expiry (a second connection closes the session) needs no hook
 /// in the I/O loop: it retries until the server confirms the close, even
 /// when the client's own reconnect takes the session back in between.
