@@ -130,6 +130,35 @@ fn waiting_for_the_first_create_keeps_its_deadline_while_zookeeper_is_down() {
     );
 }
 
+/// A node that is there with its data costs nothing: no request while
+/// nothing changes (its watch waits), beyond setting that watch again.
+#[test]
+fn a_kept_node_sends_nothing_while_nothing_changes() {
+    let c = &clients(1, Duration::from_secs(20))[0];
+    let path = unique("/persistent/quiet");
+    let node = PersistentNode::new(c, CreateMode::Ephemeral, false, &path, b"data").unwrap();
+    node.start().unwrap();
+    assert!(node
+        .wait_for_initial_create(Duration::from_secs(10))
+        .unwrap());
+    node.set_data(b"new").unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || c.get_data(&path).is_ok_and(|(d, _)| d == b"new"),
+        || format!("{:?}", c.state_history()),
+    );
+    let before = c.metrics().requests_sent;
+    // Nothing can prove a request will never come; the node's work takes
+    // milliseconds, so a second is a wide margin.
+    let window = std::time::Instant::now();
+    while window.elapsed() < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The watch that the write fired may be set again in the window.
+    let sent = c.metrics().requests_sent - before;
+    assert!(sent <= 2, "an unchanged node sent {sent} requests in 1 s");
+}
+
 #[test]
 fn bad_arguments_are_refused_naming_the_path() {
     let client = &clients(1, Duration::from_secs(20))[0];
