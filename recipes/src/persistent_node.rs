@@ -267,8 +267,10 @@ impl Inner {
         let path = match builder.for_path(&self.base_path, data) {
             // A plain node that is there already (ours from an earlier
             // session, or someone's): keep it, with our data.
+            // The next pass (woken below) writes it.
             Err(e) if e.is(ErrorCode::NodeExists) => {
                 self.state.lock().dirty = true;
+                self.keeper.signal().notify();
                 self.base_path.clone()
             }
             other => other?,

@@ -159,6 +159,94 @@ fn a_kept_node_sends_nothing_while_nothing_changes() {
     assert!(sent <= 2, "an unchanged node sent {sent} requests in 1 s");
 }
 
+/// A plain node that is there already (someone's, or ours from an earlier
+/// session) is kept, with our data; a create that ZooKeeper refuses (a
+/// parent nobody may create under) is not taken for one.
+#[test]
+fn a_node_there_already_is_adopted_and_a_refused_create_is_not() {
+    use latchkey_framework::{Acl, Perms};
+    let c = &clients(1, Duration::from_secs(20))[0];
+    let there = unique("/persistent/there");
+    c.create()
+        .creating_parents_if_needed()
+        .for_path(&there, b"theirs")
+        .unwrap();
+    let adopted = PersistentNode::new(c, CreateMode::Persistent, false, &there, b"ours").unwrap();
+    adopted.start().unwrap();
+    assert!(adopted
+        .wait_for_initial_create(Duration::from_secs(10))
+        .unwrap());
+    assert_eq!(adopted.actual_path().as_deref(), Some(there.as_str()));
+    wait_until(
+        Duration::from_secs(10),
+        || c.get_data(&there).is_ok_and(|(d, _)| d == b"ours"),
+        || format!("{:?}", c.state_history()),
+    );
+    let closed = unique("/persistent/closed-parent");
+    c.create().for_path(&closed, b"").unwrap();
+    c.set_acl(&closed, &[Acl::new(Perms::READ, "world", "anyone")], None)
+        .unwrap();
+    let refused =
+        PersistentNode::new(c, CreateMode::Ephemeral, false, &format!("{closed}/n"), b"").unwrap();
+    refused.start().unwrap();
+    assert!(
+        !refused
+            .wait_for_initial_create(Duration::from_secs(2))
+            .unwrap(),
+        "created under a parent that refuses creates: {:?}",
+        refused.actual_path()
+    );
+}
+
+/// A write of new data that fails (its connection cut while the request
+/// is held, on a client that does not retry) is written again later.
+#[test]
+fn new_data_whose_write_fails_is_written_again() {
+    use latchkey_framework::RetryNTimes;
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let c = start_connected(
+        latchkey_framework::Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(20))
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
+    );
+    let states = c.listen();
+    let ctx = Ctx::new(server, &c);
+    let other = &clients(1, Duration::from_secs(20))[0];
+    let path = unique("/persistent/rewritten");
+    let node = PersistentNode::new(&c, CreateMode::Persistent, false, &path, b"old").unwrap();
+    node.start().unwrap();
+    assert!(node
+        .wait_for_initial_create(Duration::from_secs(10))
+        .unwrap());
+    // The setData request (op code 5) of the node.
+    let mut write = 5i32.to_be_bytes().to_vec();
+    write.extend(request_path(&path));
+    proxy.pause_requests_at(&write);
+    node.set_data(b"new").unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || proxy.requests_paused(),
+        || format!("the node never wrote\n{}", ctx.dump()),
+    );
+    proxy.cut();
+    ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(10));
+    proxy.resume();
+    wait_until(
+        Duration::from_secs(20),
+        || other.get_data(&path).is_ok_and(|(d, _)| d == b"new"),
+        || {
+            format!(
+                "the node holds {:?}\n{}",
+                other.get_data(&path).map(|(d, _)| d),
+                ctx.dump()
+            )
+        },
+    );
+}
+
 #[test]
 fn bad_arguments_are_refused_naming_the_path() {
     let client = &clients(1, Duration::from_secs(20))[0];
