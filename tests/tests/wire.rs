@@ -401,6 +401,30 @@ fn a_server_sending_garbage_after_the_handshake_is_not_hammered() {
     assert!(connections <= 20, "{connections} connections in {window:?}");
 }
 
+/// A reply frame whose length prefix is negative, or over the largest
+/// reply the client takes, ends the connection at once (the client
+/// connects again); it is not waited for until the read timeout.
+#[test]
+fn a_reply_frame_of_impossible_length_ends_the_connection_at_once() {
+    for prefix in [-1i32, 64 << 20] {
+        let garbage = AfterHandshake::Garbage(prefix.to_be_bytes().to_vec());
+        let fake = FakeServer::start(Script::default().after_handshake(garbage)).unwrap();
+        // A read timeout of 20 s: far beyond the wait below.
+        let c = started(fake_client(&fake, Duration::from_secs(30)));
+        wait_until(
+            Duration::from_secs(10),
+            || fake.seen().connections >= 2,
+            || {
+                format!(
+                    "prefix {prefix}: still on the first connection: {:?}",
+                    c.state_history()
+                )
+            },
+        );
+        c.close();
+    }
+}
+
 /// Issue 13 item 13: an idle client pinged every negotiated/3 (20 s at a
 /// 60 s session); the Java client pings at least every 10 s.
 #[test]
