@@ -247,6 +247,58 @@ fn new_data_whose_write_fails_is_written_again() {
     );
 }
 
+/// A node whose re-create ZooKeeper refuses (its parent now lets nobody
+/// create) tries again after a pause, not in a loop.
+#[test]
+fn a_refused_re_create_is_retried_after_a_pause() {
+    use latchkey_framework::{Acl, Perms};
+    let (c, other) = {
+        let mut cs = clients(2, Duration::from_secs(20));
+        (cs.remove(0), cs.remove(0))
+    };
+    let parent = unique("/persistent/refusing");
+    let path = format!("{parent}/n");
+    c.create()
+        .creating_parents_if_needed()
+        .for_path(&parent, b"")
+        .unwrap();
+    let node = PersistentNode::new(&c, CreateMode::Persistent, false, &path, b"").unwrap();
+    node.start().unwrap();
+    assert!(node
+        .wait_for_initial_create(Duration::from_secs(10))
+        .unwrap());
+    other
+        .set_acl(
+            &parent,
+            &[Acl::new(
+                Perms::READ | Perms::DELETE | Perms::ADMIN,
+                "world",
+                "anyone",
+            )],
+            None,
+        )
+        .unwrap();
+    let before = c.metrics().requests_sent;
+    other.delete().for_path(&path).unwrap();
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sent = c.metrics().requests_sent - before;
+    // A look and a refused create each second or so.
+    assert!(
+        sent <= 12,
+        "a refused re-create sent {sent} requests in 2 s"
+    );
+    assert!(other.exists(&path).unwrap().is_none());
+    other.set_acl(&parent, &Acl::open_unsafe(), None).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || other.exists(&path).is_ok_and(|s| s.is_some()),
+        || format!("not created again once allowed: {:?}", c.state_history()),
+    );
+}
+
 #[test]
 fn bad_arguments_are_refused_naming_the_path() {
     let client = &clients(1, Duration::from_secs(20))[0];
