@@ -1075,6 +1075,19 @@ fn a_lease_waiter_blocks_while_the_semaphore_is_full() {
     }
 }
 
+/// Creates a semaphore's leases node (and its parent) as plain persistent
+/// nodes. The recipe creates them as containers, which ZooKeeper's
+/// container manager deletes whenever a check (every 60 s by default)
+/// finds them empty, as they are between these tests' steps: the recipe
+/// then creates the leases node again, without the ACL a test set, and
+/// with a create request that carries the path the proxy waits for.
+fn persistent_leases(c: &Client, leases: &str) {
+    c.create()
+        .creating_parents_if_needed()
+        .for_path(leases, &[])
+        .expect("create the leases node");
+}
+
 /// ZooKeeper falls silent once the semaphore's internal lock is granted,
 /// just as the lease is created, or just as the leases are listed: the
 /// call's time runs out in that request, which is "not acquired"
@@ -1100,6 +1113,7 @@ fn a_timed_lease_whose_create_or_listing_gets_no_answer_is_not_acquired() {
     };
     let path = unique("/pinned/lease-silent");
     let leases = format!("{path}/leases");
+    persistent_leases(&direct, &leases);
     let sem = Arc::new(InterProcessSemaphoreV2::new(&c, &path, 1).unwrap());
     // The semaphore's nodes exist from here on: no parent is created below.
     drop(
@@ -1140,6 +1154,7 @@ fn a_timed_lease_whose_create_or_listing_is_refused_is_an_error() {
     let ctx = Ctx::new(server, &c);
     let path = unique("/pinned/lease-refused");
     let leases = format!("{path}/leases");
+    persistent_leases(&c, &leases);
     let sem = InterProcessSemaphoreV2::new(&c, &path, 1).unwrap();
     drop(
         sem.acquire_timeout(Duration::from_secs(10))
@@ -1185,6 +1200,7 @@ fn a_lease_node_that_keeps_vanishing_queues_again_then_gives_up() {
     let ctx = Arc::new(Ctx::new(server, &c));
     let path = unique("/pinned/lease-vanishing");
     let leases = format!("{path}/leases");
+    persistent_leases(&direct, &leases);
     let sem = Arc::new(InterProcessSemaphoreV2::new(&c, &path, 1).unwrap());
     drop(
         sem.acquire_timeout(Duration::from_secs(10))
