@@ -249,15 +249,23 @@ mod tests {
     fn a_sleep_ends_at_the_cancel() {
         let token = CancelToken::new();
         let stop = token.clone();
+        let (starting, started) = std::sync::mpsc::channel();
         let (tx, slept) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let started = Instant::now();
-            let whole = token.sleep(Duration::MAX);
-            let _ = tx.send((whole, started.elapsed()));
+            let _ = starting.send(());
+            let _ = tx.send(token.sleep(Duration::MAX));
         });
+        started
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the sleeper started");
+        // Gives the sleeper time to be in its wait, so that the cancel has
+        // to wake it: cancelled first, the sleep returns at once without
+        // the wake-up. Either order is correct; this only makes the wake-up
+        // the usual case.
+        std::thread::sleep(Duration::from_millis(50));
         stop.cancel();
         // A sleep the cancel does not end fails the test, not hangs it.
-        let (whole, took) = slept
+        let whole = slept
             .recv_timeout(Duration::from_secs(10))
             .expect("the sleep did not end within 10 s of the cancel");
         assert!(!whole);
