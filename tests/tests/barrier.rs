@@ -19,6 +19,11 @@ const SESSION: Duration = Duration::from_secs(10);
 /// How long a timed barrier call may take before the test calls it hung.
 const BOUND: Duration = Duration::from_secs(10);
 
+/// How much later than its timeout a timed call may return: its requests
+/// and its clean-up, on a loaded machine (seen: 1.3 s after a 300 ms
+/// timeout). A deadline not kept at all is caught by [`BOUND`].
+const LATE: Duration = Duration::from_secs(5);
+
 #[test]
 fn waiters_pass_when_the_barrier_is_removed() {
     let cs = clients(3, SESSION);
@@ -37,11 +42,7 @@ fn waiters_pass_when_the_barrier_is_removed() {
             waiter.wait_on_barrier(timeout)
         });
         assert!(!passed.unwrap());
-        assert!(
-            t.elapsed() < timeout + Duration::from_millis(1500),
-            "{:?}",
-            t.elapsed()
-        );
+        assert!(t.elapsed() < timeout + LATE, "{:?}", t.elapsed());
     }
     let passed = AtomicUsize::new(0);
     thread::scope(|s| {
@@ -165,12 +166,22 @@ fn a_barrier_wait_survives_a_server_restart() {
     let gate = DistributedBarrier::new(&c, &path).unwrap();
     gate.set_barrier().unwrap();
     thread::scope(|s| {
+        let _close = CloseIfPanicking(std::slice::from_ref(&other));
         let w = s.spawn(|| {
             DistributedBarrier::new(&other, &path)
                 .unwrap()
                 .wait_on_barrier(Duration::from_secs(60))
         });
-        thread::sleep(Duration::from_millis(300));
+        // The waiter is in its wait: its watch is on the server.
+        wait_until(
+            Duration::from_secs(30),
+            || {
+                server
+                    .four_letter("wchp")
+                    .is_ok_and(|w| w.lines().any(|l| l == path))
+            },
+            || format!("no watch on {path}: {:?}", other.state_history()),
+        );
         server.stop().unwrap();
         thread::sleep(Duration::from_millis(500));
         server.restart().unwrap();
@@ -227,7 +238,7 @@ fn an_enter_that_times_out_is_not_counted() {
     });
     assert!(!entered.unwrap());
     assert!(
-        t.elapsed() < Duration::from_millis(1500),
+        t.elapsed() < Duration::from_millis(300) + LATE,
         "{:?}",
         t.elapsed()
     );
@@ -362,6 +373,22 @@ fn end_waits_unless(done: impl Fn() -> bool, cs: &[Client]) {
     }
 }
 
+/// Closes its clients if the test panics while they wait (a check
+/// inside a `thread::scope` that fails): their blocked calls end, so the
+/// scope joins at once and the panic is reported, instead of after the
+/// calls' own time-outs (120 s).
+struct CloseIfPanicking<'a>(&'a [Client]);
+
+impl Drop for CloseIfPanicking<'_> {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            for c in self.0 {
+                c.close();
+            }
+        }
+    }
+}
+
 /// Clients of `cluster`, connected to any member.
 fn cluster_clients(cluster: &TestingCluster, n: usize) -> Vec<Client> {
     (0..n)
@@ -459,6 +486,7 @@ fn barrier_waiters_pass_once_removed_after_a_leader_kill_and_a_rolling_restart()
     gate.set_barrier().unwrap();
     let outcome = Outcome::default();
     let removed_at = thread::scope(|s| {
+        let _close = CloseIfPanicking(&cs[..waiters]);
         for (i, c) in cs[..waiters].iter().enumerate() {
             let (path, outcome) = (&path, &outcome);
             s.spawn(move || {
@@ -538,6 +566,7 @@ fn double_barrier_members_enter_and_leave_together_through_a_leader_kill_and_a_r
     };
     let entered = Outcome::default();
     let last_arrived = thread::scope(|s| {
+        let _close = CloseIfPanicking(&cs[..members]);
         for (i, b) in barriers[..last].iter().enumerate() {
             let entered = &entered;
             s.spawn(move || {
@@ -572,6 +601,7 @@ fn double_barrier_members_enter_and_leave_together_through_a_leader_kill_and_a_r
 
     let left = Outcome::default();
     let last_left = thread::scope(|s| {
+        let _close = CloseIfPanicking(&cs[..members]);
         for (i, b) in barriers[..last].iter().enumerate() {
             let left = &left;
             s.spawn(move || {
