@@ -1208,11 +1208,17 @@ fn a_lease_node_that_keeps_vanishing_queues_again_then_gives_up() {
             .expect("a free lease"),
     );
     let (done, result) = bounded(1);
+    let listing = request_path(&leases);
     // Deletes the lease node of the next `times` attempts, each while its
-    // listing is held, then lets the call go on.
+    // listing is held, then lets the call go on. The first attempt's mark
+    // is set before the call starts (a call started first could list the
+    // leases before the mark is set); each later one right after the
+    // resume, while the call sleeps out its retry policy's 100 ms.
     let vanish = |times: usize| {
         for attempt in 0..times {
-            proxy.pause_requests_at(&request_path(&leases));
+            if attempt > 0 {
+                proxy.pause_requests_at(&listing);
+            }
             wait_until(
                 CALL_BOUND,
                 || proxy.requests_paused(),
@@ -1227,6 +1233,7 @@ fn a_lease_node_that_keeps_vanishing_queues_again_then_gives_up() {
             proxy.resume();
         }
     };
+    proxy.pause_requests_at(&listing);
     {
         let (sem, done) = (Arc::clone(&sem), done.clone());
         thread::spawn(move || {
@@ -1243,6 +1250,7 @@ fn a_lease_node_that_keeps_vanishing_queues_again_then_gives_up() {
         ),
     }
     wait_empty(&direct, &leases, || ctx.dump());
+    proxy.pause_requests_at(&listing);
     {
         let sem = Arc::clone(&sem);
         thread::spawn(move || {
