@@ -490,6 +490,23 @@ fn barrier_waiters_pass_once_removed_after_a_leader_kill_and_a_rolling_restart()
     let path = unique("barrier-ensemble");
     let gate = DistributedBarrier::new(&cs[waiters], &path).unwrap();
     gate.set_barrier().unwrap();
+    // Each waiter's member has the barrier: a follower that has not applied
+    // the create yet answers that there is none, and a waiter asking it
+    // passes at once (so does Curator's; ZooKeeper orders reads across
+    // clients only through a sync). A client never reads older data than
+    // it has seen, so from here on its waiter finds the barrier set.
+    for (i, c) in cs[..waiters].iter().enumerate() {
+        wait_until(
+            Duration::from_secs(30),
+            || matches!(c.exists(&path), Ok(Some(_))),
+            || {
+                format!(
+                    "waiter {i} never saw the barrier\n{}",
+                    ensemble_dump(&cluster, &cs)
+                )
+            },
+        );
+    }
     let outcome = Outcome::default();
     let removed_at = thread::scope(|s| {
         let _close = CloseIfPanicking(&cs[..waiters]);
@@ -510,7 +527,12 @@ fn barrier_waiters_pass_once_removed_after_a_leader_kill_and_a_rolling_restart()
                 let wchp: Vec<String> = (0..cluster.size())
                     .map(|i| format!("member {i}: {:?}", cluster.four_letter(i, "wchp")))
                     .collect();
-                format!("{}\n{}", wchp.join("\n"), ensemble_dump(&cluster, &cs))
+                format!(
+                    "returned: {:?}\n{}\n{}",
+                    outcome.lock().unwrap(),
+                    wchp.join("\n"),
+                    ensemble_dump(&cluster, &cs)
+                )
             },
         );
         let leader = cluster.leader().expect("an ensemble leader");
