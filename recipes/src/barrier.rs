@@ -53,6 +53,12 @@ impl Waiter {
 /// Curator's `DistributedBarrier`: processes wait while the barrier node
 /// exists; removing it lets them all through.
 ///
+/// A waiter reads through its own client's server: connected to a
+/// follower that has not yet applied a barrier set moments before through
+/// another client, it finds no barrier and passes (as Curator's does).
+/// Where the order matters, have the waiter's client call
+/// [`Client::sync`](latchkey_framework::Client::sync) on the path first.
+///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
 /// use std::time::Duration;
