@@ -170,6 +170,68 @@ fn listeners_hear_leadership_and_close_modes_differ() {
     assert!(sorted_children(&c, &path).is_empty());
 }
 
+/// A latch whose listing of the queue, or whose watch on its own node,
+/// fails (the connection is lost while that request waits, on a client
+/// that does not retry) keeps its node and leads once connected again; it
+/// does not queue a second node behind its first, which would then block
+/// it for the rest of the session.
+#[test]
+fn a_latch_whose_look_fails_keeps_its_node_and_leads() {
+    use latchkey_framework::RetryNTimes;
+    use latchkey_test::FaultProxy;
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(20))
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
+    );
+    let states = c.listen();
+    let ctx = Ctx::new(server, &c);
+    for held in ["the listing", "the watch on its node"] {
+        let path = unique("/leader/look-fails");
+        // No parent to create: the requests on the latch's own path are
+        // its listings.
+        c.create()
+            .creating_parents_if_needed()
+            .for_path(&path, b"")
+            .unwrap();
+        let request = match held {
+            "the listing" => request_path(&path),
+            _ => {
+                // getData (op code 4) of the latch's node: the latch's path,
+                // "/_c_", a 36-character id, "-latch-", a 10-digit sequence.
+                let node_len = i32::try_from(path.len() + 57).unwrap();
+                let mut read = 4i32.to_be_bytes().to_vec();
+                read.extend(node_len.to_be_bytes());
+                read.extend(format!("{path}/_c_").as_bytes());
+                read
+            }
+        };
+        proxy.pause_requests_at(&request);
+        let latch = LeaderLatch::new(&c, &path).unwrap();
+        latch.start().unwrap();
+        wait_until(
+            Duration::from_secs(10),
+            || proxy.requests_paused(),
+            || format!("the latch never sent {held}\n{}", ctx.dump()),
+        );
+        proxy.cut();
+        ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(10));
+        proxy.resume();
+        let led = latch.await_leadership(Duration::from_secs(20)).unwrap();
+        let nodes = sorted_children(&c, &path);
+        assert!(
+            led && nodes.len() == 1,
+            "{held} failed; led: {led}, nodes: {nodes:?}\n{}",
+            ctx.dump()
+        );
+        latch.close().unwrap();
+    }
+}
+
 #[test]
 fn await_leadership_is_a_deadline_and_misuse_is_an_error() {
     let cs = clients(2, SESSION);
