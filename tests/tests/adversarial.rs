@@ -34,18 +34,6 @@ fn on_thread<T: Send + 'static>(
         .unwrap_or_else(|_| panic!("{what} did not return within {within:?}"))
 }
 
-/// A client through `proxy` whose every attempt may wait 5 s for a reply,
-/// retrying for ever: only the call's own deadline can bound its calls.
-fn patient_client(proxy: &FaultProxy) -> Client {
-    start_connected(
-        Client::builder()
-            .connect_string(proxy.connect_string())
-            .session_timeout(Duration::from_secs(30))
-            .connection_timeout(Duration::from_secs(5))
-            .retry_policy(RetryForever::new(Duration::from_millis(100))),
-    )
-}
-
 /// A timed acquire that is already queued when the network goes silent must
 /// still return by its deadline: giving up its place in the queue must not
 /// wait for ZooKeeper.

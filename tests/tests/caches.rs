@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use latchkey_framework::Client;
 use latchkey_recipes::{CacheEvent, ChildData, CuratorCache, NodeCache};
 use latchkey_test::{FaultProxy, TestingServer};
 
@@ -32,14 +33,41 @@ fn server_watches_on(server: &TestingServer, path: &str) -> usize {
     count
 }
 
+/// Waits until `client` holds `want` watch callbacks and `server` `want`
+/// watches on `root` (the cache's one persistent watch, or none).
+fn expect_watches(
+    server: &TestingServer,
+    client: &Client,
+    root: &str,
+    want: usize,
+    what: &str,
+    ctx: &Ctx,
+) {
+    wait_until(
+        Duration::from_secs(10),
+        || client.pending_watches() == want && server_watches_on(server, root) == want,
+        || {
+            format!(
+                "{what}: {} watch callbacks, {} watches on the server, want {want}\n{}",
+                client.pending_watches(),
+                server_watches_on(server, root),
+                ctx.dump()
+            )
+        },
+    )
+}
+
+/// A client for a cache, one that writes, and the cache client's context.
+fn cache_and_writer() -> (Client, Client, Ctx) {
+    let mut c = clients(2, Duration::from_secs(20));
+    let (cache_client, writer) = (c.remove(0), c.remove(0));
+    let ctx = Ctx::new(shared_server(), &cache_client);
+    (cache_client, writer, ctx)
+}
+
 #[test]
 fn a_node_cache_follows_creates_changes_and_deletes() {
-    let server = shared_server();
-    let (cache_client, writer) = {
-        let mut c = clients(2, Duration::from_secs(20));
-        (c.remove(0), c.remove(0))
-    };
-    let ctx = Ctx::new(server, &cache_client);
+    let (cache_client, writer, ctx) = cache_and_writer();
     let path = unique("/caches/follows");
     let cache = NodeCache::new(&cache_client, &path).unwrap();
     cache.start().unwrap();
@@ -270,12 +298,7 @@ fn started_cache(client: &latchkey_framework::Client, root: &str) -> CuratorCach
 /// its last copy.
 #[test]
 fn a_closed_or_dropped_node_cache_stops_and_keeps_its_last_copy() {
-    let server = shared_server();
-    let (cache_client, writer) = {
-        let mut c = clients(2, Duration::from_secs(20));
-        (c.remove(0), c.remove(0))
-    };
-    let ctx = Ctx::new(server, &cache_client);
+    let (cache_client, writer, ctx) = cache_and_writer();
     for dropped in [false, true] {
         let path = unique("/caches/node-closed");
         writer
@@ -367,12 +390,7 @@ fn short(event: &CacheEvent) -> String {
 
 #[test]
 fn a_curator_cache_follows_a_subtree_parents_first() {
-    let server = shared_server();
-    let (cache_client, writer) = {
-        let mut c = clients(2, Duration::from_secs(20));
-        (c.remove(0), c.remove(0))
-    };
-    let ctx = Ctx::new(server, &cache_client);
+    let (cache_client, writer, ctx) = cache_and_writer();
     let root = unique("/caches/tree");
     // The root does not exist yet: the cache waits for it.
     let cache = started_cache(&cache_client, &root);
@@ -495,20 +513,7 @@ fn a_curator_cache_converges_after_a_partition_and_a_lost_session() {
     assert_eq!(told, want, "one event per change, none twice");
     // The watches: one persistent recursive watch on the root, on the
     // client and on the server, after all that.
-    let watches = |want: usize, what: &str| {
-        wait_until(
-            Duration::from_secs(10),
-            || cache_client.pending_watches() == want && server_watches_on(&server, &root) == want,
-            || {
-                format!(
-                    "{what}: {} watch callbacks, {} watches on the server, want {want}\n{}",
-                    cache_client.pending_watches(),
-                    server_watches_on(&server, &root),
-                    ctx.dump()
-                )
-            },
-        )
-    };
+    let watches = |want, what| expect_watches(&server, &cache_client, &root, want, what, &ctx);
     watches(1, "after a partition and a lost session");
     for _ in 0..5 {
         proxy.cut();
@@ -549,20 +554,7 @@ fn a_curator_cache_refuses_a_second_start_and_a_dropped_one_stops_watching() {
         other => panic!("a second start: want IllegalState naming {root}, got {other:?}"),
     }
     let events = cache.listen();
-    let watches = |want: usize, what: &str| {
-        wait_until(
-            Duration::from_secs(10),
-            || c.pending_watches() == want && server_watches_on(server, &root) == want,
-            || {
-                format!(
-                    "{what}: {} watch callbacks, {} watches on the server, want {want}\n{}",
-                    c.pending_watches(),
-                    server_watches_on(server, &root),
-                    ctx.dump()
-                )
-            },
-        )
-    };
+    let watches = |want, what| expect_watches(server, c, &root, want, what, &ctx);
     watches(1, "started");
     drop(cache);
     watches(0, "dropped");
@@ -580,12 +572,7 @@ fn a_curator_cache_refuses_a_second_start_and_a_dropped_one_stops_watching() {
 /// only on a new session or connection).
 #[test]
 fn a_curator_cache_reads_a_changed_node_alone() {
-    let server = shared_server();
-    let (cache_client, writer) = {
-        let mut c = clients(2, Duration::from_secs(20));
-        (c.remove(0), c.remove(0))
-    };
-    let ctx = Ctx::new(server, &cache_client);
+    let (cache_client, writer, ctx) = cache_and_writer();
     let root = unique("/caches/one-change");
     writer
         .create()
@@ -629,11 +616,7 @@ fn a_curator_cache_reads_a_changed_node_alone() {
 fn a_curator_cache_whose_watch_is_removed_adds_it_again() {
     use latchkey_framework::WatcherType;
     let server = shared_server();
-    let (cache_client, writer) = {
-        let mut c = clients(2, Duration::from_secs(20));
-        (c.remove(0), c.remove(0))
-    };
-    let ctx = Ctx::new(server, &cache_client);
+    let (cache_client, writer, ctx) = cache_and_writer();
     let root = unique("/caches/watch-removed");
     let cache = started_cache(&cache_client, &root);
     cache_client
@@ -650,69 +633,7 @@ fn a_curator_cache_whose_watch_is_removed_adds_it_again() {
         || cache.get(&added).is_some_and(|n| n.data == b"seen"),
         || format!("the cache has {:?}\n{}", tree(&cache), ctx.dump()),
     );
-    wait_until(
-        Duration::from_secs(10),
-        || cache_client.pending_watches() == 1 && server_watches_on(server, &root) == 1,
-        || {
-            format!(
-                "{} watch callbacks, {} watches on the server, want 1\n{}",
-                cache_client.pending_watches(),
-                server_watches_on(server, &root),
-                ctx.dump()
-            )
-        },
-    );
-}
-
-/// A cache's client behind its own proxy that does not retry: a request
-/// cut off fails, and the cache has to try it again itself.
-struct CutOff {
-    proxy: FaultProxy,
-    client: latchkey_framework::Client,
-    states: crossbeam_channel::Receiver<latchkey_framework::ConnectionState>,
-    ctx: Ctx,
-}
-
-impl CutOff {
-    fn new() -> CutOff {
-        let server = shared_server();
-        let proxy = FaultProxy::start(server.addr()).unwrap();
-        let client = start_connected(
-            latchkey_framework::Client::builder()
-                .connect_string(proxy.connect_string())
-                .session_timeout(Duration::from_secs(20))
-                .connection_timeout(Duration::from_secs(5))
-                .retry_policy(latchkey_framework::RetryNTimes::new(0, Duration::ZERO)),
-        );
-        let states = client.listen();
-        let ctx = Ctx::new(server, &client);
-        CutOff {
-            proxy,
-            client,
-            states,
-            ctx,
-        }
-    }
-
-    /// Makes `change`, holds the request carrying `read` that it causes,
-    /// then cuts the connection (the request fails) and lets the client
-    /// connect again.
-    fn fail_the_read_of(&self, change: impl FnOnce(), read: &[u8]) {
-        self.proxy.pause_requests_at(read);
-        change();
-        wait_until(
-            Duration::from_secs(10),
-            || self.proxy.requests_paused(),
-            || format!("the cache never sent the read\n{}", self.ctx.dump()),
-        );
-        self.proxy.cut();
-        self.ctx.expect(
-            &self.states,
-            latchkey_framework::ConnectionState::Suspended,
-            Duration::from_secs(10),
-        );
-        self.proxy.resume();
-    }
+    expect_watches(server, &cache_client, &root, 1, "one watch", &ctx);
 }
 
 /// A read that fails (the connection is lost just as a changed node is
@@ -731,10 +652,9 @@ fn a_curator_cache_does_not_take_a_failed_read_for_a_deletion() {
         .unwrap();
     let cache = started_cache(&cut.client, &root);
     let events = cache.listen();
-    let change = || {
+    cut.fail_request(&request_path(&child), || {
         writer.set_data(&child, b"2", None).unwrap();
-    };
-    cut.fail_the_read_of(change, &request_path(&child));
+    });
     wait_until(
         Duration::from_secs(20),
         || cache.get(&child).is_some_and(|n| n.data == b"2"),
@@ -768,12 +688,9 @@ fn a_node_cache_does_not_take_a_failed_read_for_a_deletion() {
     cache.start().unwrap();
     let events = cache.listen();
     // getData (op code 4) of the node, not its exists (3).
-    let mut get_data = 4i32.to_be_bytes().to_vec();
-    get_data.extend(request_path(&path));
-    let change = || {
+    cut.fail_request(&request_on(4, &path), || {
         writer.set_data(&path, b"2", None).unwrap();
-    };
-    cut.fail_the_read_of(change, &get_data);
+    });
     wait_until(
         Duration::from_secs(20),
         || data_of(&cache).is_some_and(|d| d == b"2"),
@@ -838,18 +755,7 @@ fn a_curator_cache_sees_changes_made_before_its_rearmed_watch_reaches_the_server
     }
     // One watch after all that, here and on the server: re-reading adds
     // none.
-    wait_until(
-        Duration::from_secs(10),
-        || cache_client.pending_watches() == 1 && server_watches_on(server, &root) == 1,
-        || {
-            format!(
-                "{} watch callbacks, {} watches on the server, want 1\n{}",
-                cache_client.pending_watches(),
-                server_watches_on(server, &root),
-                ctx.dump()
-            )
-        },
-    );
+    expect_watches(server, &cache_client, &root, 1, "one watch", &ctx);
     proxy.set_delay(Duration::ZERO);
     writer
         .set_data(&format!("{root}/x"), b"watched", None)

@@ -8,8 +8,8 @@ use crossbeam_channel::unbounded;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{start_connected, unique};
-use latchkey_framework::{Client, RetryForever};
+use common::{patient_client, unique};
+use latchkey_framework::Client;
 use latchkey_recipes::{
     CancelToken, InterProcessMultiLock, InterProcessMutex, InterProcessReadWriteLock,
     InterProcessSemaphoreMutex, InterProcessSemaphoreV2, REQUEST_GRACE,
@@ -133,13 +133,7 @@ fn timed_recipe_calls_keep_their_deadline_when_zookeeper_is_unreachable() {
     let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
     // A long connection timeout and a policy that never gives up: without
     // deadlines each call would wait seconds per attempt, for ever.
-    let client = start_connected(
-        Client::builder()
-            .connect_string(proxy.connect_string())
-            .session_timeout(Duration::from_secs(30))
-            .connection_timeout(Duration::from_secs(5))
-            .retry_policy(RetryForever::new(Duration::from_millis(100))),
-    );
+    let client = patient_client(&proxy);
     let recipes = Arc::new(Recipes::new(&client));
 
     proxy.pause();

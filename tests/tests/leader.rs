@@ -177,19 +177,8 @@ fn listeners_hear_leadership_and_close_modes_differ() {
 /// it for the rest of the session.
 #[test]
 fn a_latch_whose_look_fails_keeps_its_node_and_leads() {
-    use latchkey_framework::RetryNTimes;
-    use latchkey_test::FaultProxy;
-    let server = shared_server();
-    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
-    let c = start_connected(
-        Client::builder()
-            .connect_string(proxy.connect_string())
-            .session_timeout(Duration::from_secs(20))
-            .connection_timeout(Duration::from_secs(5))
-            .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
-    );
-    let states = c.listen();
-    let ctx = Ctx::new(server, &c);
+    let cut = CutOff::new();
+    let c = &cut.client;
     for held in ["the listing", "the watch on its node"] {
         let path = unique("/leader/look-fails");
         // No parent to create: the requests on the latch's own path are
@@ -210,23 +199,14 @@ fn a_latch_whose_look_fails_keeps_its_node_and_leads() {
                 read
             }
         };
-        proxy.pause_requests_at(&request);
-        let latch = LeaderLatch::new(&c, &path).unwrap();
-        latch.start().unwrap();
-        wait_until(
-            Duration::from_secs(10),
-            || proxy.requests_paused(),
-            || format!("the latch never sent {held}\n{}", ctx.dump()),
-        );
-        proxy.cut();
-        ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(10));
-        proxy.resume();
+        let latch = LeaderLatch::new(c, &path).unwrap();
+        cut.fail_request(&request, || latch.start().unwrap());
         let led = latch.await_leadership(Duration::from_secs(20)).unwrap();
-        let nodes = sorted_children(&c, &path);
+        let nodes = sorted_children(c, &path);
         assert!(
             led && nodes.len() == 1,
             "{held} failed; led: {led}, nodes: {nodes:?}\n{}",
-            ctx.dump()
+            cut.ctx.dump()
         );
         latch.close().unwrap();
     }

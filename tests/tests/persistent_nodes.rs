@@ -202,38 +202,17 @@ fn a_node_there_already_is_adopted_and_a_refused_create_is_not() {
 /// is held, on a client that does not retry) is written again later.
 #[test]
 fn new_data_whose_write_fails_is_written_again() {
-    use latchkey_framework::RetryNTimes;
-    let server = shared_server();
-    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
-    let c = start_connected(
-        latchkey_framework::Client::builder()
-            .connect_string(proxy.connect_string())
-            .session_timeout(Duration::from_secs(20))
-            .connection_timeout(Duration::from_secs(5))
-            .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
-    );
-    let states = c.listen();
-    let ctx = Ctx::new(server, &c);
+    let cut = CutOff::new();
     let other = &clients(1, Duration::from_secs(20))[0];
     let path = unique("/persistent/rewritten");
-    let node = PersistentNode::new(&c, CreateMode::Persistent, false, &path, b"old").unwrap();
+    let node =
+        PersistentNode::new(&cut.client, CreateMode::Persistent, false, &path, b"old").unwrap();
     node.start().unwrap();
     assert!(node
         .wait_for_initial_create(Duration::from_secs(10))
         .unwrap());
     // The setData request (op code 5) of the node.
-    let mut write = 5i32.to_be_bytes().to_vec();
-    write.extend(request_path(&path));
-    proxy.pause_requests_at(&write);
-    node.set_data(b"new").unwrap();
-    wait_until(
-        Duration::from_secs(10),
-        || proxy.requests_paused(),
-        || format!("the node never wrote\n{}", ctx.dump()),
-    );
-    proxy.cut();
-    ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(10));
-    proxy.resume();
+    cut.fail_request(&request_on(5, &path), || node.set_data(b"new").unwrap());
     wait_until(
         Duration::from_secs(20),
         || other.get_data(&path).is_ok_and(|(d, _)| d == b"new"),
@@ -241,7 +220,7 @@ fn new_data_whose_write_fails_is_written_again() {
             format!(
                 "the node holds {:?}\n{}",
                 other.get_data(&path).map(|(d, _)| d),
-                ctx.dump()
+                cut.ctx.dump()
             )
         },
     );

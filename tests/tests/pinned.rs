@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use crossbeam_channel::bounded;
-use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result, RetryForever, RetryNTimes};
+use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result, RetryNTimes};
 use latchkey_recipes::{
     CancelToken, Decision, InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2,
     LockDriver, LockInternals, Revoker, StandardDriver,
@@ -490,13 +490,7 @@ fn a_timed_acquire_whose_create_gets_no_answer_is_not_acquired_rather_than_an_er
     // wait that reaches its deadline is (Curator's acquire returns false).
     let server = shared_server();
     let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
-    let c = start_connected(
-        Client::builder()
-            .connect_string(proxy.connect_string())
-            .session_timeout(Duration::from_secs(30))
-            .connection_timeout(Duration::from_secs(5))
-            .retry_policy(RetryForever::new(Duration::from_millis(100))),
-    );
+    let c = patient_client(&proxy);
     let ctx = Arc::new(Ctx::new(server, &c));
     let dump = {
         let ctx = Arc::clone(&ctx);
@@ -1075,17 +1069,32 @@ fn a_lease_waiter_blocks_while_the_semaphore_is_full() {
     }
 }
 
-/// Creates a semaphore's leases node (and its parent) as plain persistent
-/// nodes. The recipe creates them as containers, which ZooKeeper's
-/// container manager deletes whenever a check (every 60 s by default)
-/// finds them empty, as they are between these tests' steps: the recipe
-/// then creates the leases node again, without the ACL a test set, and
-/// with a create request that carries the path the proxy waits for.
-fn persistent_leases(c: &Client, leases: &str) {
-    c.create()
+/// A one-lease semaphore of `c` at a fresh path, used once, and its
+/// leases path. `direct` first creates the leases node (and its parent) as
+/// plain persistent nodes. The recipe creates them as containers, which
+/// ZooKeeper's container manager deletes whenever a check (every 60 s by
+/// default) finds them empty, as they are between these tests' steps: the
+/// recipe then creates the leases node again, without the ACL a test set,
+/// and with a create request that carries the path the proxy waits for.
+fn semaphore_with_leases(
+    c: &Client,
+    direct: &Client,
+    prefix: &str,
+) -> (Arc<InterProcessSemaphoreV2>, String) {
+    let path = unique(prefix);
+    let leases = format!("{path}/leases");
+    direct
+        .create()
         .creating_parents_if_needed()
-        .for_path(leases, &[])
+        .for_path(&leases, &[])
         .expect("create the leases node");
+    let sem = Arc::new(InterProcessSemaphoreV2::new(c, &path, 1).unwrap());
+    drop(
+        sem.acquire_timeout(Duration::from_secs(10))
+            .unwrap()
+            .expect("a free lease"),
+    );
+    (sem, leases)
 }
 
 /// ZooKeeper falls silent once the semaphore's internal lock is granted,
@@ -1098,29 +1107,15 @@ fn persistent_leases(c: &Client, leases: &str) {
 fn a_timed_lease_whose_create_or_listing_gets_no_answer_is_not_acquired() {
     let server = shared_server();
     let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
-    let c = start_connected(
-        Client::builder()
-            .connect_string(proxy.connect_string())
-            .session_timeout(Duration::from_secs(30))
-            .connection_timeout(Duration::from_secs(5))
-            .retry_policy(RetryForever::new(Duration::from_millis(100))),
-    );
+    let c = patient_client(&proxy);
     let direct = connect(&server.connect_string(), SESSION);
     let ctx = Arc::new(Ctx::new(server, &c));
     let dump = {
         let ctx = Arc::clone(&ctx);
         move || ctx.dump()
     };
-    let path = unique("/pinned/lease-silent");
-    let leases = format!("{path}/leases");
-    persistent_leases(&direct, &leases);
-    let sem = Arc::new(InterProcessSemaphoreV2::new(&c, &path, 1).unwrap());
     // The semaphore's nodes exist from here on: no parent is created below.
-    drop(
-        sem.acquire_timeout(Duration::from_secs(10))
-            .unwrap()
-            .expect("a free lease"),
-    );
+    let (sem, leases) = semaphore_with_leases(&c, &direct, "/pinned/lease-silent");
     let create = format!("{leases}/").into_bytes();
     for (step, bytes) in [("create", create), ("listing", request_path(&leases))] {
         proxy.pause_requests_at(&bytes);
@@ -1152,15 +1147,8 @@ fn a_timed_lease_whose_create_or_listing_is_refused_is_an_error() {
     let server = shared_server();
     let c = connect(&server.connect_string(), SESSION);
     let ctx = Ctx::new(server, &c);
-    let path = unique("/pinned/lease-refused");
-    let leases = format!("{path}/leases");
-    persistent_leases(&c, &leases);
-    let sem = InterProcessSemaphoreV2::new(&c, &path, 1).unwrap();
-    drop(
-        sem.acquire_timeout(Duration::from_secs(10))
-            .unwrap()
-            .expect("a free lease"),
-    );
+    // The semaphore's nodes exist from here on: no parent is created below.
+    let (sem, leases) = semaphore_with_leases(&c, &c, "/pinned/lease-refused");
     let steps = [
         ("create", Perms::READ | Perms::ADMIN),
         ("listing", Perms::CREATE | Perms::DELETE | Perms::ADMIN),
@@ -1198,15 +1186,8 @@ fn a_lease_node_that_keeps_vanishing_queues_again_then_gives_up() {
     );
     let direct = connect(&server.connect_string(), SESSION);
     let ctx = Arc::new(Ctx::new(server, &c));
-    let path = unique("/pinned/lease-vanishing");
-    let leases = format!("{path}/leases");
-    persistent_leases(&direct, &leases);
-    let sem = Arc::new(InterProcessSemaphoreV2::new(&c, &path, 1).unwrap());
-    drop(
-        sem.acquire_timeout(Duration::from_secs(10))
-            .unwrap()
-            .expect("a free lease"),
-    );
+    // The semaphore's nodes exist from here on: no parent is created below.
+    let (sem, leases) = semaphore_with_leases(&c, &direct, "/pinned/lease-vanishing");
     let (done, result) = bounded(1);
     let listing = request_path(&leases);
     // Deletes the lease node of the next `times` attempts, each while its

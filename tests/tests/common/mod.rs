@@ -10,8 +10,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use latchkey_framework::{Client, ClientBuilder, ConnectionState, ExponentialBackoffRetry};
-use latchkey_test::TestingServer;
+use latchkey_framework::{
+    Client, ClientBuilder, ConnectionState, ExponentialBackoffRetry, RetryForever, RetryNTimes,
+};
+use latchkey_test::{FaultProxy, TestingServer};
 
 /// The server this test binary shares; tests that stop or restart a server
 /// start their own.
@@ -200,4 +202,75 @@ pub fn request_path(path: &str) -> Vec<u8> {
     let mut bytes = len.to_be_bytes().to_vec();
     bytes.extend_from_slice(path.as_bytes());
     bytes
+}
+
+/// A client through `proxy` whose every attempt may wait 5 s for a reply,
+/// retrying for ever: only the call's own deadline can bound its calls.
+pub fn patient_client(proxy: &FaultProxy) -> Client {
+    start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(30))
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(RetryForever::new(Duration::from_millis(100))),
+    )
+}
+
+/// A request's op code, then the path it is on as [`request_path`] lays it
+/// out: matches only that kind of request on that node.
+pub fn request_on(op: i32, path: &str) -> Vec<u8> {
+    let mut bytes = op.to_be_bytes().to_vec();
+    bytes.extend(request_path(path));
+    bytes
+}
+
+/// A client of the shared server behind its own proxy that does not retry:
+/// a request cut off fails, and the recipe has to try it again itself.
+pub struct CutOff {
+    pub proxy: FaultProxy,
+    pub client: Client,
+    pub states: Receiver<ConnectionState>,
+    pub ctx: Ctx,
+}
+
+impl CutOff {
+    pub fn new() -> CutOff {
+        let server = shared_server();
+        let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+        let client = start_connected(
+            Client::builder()
+                .connect_string(proxy.connect_string())
+                .session_timeout(Duration::from_secs(20))
+                .connection_timeout(Duration::from_secs(5))
+                .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
+        );
+        let states = client.listen();
+        let ctx = Ctx::new(server, &client);
+        CutOff {
+            proxy,
+            client,
+            states,
+            ctx,
+        }
+    }
+
+    /// Runs `start`, holds the first request carrying `bytes` that it
+    /// causes, then cuts the connection (the request fails) and lets the
+    /// client connect again.
+    pub fn fail_request(&self, bytes: &[u8], start: impl FnOnce()) {
+        self.proxy.pause_requests_at(bytes);
+        start();
+        wait_until(
+            Duration::from_secs(10),
+            || self.proxy.requests_paused(),
+            || format!("the request was never sent\n{}", self.ctx.dump()),
+        );
+        self.proxy.cut();
+        self.ctx.expect(
+            &self.states,
+            ConnectionState::Suspended,
+            Duration::from_secs(10),
+        );
+        self.proxy.resume();
+    }
 }
