@@ -661,19 +661,28 @@ mod selector {
         let c = connect(&server.connect_string(), Duration::from_secs(30));
         let ctx = Ctx::new(&server, &c);
         let (tx, rx) = crossbeam_channel::unbounded();
+        // The term's standing (interrupted, lost, in doubt) as it begins,
+        // and once its wait ends (lost: within 5 s of that).
         let s = LeaderSelector::new(&c, &unique("selector-suspend"), "solo", move |l| {
-            let _ = tx.send(true);
+            let _ = tx.send((l.is_interrupted(), l.is_lost(), l.is_in_doubt()));
             l.wait(Duration::MAX);
-            let _ = tx.send(l.is_interrupted());
+            let (interrupted, in_doubt) = (l.is_interrupted(), l.is_in_doubt());
+            let ended = Instant::now();
+            while !l.is_lost() && ended.elapsed() < Duration::from_secs(5) {
+                thread::sleep(Duration::from_millis(20));
+            }
+            let _ = tx.send((interrupted, l.is_lost(), in_doubt));
         })
         .unwrap();
         s.auto_requeue();
         s.start().unwrap();
-        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true));
+        let fresh = (false, false, false);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(fresh));
         server.stop().unwrap();
+        // Interrupted and in doubt, not lost: the session may come back.
         assert_eq!(
             rx.recv_timeout(Duration::from_secs(30)),
-            Ok(true),
+            Ok((true, false, true)),
             "the term was not interrupted\n{}",
             ctx.dump()
         );
@@ -682,11 +691,21 @@ mod selector {
         // Queued again: leads again once reconnected.
         assert_eq!(
             rx.recv_timeout(Duration::from_secs(60)),
-            Ok(true),
+            Ok(fresh),
             "{}",
             ctx.dump()
         );
         assert!(s.has_leadership());
+        // The session ends on the server: that term is lost.
+        c.expire_session_for_testing().unwrap();
+        assert!(
+            matches!(
+                rx.recv_timeout(Duration::from_secs(30)),
+                Ok((true, true, _))
+            ),
+            "the term of an expired session\n{}",
+            ctx.dump()
+        );
     }
 
     #[test]
