@@ -319,6 +319,8 @@ fn a_closed_or_dropped_node_cache_stops_and_keeps_its_last_copy() {
             || data_of(&cache).is_some_and(|d| d == b"1"),
             || ctx.dump(),
         );
+        // Both join the cache's thread: one that never ends ends the test.
+        let dog = Watchdog::new("closing a NodeCache", Duration::from_secs(30));
         let kept = if dropped {
             drop(cache);
             None
@@ -326,6 +328,7 @@ fn a_closed_or_dropped_node_cache_stops_and_keeps_its_last_copy() {
             cache.close();
             Some(cache)
         };
+        drop(dog);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
             match events.recv_deadline(deadline) {
