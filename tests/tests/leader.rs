@@ -604,6 +604,11 @@ mod selector {
         let (tx, rx) = crossbeam_channel::unbounded();
         let a = LeaderSelector::new(&cs[0], &path, "a", move |l| {
             let _ = tx.send("lead");
+            // A timed wait of a valid term lasts its time, and says valid.
+            let slept = Instant::now();
+            let valid = l.wait(Duration::from_millis(300));
+            let waited = slept.elapsed() >= Duration::from_millis(300);
+            let _ = tx.send(if valid && waited { "waited" } else { "short" });
             // Lead until told otherwise.
             let valid = l.wait(Duration::MAX);
             let _ = tx.send(if l.is_interrupted() && !valid {
@@ -615,6 +620,7 @@ mod selector {
         .unwrap();
         a.start().unwrap();
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("lead"));
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("waited"));
         assert!(a.has_leadership());
         assert_eq!(a.leader().unwrap().id, "a");
         let b = LeaderSelector::new(&cs[1], &path, "b", |_| {}).unwrap();
@@ -637,6 +643,7 @@ mod selector {
         );
         assert!(a.requeue().unwrap());
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("lead"));
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("waited"));
         a.close();
         assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok("interrupted"));
         wait_until(
