@@ -641,9 +641,15 @@ mod selector {
             || sorted_children(&cs[0], &path).is_empty(),
             || format!("{:?}", sorted_children(&cs[0], &path)),
         );
+        // The next node holds a new id; one too large for a node is refused.
+        assert_eq!(a.id(), "a");
+        assert!(a.set_id(&"x".repeat(2 << 20)).is_err());
+        a.set_id("a2").unwrap();
+        assert_eq!(a.id(), "a2");
         assert!(a.requeue().unwrap());
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("lead"));
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("waited"));
+        assert_eq!(a.leader().unwrap().id, "a2");
         a.close();
         assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok("interrupted"));
         wait_until(
