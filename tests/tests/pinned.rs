@@ -17,7 +17,7 @@ use crossbeam_channel::bounded;
 use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result, RetryNTimes};
 use latchkey_recipes::{
     CancelToken, Decision, InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2,
-    LockDriver, LockInternals, Revoker, StandardDriver,
+    LeaderLatch, LockDriver, LockInternals, Revoker, StandardDriver,
 };
 use latchkey_test::{FaultProxy, TestingServer};
 
@@ -355,10 +355,12 @@ fn participant_nodes_fails_on_a_lost_connection_instead_of_listing_none() {
     let mutex = Arc::new(InterProcessMutex::new(&c, &path).unwrap());
     let sem_path = unique("/pinned/participants-sem");
     let sem = Arc::new(InterProcessSemaphoreV2::new(&c, &sem_path, 2).unwrap());
+    let latch = Arc::new(LeaderLatch::new(&c, &unique("/pinned/participants-latch")).unwrap());
 
     // A lock path nobody has used has no participants, and that is no error.
     assert_eq!(mutex.participant_nodes().unwrap(), Vec::<String>::new());
     assert_eq!(sem.participant_nodes().unwrap(), Vec::<String>::new());
+    assert!(latch.participants().unwrap().is_empty());
 
     assert!(mutex.acquire_timeout(Duration::from_secs(10)).unwrap());
     let held = mutex.participant_nodes().unwrap();
@@ -390,6 +392,15 @@ fn participant_nodes_fails_on_a_lost_connection_instead_of_listing_none() {
     assert!(
         got.is_err(),
         "with ZooKeeper stopped, the semaphore's participant_nodes answered {got:?}"
+    );
+    let (got, _) = bounded_call(
+        "a leader latch's participants with ZooKeeper stopped",
+        move || latch.participants(),
+        &dump,
+    );
+    assert!(
+        got.is_err(),
+        "with ZooKeeper stopped, a latch's participants answered {got:?}"
     );
     drop(lease);
     c.close();
