@@ -631,6 +631,9 @@ mod selector {
             String::new,
         );
         assert!(!b.has_leadership());
+        // Leading, or queued: nothing to requeue.
+        assert!(!a.requeue().unwrap(), "requeue while leading");
+        assert!(!b.requeue().unwrap(), "requeue while queued");
         let t = Instant::now();
         a.interrupt_leadership();
         assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok("interrupted"));
