@@ -17,7 +17,7 @@ use crossbeam_channel::bounded;
 use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result, RetryNTimes};
 use latchkey_recipes::{
     CancelToken, Decision, InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2,
-    LeaderLatch, LockDriver, LockInternals, Revoker, StandardDriver,
+    LeaderLatch, LeaderSelector, LockDriver, LockInternals, Revoker, StandardDriver,
 };
 use latchkey_test::{FaultProxy, TestingServer};
 
@@ -356,11 +356,15 @@ fn participant_nodes_fails_on_a_lost_connection_instead_of_listing_none() {
     let sem_path = unique("/pinned/participants-sem");
     let sem = Arc::new(InterProcessSemaphoreV2::new(&c, &sem_path, 2).unwrap());
     let latch = Arc::new(LeaderLatch::new(&c, &unique("/pinned/participants-latch")).unwrap());
+    let selector = Arc::new(
+        LeaderSelector::new(&c, &unique("/pinned/participants-selector"), "s", |_| {}).unwrap(),
+    );
 
     // A lock path nobody has used has no participants, and that is no error.
     assert_eq!(mutex.participant_nodes().unwrap(), Vec::<String>::new());
     assert_eq!(sem.participant_nodes().unwrap(), Vec::<String>::new());
     assert!(latch.participants().unwrap().is_empty());
+    assert!(selector.participants().unwrap().is_empty());
 
     assert!(mutex.acquire_timeout(Duration::from_secs(10)).unwrap());
     let held = mutex.participant_nodes().unwrap();
@@ -401,6 +405,15 @@ fn participant_nodes_fails_on_a_lost_connection_instead_of_listing_none() {
     assert!(
         got.is_err(),
         "with ZooKeeper stopped, a latch's participants answered {got:?}"
+    );
+    let (got, _) = bounded_call(
+        "a leader selector's participants with ZooKeeper stopped",
+        move || selector.participants(),
+        &dump,
+    );
+    assert!(
+        got.is_err(),
+        "with ZooKeeper stopped, a selector's participants answered {got:?}"
     );
     drop(lease);
     c.close();
