@@ -47,7 +47,6 @@ struct Term {
     /// The session that owns the lock node.
     owner: i64,
     interrupted: AtomicBool,
-    lost: AtomicBool,
     /// Wakes [`Leadership::wait`] when the term is interrupted.
     lock: Mutex<()>,
     changed: Condvar,
@@ -59,18 +58,16 @@ impl Term {
         Term {
             owner,
             interrupted: AtomicBool::new(false),
-            lost: AtomicBool::new(false),
             lock: Mutex::new(()),
             changed: Condvar::new(),
             subscriptions: Mutex::new(Vec::new()),
         }
     }
 
-    /// Whether the term may go on (see [`Leadership::is_valid`]).
+    /// Whether the term may go on (see [`Leadership::is_valid`]); a lost
+    /// term is in doubt too.
     fn is_valid(&self, client: &Client) -> bool {
-        !self.interrupted.load(Ordering::Acquire)
-            && !self.lost.load(Ordering::Acquire)
-            && !hold::in_doubt(client, self.owner)
+        !self.interrupted.load(Ordering::Acquire) && !hold::in_doubt(client, self.owner)
     }
 
     fn interrupt(&self) {
@@ -97,7 +94,7 @@ impl Leadership {
 
     /// Whether the lock, and leadership with it, was lost with its session.
     pub fn is_lost(&self) -> bool {
-        self.term.lost.load(Ordering::Acquire) || self.client.session_id() != self.owner
+        hold::is_lost(&self.client, self.owner)
     }
 
     /// Whether the lock is in doubt right now: lost, or the client not
@@ -413,20 +410,14 @@ impl Inner {
         let owner = self.client.session_id();
         let term = Arc::new(Term::new(owner));
         if self.mutex.is_lost() {
-            term.lost.store(true, Ordering::Release);
             term.interrupted.store(true, Ordering::Release);
         }
         // Curator's adapter: Suspended or Lost interrupts the term.
         let weak = Arc::downgrade(&term);
         let listener = self.client.add_listener(move |state| {
             if let Some(term) = weak.upgrade() {
-                match state {
-                    ConnectionState::Suspended => term.interrupt(),
-                    ConnectionState::Lost => {
-                        term.lost.store(true, Ordering::Release);
-                        term.interrupt();
-                    }
-                    _ => {}
+                if matches!(state, ConnectionState::Suspended | ConnectionState::Lost) {
+                    term.interrupt();
                 }
             }
         });
