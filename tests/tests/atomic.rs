@@ -324,8 +324,7 @@ fn an_increment_that_always_loses_gives_up_after_the_policys_retries() {
     let path = unique("atomic-always-loses");
     other.create().for_path(&path, &0i64.to_be_bytes()).unwrap();
     // The setData request (op code 5) of the counter's node.
-    let mut write = 5i32.to_be_bytes().to_vec();
-    write.extend(request_path(&path));
+    let write = request_on(5, &path);
     // Increments with `counter`, making each of its first `writes` writes
     // lose; the outcome.
     let losing = |counter: DistributedAtomicLong, writes: usize| {
@@ -378,8 +377,7 @@ fn force_set_racing_another_create_sets_the_value() {
     let path = unique("atomic-force-race");
     let counter = DistributedAtomicLong::new(&c, &path, retries(0)).unwrap();
     // The create request (create2, op code 15) of the counter's node.
-    let mut create = 15i32.to_be_bytes().to_vec();
-    create.extend(request_path(&path));
+    let create = request_on(15, &path);
     proxy.pause_requests_at(&create);
     let (done, set) = crossbeam_channel::bounded(1);
     thread::spawn(move || {
