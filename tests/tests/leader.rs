@@ -724,6 +724,67 @@ mod selector {
         );
     }
 
+    /// Without auto-requeue, an error queueing (here ZooKeeper refusing
+    /// the lock node by ACL) ends the selector's work and is told by
+    /// `last_error`; with auto-requeue the selector retries, tells no
+    /// error, and leads once the refusal is lifted.
+    #[test]
+    fn a_queueing_error_stops_the_selector_and_is_told() {
+        use latchkey_framework::{Acl, ErrorCode, Perms};
+        let c = connect(&shared_server().connect_string(), SESSION);
+        let path = unique("selector-refused");
+        c.create().for_path(&path, b"").unwrap();
+        let closed = Acl::new(Perms::READ | Perms::ADMIN, "world", "anyone");
+        c.set_acl(&path, &[closed], None).unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (tx1, tx2) = (tx.clone(), tx);
+        let once = LeaderSelector::new(&c, &path, "once", move |_| {
+            let _ = tx1.send("once");
+        })
+        .unwrap();
+        let again = LeaderSelector::new(&c, &path, "again", move |_| {
+            let _ = tx2.send("again");
+        })
+        .unwrap();
+        again.auto_requeue();
+        assert_eq!(once.last_error(), None, "an error before starting");
+        once.start().unwrap();
+        again.start().unwrap();
+        wait_until(
+            Duration::from_secs(10),
+            || once.last_error().is_some(),
+            || "the refused selector told no error".into(),
+        );
+        let told = once.last_error().unwrap();
+        let refusal = ErrorCode::NoAuth.to_string();
+        assert!(
+            told.contains(&path) && told.contains(&refusal),
+            "the error names neither the path nor the refusal: {told:?}"
+        );
+        assert_eq!(again.last_error(), None, "an auto-requeued error was told");
+        // Lift the refusal: the auto-requeued selector leads (within its
+        // error pause); the stopped one is queued no more, so it may queue
+        // again, and leads too.
+        c.set_acl(&path, &Acl::open_unsafe(), None).unwrap();
+        assert!(
+            once.requeue().unwrap(),
+            "a stopped selector was still queued"
+        );
+        let mut led = std::collections::BTreeSet::new();
+        let lifted = Instant::now();
+        while led.len() < 2 && lifted.elapsed() < Duration::from_secs(10) {
+            if let Ok(who) = rx.recv_timeout(Duration::from_millis(100)) {
+                led.insert(who);
+            }
+        }
+        assert_eq!(
+            led.into_iter().collect::<Vec<_>>(),
+            ["again", "once"],
+            "who led within 10 s of the refusal's end"
+        );
+        assert_eq!(again.last_error(), None);
+    }
+
     #[test]
     fn never_two_selector_leaders_through_leader_kills() {
         let mut cluster = TestingCluster::start(3).unwrap();
