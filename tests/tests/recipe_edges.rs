@@ -1024,6 +1024,42 @@ fn shared_count_catches_up_after_each_reconnect() {
     );
 }
 
+/// A count whose watched re-read fails (the connection cut as a change is
+/// read, the client not retrying) sets its watch again with the next read
+/// after reconnecting: later changes are still heard.
+#[test]
+fn shared_count_watches_again_after_its_watched_read_fails() {
+    let cut = CutOff::new();
+    let direct = client();
+    let path = unique("edge-count-failed-read");
+    let writer = SharedCount::new(&direct, &path, 1).unwrap();
+    let reader = SharedCount::new(&cut.client, &path, 1).unwrap();
+    // getData (op code 4) of the count's node: the re-read the change wakes.
+    cut.fail_request(&request_on(4, &path), || writer.set_count(2).unwrap());
+    wait_until(
+        CALL_BOUND,
+        || reader.count() == 2,
+        || format!("the reader has {}\n{}", reader.count(), cut.ctx.dump()),
+    );
+    wait_until(
+        Duration::from_secs(10),
+        || cut.client.pending_watches() == 1,
+        || {
+            format!(
+                "the reader holds {} watches (want 1)\n{}",
+                cut.client.pending_watches(),
+                cut.ctx.dump()
+            )
+        },
+    );
+    writer.set_count(3).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || reader.count() == 3,
+        || format!("a later change was not heard\n{}", cut.ctx.dump()),
+    );
+}
+
 /// A write refused for anything but a newer version is an error, not
 /// "someone else set it first".
 #[test]
