@@ -212,6 +212,122 @@ fn a_latch_whose_look_fails_keeps_its_node_and_leads() {
     }
 }
 
+/// `participants` and `leader` list the queue, then read each node's id.
+/// A node gone between the two is left out (and the next one leads); a
+/// read that fails otherwise (cut off, the client not retrying) is an
+/// error, not a participant left out.
+#[test]
+fn participants_leave_out_a_node_gone_since_the_listing_but_report_a_failed_read() {
+    use std::sync::Arc;
+    let cut = CutOff::new();
+    let cs = clients(3, SESSION);
+    let path = unique("/leader/gone-between");
+    let latches: Vec<LeaderLatch> = cs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| LeaderLatch::with_id(c, &path, &format!("p{i}")).unwrap())
+        .collect();
+    for l in &latches {
+        l.start().unwrap();
+    }
+    wait_until(
+        Duration::from_secs(10),
+        || sorted_children(&cs[0], &path).len() == 3,
+        || format!("{:?}", sorted_children(&cs[0], &path)),
+    );
+    // In queue order: by sequence number, as `participants` lists them.
+    let mut nodes: Vec<String> = sorted_children(&cs[0], &path)
+        .iter()
+        .map(|n| format!("{path}/{n}"))
+        .collect();
+    nodes.sort_by_key(|n| n.rsplit('-').next().unwrap_or_default().to_string());
+    let ids: Vec<String> = latches[0]
+        .participants()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    let observer = Arc::new(LeaderLatch::new(&cut.client, &path).unwrap());
+    // Holds the read (getData, op code 4) of `nodes[i]` while its latch
+    // closes, then lets it go on: ZooKeeper answers it NoNode.
+    let gone_between = |i: usize, leader_only: bool| {
+        cut.proxy.pause_requests_at(&request_on(4, &nodes[i]));
+        let o = Arc::clone(&observer);
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        thread::spawn(move || {
+            let _ = tx.send(if leader_only {
+                o.leader().map(|l| vec![l])
+            } else {
+                o.participants()
+            });
+        });
+        wait_until(
+            Duration::from_secs(10),
+            || cut.proxy.requests_paused(),
+            || format!("the read was never sent\n{}", cut.ctx.dump()),
+        );
+        latches
+            .iter()
+            .find(|l| l.id() == ids[i])
+            .expect("the node's latch")
+            .close()
+            .unwrap();
+        cut.proxy.resume();
+        rx.recv_timeout(Duration::from_secs(20))
+            .expect("the listing returned in time")
+            .map(|ps| {
+                ps.into_iter()
+                    .map(|p| (p.id, p.is_leader))
+                    .collect::<Vec<_>>()
+            })
+    };
+    let listed = gone_between(0, false);
+    assert_eq!(
+        listed.as_ref().ok().map(Vec::as_slice),
+        Some(&[(ids[1].clone(), true), (ids[2].clone(), false)][..]),
+        "the first node went between the listing and its read: {listed:?}\n{}",
+        cut.ctx.dump()
+    );
+    let leader = gone_between(1, true);
+    assert_eq!(
+        leader.as_ref().ok().map(Vec::as_slice),
+        Some(&[(ids[2].clone(), true)][..]),
+        "the leader's node went between the listing and its read: {leader:?}\n{}",
+        cut.ctx.dump()
+    );
+    // The last node's read cut off: an error, for both calls.
+    for leader_only in [false, true] {
+        let o = Arc::clone(&observer);
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        cut.fail_request(&request_on(4, &nodes[2]), move || {
+            thread::spawn(move || {
+                let _ = tx.send(if leader_only {
+                    o.leader().map(|l| vec![l])
+                } else {
+                    o.participants()
+                });
+            });
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the call returned in time");
+        assert!(
+            got.is_err(),
+            "a cut-off read (leader only: {leader_only}) answered {got:?}\n{}",
+            cut.ctx.dump()
+        );
+        wait_until(
+            Duration::from_secs(10),
+            || {
+                cut.client
+                    .state()
+                    .is_some_and(ConnectionState::is_connected)
+            },
+            || cut.ctx.dump(),
+        );
+    }
+}
+
 #[test]
 fn await_leadership_is_a_deadline_and_misuse_is_an_error() {
     let cs = clients(2, SESSION);
