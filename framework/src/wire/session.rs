@@ -1486,6 +1486,34 @@ mod tests {
             "{bad}"
         );
         server.join().unwrap();
+
+        // Accepted, then closed before any reply: the handshake's read
+        // meets the end of the stream.
+        let closing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = closing.local_addr().unwrap();
+        let server = thread::spawn(move || drop(closing.accept().unwrap()));
+        let bad = first_failure(&session_to(addr.to_string()));
+        assert!(
+            matches!(bad, ConnectFailure::BadHandshake { addr: a, .. } if a == addr),
+            "{bad}"
+        );
+        server.join().unwrap();
+
+        // A full accept backlog: the kernel drops further connection
+        // requests, so the connect step itself times out.
+        let full = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = full.local_addr().unwrap();
+        let mut queued = Vec::new();
+        loop {
+            match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+                Ok(s) => queued.push(s),
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => break,
+                Err(e) => panic!("filling the backlog: {e}"),
+            }
+            assert!(queued.len() < 5000, "the backlog never filled");
+        }
+        let timed_out = first_failure(&session_to(addr.to_string()));
+        assert_eq!(timed_out, ConnectFailure::TimedOut { addr });
     }
 
     #[test]
