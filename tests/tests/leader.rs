@@ -878,6 +878,15 @@ mod selector {
             "the error names neither the path nor the refusal: {told:?}"
         );
         assert_eq!(again.last_error(), None, "an auto-requeued error was told");
+        // The auto-requeued selector retries after a pause (1 s), not at
+        // once: over 2 s, a few attempts of a few requests each.
+        let before = c.metrics().requests_sent;
+        let window = Instant::now();
+        while window.elapsed() < Duration::from_secs(2) {
+            thread::sleep(Duration::from_millis(50));
+        }
+        let sent = c.metrics().requests_sent - before;
+        assert!(sent <= 30, "a refused selector sent {sent} requests in 2 s");
         // Lift the refusal: the auto-requeued selector leads (within its
         // error pause); the stopped one is queued no more, so it may queue
         // again, and leads too.
