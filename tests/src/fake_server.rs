@@ -59,6 +59,9 @@ pub enum Reply {
     Close,
     /// Waits this long (a slow server), then replies as the inner reply.
     Late(Duration, Box<Reply>),
+    /// Error code 0 and no body, under the next request's xid instead of
+    /// this one's (replies out of order).
+    WrongXid,
 }
 
 /// What the fake does once the handshake is answered.
@@ -577,6 +580,7 @@ fn serve(mut s: TcpStream, conn: usize, shared: &Shared) -> io::Result<()> {
         match reply {
             Reply::Ok(body) => s.write_all(&reply_frame(xid, 0, &body))?,
             Reply::Error(code) => s.write_all(&reply_frame(xid, code, &[]))?,
+            Reply::WrongXid => s.write_all(&reply_frame(xid.wrapping_add(1), 0, &[]))?,
             Reply::Ignore => {}
             Reply::Close => return s.shutdown(Shutdown::Both),
             Reply::Late(..) => {}

@@ -58,6 +58,35 @@ fn connected(c: Client) -> Client {
     c
 }
 
+/// A reply under another request's xid (replies out of order, which a
+/// server never sends): the client drops the connection, and the request
+/// it took the reply for fails at once with `ConnectionLoss` instead of
+/// waiting for a reply that cannot come.
+#[test]
+fn a_reply_out_of_order_fails_its_request_at_once() {
+    let fake = FakeServer::start(Script::default().reply(op::EXISTS, Reply::WrongXid)).unwrap();
+    let c = connected(fake_client(&fake, Duration::from_secs(30)));
+    let connections = fake.seen().connections;
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let asker = c.clone();
+    std::thread::spawn(move || {
+        let asked = Instant::now();
+        let _ = tx.send((asker.exists("/out-of-order"), asked.elapsed()));
+    });
+    let (answer, took) = rx
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|_| panic!("no answer in 10 s: {:?}", c.state_history()));
+    assert!(
+        matches!(&answer, Err(e) if e.is(ErrorCode::ConnectionLoss)),
+        "answered {answer:?} after {took:?}"
+    );
+    wait_until(
+        Duration::from_secs(10),
+        || fake.seen().connections > connections,
+        || format!("no new connection: {:?}", c.state_history()),
+    );
+    c.close();
+}
 #[test]
 fn fake_server_speaks_the_handshake_and_records_requests() {
     let fake = FakeServer::start(Script::default().session_id(0x77)).unwrap();
