@@ -1516,6 +1516,22 @@ mod tests {
         assert_eq!(timed_out, ConnectFailure::TimedOut { addr });
     }
 
+    /// Request xids count up and wrap to 1 after `i32::MAX`: never an
+    /// overflow, and never 0 or a negative xid, which mean pings,
+    /// notifications and the like.
+    #[test]
+    fn xids_count_up_and_wrap_to_1() {
+        let mut io = Io {
+            live: None,
+            logging_in: None,
+            conn_id: 0,
+            pending: VecDeque::new(),
+            next_xid: i32::MAX - 1,
+        };
+        let xids: Vec<i32> = (0..4).map(|_| io.take_xid()).collect();
+        assert_eq!(xids, [i32::MAX - 1, i32::MAX, 1, 2]);
+    }
+
     #[test]
     fn a_read_write_probe_waits_a_sixth_of_the_session_within_50_ms_and_1_s() {
         let mut probe = RwProbe::new();
