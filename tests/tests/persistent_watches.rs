@@ -126,6 +126,8 @@ fn a_persistent_watch_keeps_firing_after_many_events_across_reconnects_and_resta
     c.remove_watches(&node, WatcherType::Persistent).unwrap();
     expect_event(&node_events, EventType::PersistentWatchRemoved, &node, &ctx);
     changes_are_seen_by_tree_only(&writer, &node, &tree_events, &node_events, &ctx);
+    // Known here to hold none: refused without asking the server.
+    let before = c.metrics().requests_sent;
     let err = c
         .remove_watches(&node, WatcherType::Persistent)
         .unwrap_err();
@@ -133,6 +135,8 @@ fn a_persistent_watch_keeps_firing_after_many_events_across_reconnects_and_resta
         err.is(latchkey_framework::ErrorCode::NoWatcher) && err.to_string().contains(&node),
         "{err}"
     );
+    let sent = c.metrics().requests_sent - before;
+    assert_eq!(sent, 0, "the removal of a watch not held sent requests");
     c.close();
     writer.close();
 }
