@@ -433,6 +433,60 @@ fn a_server_sending_garbage_after_the_handshake_is_not_hammered() {
 /// A reply frame whose length prefix is negative, or over the largest
 /// reply the client takes, ends the connection at once (the client
 /// connects again); it is not waited for until the read timeout.
+/// The connection timeout is shared among the hosts, as the Java client
+/// shares it: with two hosts that accept and never answer the handshake,
+/// the client gives the first half of it (2 s of 4 s) before it tries the
+/// second, not all of it.
+#[test]
+fn each_host_gets_its_share_of_the_connection_timeout() {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let mut hosts = Vec::new();
+    for i in 0..2 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        hosts.push(l.local_addr().unwrap().to_string());
+        l.set_nonblocking(true).unwrap();
+        let tx = tx.clone();
+        // Accepts (and keeps, unanswered) for 20 s at most.
+        std::thread::spawn(move || {
+            let (until, mut held) = (Instant::now() + Duration::from_secs(20), Vec::new());
+            while Instant::now() < until {
+                match l.accept() {
+                    Ok((conn, _)) => {
+                        let _ = tx.send((i, Instant::now()));
+                        held.push(conn);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+    }
+    let c = Client::builder()
+        .connect_string(hosts.join(","))
+        .session_timeout(Duration::from_secs(30))
+        .connection_timeout(Duration::from_secs(4))
+        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    let first = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a first connection");
+    let second = loop {
+        let next = rx
+            .recv_timeout(Duration::from_secs(15))
+            .expect("a connection to the other host");
+        if next.0 != first.0 {
+            break next;
+        }
+    };
+    c.close();
+    let gap = second.1 - first.1;
+    assert!(
+        gap >= Duration::from_millis(1900) && gap < Duration::from_millis(3500),
+        "the second host was tried {gap:?} after the first (want 2 s of the 4 s)"
+    );
+}
+
 #[test]
 fn a_reply_frame_of_impossible_length_ends_the_connection_at_once() {
     for prefix in [-1i32, 64 << 20] {
