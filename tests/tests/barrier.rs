@@ -132,6 +132,18 @@ fn a_refused_listing_or_delete_in_leave_is_an_error() {
     c.set_acl(&path, &Acl::open_unsafe(), None).unwrap();
     assert!(alone.leave(BOUND).unwrap());
     assert!(sorted_children(&c, &path).is_empty());
+    // A barrier node that is gone (removed since, or never made) is
+    // nobody inside, as in Curator: leave returns at once.
+    c.delete().for_path(&path).unwrap();
+    assert!(
+        alone.leave(BOUND).unwrap(),
+        "leave once the barrier node went"
+    );
+    let never = DistributedDoubleBarrier::new(&c, &unique("double-barrier-never"), 2).unwrap();
+    assert!(
+        never.leave(BOUND).unwrap(),
+        "leave of a barrier never entered"
+    );
 }
 
 /// A timed wait whose time runs out in a request (ZooKeeper silent) is
