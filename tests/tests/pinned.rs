@@ -197,7 +197,7 @@ fn a_node_that_keeps_vanishing_gives_up_after_the_policys_retries() {
     let server = shared_server();
     let c = client_with(
         &server.connect_string(),
-        RetryNTimes::new(2, Duration::from_millis(10)),
+        RetryNTimes::new(2, Duration::from_millis(300)),
     );
     let ctx = Arc::new(Ctx::new(server, &c));
     let dump = {
@@ -207,7 +207,7 @@ fn a_node_that_keeps_vanishing_gives_up_after_the_policys_retries() {
     let path = unique("/pinned/vanishing");
     let driver = FailingDriver::new(usize::MAX, no_node);
     let mutex = InterProcessMutex::with_lock_driver(&c, &path, driver.clone()).unwrap();
-    let (got, _) = bounded_call(
+    let (got, took) = bounded_call(
         "acquire whose nodes all vanish",
         move || mutex.acquire(),
         &dump,
@@ -216,8 +216,12 @@ fn a_node_that_keeps_vanishing_gives_up_after_the_policys_retries() {
         matches!(&got, Err(e) if e.is(ErrorCode::NoNode)),
         "want NoNode once the policy gives up, got {got:?}"
     );
-    // The first attempt and the policy's two retries.
+    // The first attempt and the policy's two retries, each after its pause.
     assert_eq!(driver.asked(), 3);
+    assert!(
+        took >= Duration::from_millis(600),
+        "two retries after 300 ms pauses took only {took:?}"
+    );
     wait_empty(&c, &path, &dump);
 }
 
@@ -1261,4 +1265,25 @@ fn a_lease_node_that_keeps_vanishing_queues_again_then_gives_up() {
     }
     wait_empty(&direct, &leases, || ctx.dump());
     c.close();
+}
+
+/// An acquire with a token cancelled already fails with `Cancelled` at
+/// once, as a later call of a cancelled operation does, and sends nothing:
+/// no node is created, nothing is left to clean up.
+#[test]
+fn an_acquire_with_a_cancelled_token_fails_without_a_request() {
+    let c = connect(&shared_server().connect_string(), SESSION);
+    let path = unique("/pinned/cancelled-first");
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let cancel = CancelToken::new();
+    cancel.cancel();
+    let before = c.metrics().requests_sent;
+    let got = mutex.acquire_cancellable(Duration::from_secs(5), &cancel);
+    assert!(matches!(got, Err(Error::Cancelled)), "{got:?}");
+    let sent = c.metrics().requests_sent - before;
+    assert_eq!(sent, 0, "a cancelled acquire sent requests");
+    assert!(
+        c.exists(&path).unwrap().is_none(),
+        "a cancelled acquire left {path}"
+    );
 }
