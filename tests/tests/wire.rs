@@ -856,6 +856,47 @@ fn large_replies_are_read_whole() {
     c.close();
 }
 
+/// `max_reply_size` bounds a reply frame's length: a reply of exactly that
+/// many bytes is read; one byte over it drops the connection, and the
+/// request fails instead of waiting.
+#[test]
+fn a_reply_of_exactly_the_maximum_size_is_read_and_one_byte_more_is_not() {
+    let server = common::shared_server();
+    let writer = common::connect(&server.connect_string(), Duration::from_secs(10));
+    let path = common::unique("/max-reply");
+    writer.create().for_path(&path, &[7u8; 1000]).unwrap();
+    // The reply to getData: its header (16 bytes), the data with its
+    // length in front (1004) and the node's stat (68).
+    let frame = 16 + 4 + 1000 + 68;
+    for (max, fits) in [(frame, true), (frame - 1, false)] {
+        let c = common::start_connected(
+            Client::builder()
+                .connect_string(server.connect_string())
+                .session_timeout(Duration::from_secs(10))
+                .connection_timeout(Duration::from_secs(2))
+                .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+                .max_reply_size(max),
+        );
+        let asked = Instant::now();
+        // The data's length, not the data, for the messages.
+        let got = c.get_data(&path).map(|(d, _)| d.len());
+        let took = asked.elapsed();
+        match fits {
+            true => assert!(
+                matches!(got, Ok(1000)),
+                "a reply of exactly {max} bytes: {got:?}"
+            ),
+            false => assert!(
+                matches!(&got, Err(e) if e.is(ErrorCode::ConnectionLoss))
+                    && took < Duration::from_secs(1),
+                "a reply of {frame} bytes with {max} allowed: {got:?} after {took:?}"
+            ),
+        }
+        c.close();
+    }
+    writer.close();
+}
+
 /// Many requests in flight at once: their replies arrive several to a
 /// read, and each is answered without the connection being dropped.
 #[test]
