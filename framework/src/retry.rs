@@ -1003,6 +1003,11 @@ mod tests {
         assert!(RetryOneTime::new(MS).allow_session_expired_retry());
         assert!(RetryUntilElapsed::new(MS, MS).allow_session_expired_retry());
         assert!(RetryForever::new(MS).allow_session_expired_retry());
+        // Through Arc and Box too (the wrappers ask what they wrap).
+        let boxed: Box<dyn RetryPolicy> = Box::new(RetryNTimes::new(1, MS));
+        assert!(boxed.allow_session_expired_retry());
+        let arc: Arc<dyn RetryPolicy> = Arc::new(RetryOneTime::new(MS));
+        assert!(arc.allow_session_expired_retry());
     }
 
     #[test]
