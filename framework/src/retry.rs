@@ -903,6 +903,26 @@ mod tests {
         assert!(a.windows(2).any(|w| w[0] != w[1]));
     }
 
+    /// The generator is SplitMix64: from seed 1234567 it gives the
+    /// algorithm's published first outputs.
+    #[test]
+    fn jitter_is_splitmix64() {
+        let j = Jitter {
+            state: AtomicU64::new(1234567),
+        };
+        let got: Vec<u64> = (0..5).map(|_| j.next_u64()).collect();
+        assert_eq!(
+            got,
+            [
+                6457827717110365317,
+                3203168211198807973,
+                9817491932198370423,
+                4593380528125082431,
+                16408922859458223821,
+            ]
+        );
+    }
+
     #[test]
     fn bounded_caps_at_max_sleep() {
         let p = BoundedExponentialBackoffRetry::new(ms(100), ms(1000), 10);
