@@ -246,3 +246,60 @@ impl std::fmt::Debug for ListenerHandle {
         write!(f, "ListenerHandle({})", self.id)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use ConnectionState::*;
+
+    #[test]
+    fn only_connected_reconnected_and_read_only_are_connected() {
+        for (state, connected) in [
+            (Connected, true),
+            (Reconnected, true),
+            (ReadOnly, true),
+            (Suspended, false),
+            (Lost, false),
+        ] {
+            assert_eq!(state.is_connected(), connected, "{state:?}");
+        }
+    }
+
+    #[test]
+    fn the_history_keeps_every_state_in_order() {
+        let board = StateBoard::new();
+        for state in [Connected, Suspended, Reconnected] {
+            board.post(state);
+        }
+        let states: Vec<ConnectionState> = board.history().into_iter().map(|(_, s)| s).collect();
+        assert_eq!(states, [Connected, Suspended, Reconnected]);
+    }
+
+    /// Listeners and wakers share one id space: removing one waker leaves
+    /// every other waker and listener in place.
+    #[test]
+    fn removing_a_waker_keeps_the_others_and_the_listeners() {
+        let board = StateBoard::new();
+        let woken = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
+        let listener = board.add_listener(Arc::new(|_| {}));
+        let ids: Vec<u64> = woken
+            .iter()
+            .map(|count| {
+                let count = Arc::clone(count);
+                board.add_waker(Arc::new(move || {
+                    count.fetch_add(1, Ordering::SeqCst);
+                }))
+            })
+            .collect();
+        assert!(
+            ids[0] != ids[1] && !ids.contains(&listener),
+            "ids {ids:?}, listener {listener}"
+        );
+        board.remove(ids[0]);
+        assert_eq!(board.listener_count(), 1);
+        board.post(Connected);
+        let counts: Vec<usize> = woken.iter().map(|c| c.load(Ordering::SeqCst)).collect();
+        assert_eq!(counts, [0, 1], "wakes after removing the first waker");
+    }
+}
