@@ -302,4 +302,18 @@ mod tests {
         let counts: Vec<usize> = woken.iter().map(|c| c.load(Ordering::SeqCst)).collect();
         assert_eq!(counts, [0, 1], "wakes after removing the first waker");
     }
+
+    /// A dropped handle removes its listener; a forgotten one keeps it.
+    #[test]
+    fn a_listener_handle_removes_on_drop_unless_forgotten() {
+        let board = Arc::new(StateBoard::new());
+        let handle = |board: &Arc<StateBoard>| ListenerHandle {
+            board: Arc::downgrade(board),
+            id: board.add_listener(Arc::new(|_| {})),
+        };
+        drop(handle(&board));
+        assert_eq!(board.listener_count(), 0, "a dropped handle's listener");
+        handle(&board).forget();
+        assert_eq!(board.listener_count(), 1, "a forgotten handle's listener");
+    }
 }
