@@ -897,6 +897,22 @@ fn a_reply_of_exactly_the_maximum_size_is_read_and_one_byte_more_is_not() {
     writer.close();
 }
 
+/// `Client::sync` sends one sync request and reports what the server
+/// answers (the fake answers every unscripted request with `NoNode`).
+#[test]
+fn sync_asks_the_server_and_reports_its_answer() {
+    let fake = FakeServer::start(Script::default()).unwrap();
+    let c = connected(fake_client(&fake, Duration::from_secs(10)));
+    let got = c.sync("/synced");
+    assert!(
+        matches!(&got, Err(e) if e.is(ErrorCode::NoNode)),
+        "sync answered NoNode gave {got:?}"
+    );
+    // sync is op code 9.
+    assert_eq!(fake.seen().count(9), 1, "sync requests sent");
+    c.close();
+}
+
 /// Many requests in flight at once: their replies arrive several to a
 /// read, and each is answered without the connection being dropped.
 #[test]
