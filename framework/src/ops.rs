@@ -265,3 +265,19 @@ pub(crate) fn delete_children(s: &WireSession, path: &str, deadline: Instant) ->
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_splits_into_its_parent_and_name() {
+        assert_eq!(
+            split_parent("/locks/orders/_c_x-lock-1"),
+            ("/locks/orders", "_c_x-lock-1")
+        );
+        assert_eq!(split_parent("/top"), ("/", "top"));
+        let nested: Vec<&str> = ancestors("/a/b/c").collect();
+        assert_eq!(nested, ["/a", "/a/b"]);
+    }
+}
