@@ -648,6 +648,76 @@ fn background_delete_returns_at_once_when_disconnected() {
     observer.close();
 }
 
+/// A protected ephemeral create whose reply was lost, retried on the same
+/// session after a reconnect, finds the node the lost reply was for and
+/// returns it: one node, not two (the reason protected mode exists).
+#[test]
+fn protected_create_whose_reply_was_lost_returns_its_node_once() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(20))
+            .connection_timeout(Duration::from_secs(2))
+            .retry_policy(latchkey_framework::RetryNTimes::new(
+                5,
+                Duration::from_millis(100),
+            )),
+    );
+    let ctx = Ctx::new(server, &c);
+    let observer = connect(&server.connect_string(), Duration::from_secs(10));
+    let parent = unique("protected-found");
+    c.create().for_path(&parent, b"").unwrap();
+    let session = c.session_id();
+    // The create reaches the server; its reply does not come back.
+    proxy.pause_replies();
+    let creator = {
+        let c = c.clone();
+        let parent = parent.clone();
+        std::thread::spawn(move || {
+            c.create()
+                .with_protection()
+                .mode(CreateMode::EphemeralSequential)
+                .for_path(&format!("{parent}/n-"), b"")
+        })
+    };
+    wait_until(
+        Duration::from_secs(10),
+        || observer.get_children(&parent).unwrap().len() == 1,
+        || ctx.dump(),
+    );
+    proxy.cut();
+    proxy.resume();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !creator.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        creator.is_finished(),
+        "create still running\n{}",
+        ctx.dump()
+    );
+    let node = creator.join().unwrap();
+    let children = observer.get_children(&parent).unwrap();
+    assert_eq!(c.session_id(), session, "{}", ctx.dump());
+    assert!(
+        children.len() == 1
+            && node
+                .as_ref()
+                .is_ok_and(|n| *n == format!("{parent}/{}", children[0])),
+        "the create returned {node:?}; the parent holds {children:?}\n{}",
+        ctx.dump()
+    );
+    c.close();
+    observer
+        .delete()
+        .deleting_children_if_needed()
+        .for_path(&parent)
+        .unwrap();
+    observer.close();
+}
+
 /// A protected ephemeral create whose reply was lost, retried on a new
 /// session after the client declared the old one lost, must not return the
 /// old session's node (which goes when that session expires): Curator's
