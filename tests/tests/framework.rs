@@ -648,74 +648,119 @@ fn background_delete_returns_at_once_when_disconnected() {
     observer.close();
 }
 
+/// A client behind its own proxy, and a protected ephemeral-sequential
+/// create of it whose reply does not come back.
+struct LostCreateReply {
+    proxy: FaultProxy,
+    c: Client,
+    ctx: Ctx,
+    observer: Client,
+    parent: String,
+}
+
+impl LostCreateReply {
+    fn new(
+        session: Duration,
+        connection: Duration,
+        policy: impl latchkey_framework::RetryPolicy + 'static,
+    ) -> Self {
+        let server = shared_server();
+        let proxy = FaultProxy::start(server.addr()).unwrap();
+        let c = start_connected(
+            Client::builder()
+                .connect_string(proxy.connect_string())
+                .session_timeout(session)
+                .connection_timeout(connection)
+                .retry_policy(policy),
+        );
+        let ctx = Ctx::new(server, &c);
+        let observer = connect(&server.connect_string(), Duration::from_secs(10));
+        let parent = unique("protected-lost");
+        c.create().for_path(&parent, b"").unwrap();
+        LostCreateReply {
+            proxy,
+            c,
+            ctx,
+            observer,
+            parent,
+        }
+    }
+
+    /// Sends the create with replies paused; once its node exists on the
+    /// server, runs `lose` (which ends with the proxy resumed) and returns
+    /// the create's outcome, within 20 s.
+    fn create(&self, lose: impl FnOnce()) -> latchkey_framework::Result<String> {
+        self.proxy.pause_replies();
+        let creator = {
+            let c = self.c.clone();
+            let parent = self.parent.clone();
+            std::thread::spawn(move || {
+                c.create()
+                    .with_protection()
+                    .mode(CreateMode::EphemeralSequential)
+                    .for_path(&format!("{parent}/n-"), b"")
+            })
+        };
+        wait_until(
+            Duration::from_secs(10),
+            || self.children().len() == 1,
+            || self.ctx.dump(),
+        );
+        lose();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !creator.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            creator.is_finished(),
+            "create still running\n{}",
+            self.ctx.dump()
+        );
+        creator.join().unwrap()
+    }
+
+    fn children(&self) -> Vec<String> {
+        self.observer.get_children(&self.parent).unwrap()
+    }
+}
+
+impl Drop for LostCreateReply {
+    fn drop(&mut self) {
+        self.c.close();
+        let _ = self
+            .observer
+            .delete()
+            .deleting_children_if_needed()
+            .for_path(&self.parent);
+        self.observer.close();
+    }
+}
+
 /// A protected ephemeral create whose reply was lost, retried on the same
 /// session after a reconnect, finds the node the lost reply was for and
 /// returns it: one node, not two (the reason protected mode exists).
 #[test]
 fn protected_create_whose_reply_was_lost_returns_its_node_once() {
-    let server = shared_server();
-    let proxy = FaultProxy::start(server.addr()).unwrap();
-    let c = start_connected(
-        Client::builder()
-            .connect_string(proxy.connect_string())
-            .session_timeout(Duration::from_secs(20))
-            .connection_timeout(Duration::from_secs(2))
-            .retry_policy(latchkey_framework::RetryNTimes::new(
-                5,
-                Duration::from_millis(100),
-            )),
+    let t = LostCreateReply::new(
+        Duration::from_secs(20),
+        Duration::from_secs(2),
+        latchkey_framework::RetryNTimes::new(5, Duration::from_millis(100)),
     );
-    let ctx = Ctx::new(server, &c);
-    let observer = connect(&server.connect_string(), Duration::from_secs(10));
-    let parent = unique("protected-found");
-    c.create().for_path(&parent, b"").unwrap();
-    let session = c.session_id();
-    // The create reaches the server; its reply does not come back.
-    proxy.pause_replies();
-    let creator = {
-        let c = c.clone();
-        let parent = parent.clone();
-        std::thread::spawn(move || {
-            c.create()
-                .with_protection()
-                .mode(CreateMode::EphemeralSequential)
-                .for_path(&format!("{parent}/n-"), b"")
-        })
-    };
-    wait_until(
-        Duration::from_secs(10),
-        || observer.get_children(&parent).unwrap().len() == 1,
-        || ctx.dump(),
-    );
-    proxy.cut();
-    proxy.resume();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !creator.is_finished() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(
-        creator.is_finished(),
-        "create still running\n{}",
-        ctx.dump()
-    );
-    let node = creator.join().unwrap();
-    let children = observer.get_children(&parent).unwrap();
-    assert_eq!(c.session_id(), session, "{}", ctx.dump());
+    let session = t.c.session_id();
+    let node = t.create(|| {
+        t.proxy.cut();
+        t.proxy.resume();
+    });
+    let children = t.children();
+    assert_eq!(t.c.session_id(), session, "{}", t.ctx.dump());
     assert!(
         children.len() == 1
             && node
                 .as_ref()
-                .is_ok_and(|n| *n == format!("{parent}/{}", children[0])),
+                .is_ok_and(|n| *n == format!("{}/{}", t.parent, children[0])),
         "the create returned {node:?}; the parent holds {children:?}\n{}",
-        ctx.dump()
+        t.ctx.dump()
     );
-    c.close();
-    observer
-        .delete()
-        .deleting_children_if_needed()
-        .for_path(&parent)
-        .unwrap();
-    observer.close();
 }
 
 /// A protected ephemeral create whose reply was lost, retried on a new
@@ -724,68 +769,30 @@ fn protected_create_whose_reply_was_lost_returns_its_node_once() {
 /// `ProtectedMode.validateFoundNode`.
 #[test]
 fn protected_create_does_not_return_a_node_of_a_lost_session() {
-    let server = shared_server();
-    let proxy = FaultProxy::start(server.addr()).unwrap();
-    let c = start_connected(
-        Client::builder()
-            .connect_string(proxy.connect_string())
-            .session_timeout(Duration::from_secs(4))
-            .connection_timeout(Duration::from_secs(1))
-            .retry_policy(latchkey_framework::RetryForever::new(
-                Duration::from_millis(200),
-            )),
+    let t = LostCreateReply::new(
+        Duration::from_secs(4),
+        Duration::from_secs(1),
+        latchkey_framework::RetryForever::new(Duration::from_millis(200)),
     );
-    let ctx = Ctx::new(server, &c);
-    let observer = connect(&server.connect_string(), Duration::from_secs(10));
-    let parent = unique("protected-lost");
-    c.create().for_path(&parent, b"").unwrap();
-    let old_session = c.session_id();
-    let states = c.listen();
-    // The create reaches the server; its reply does not come back.
-    proxy.pause_replies();
-    let creator = {
-        let c = c.clone();
-        let parent = parent.clone();
-        std::thread::spawn(move || {
-            c.create()
-                .with_protection()
-                .mode(CreateMode::EphemeralSequential)
-                .for_path(&format!("{parent}/n-"), b"")
+    let old_session = t.c.session_id();
+    let states = t.c.listen();
+    let node = t
+        .create(|| {
+            t.ctx
+                .expect(&states, ConnectionState::Lost, Duration::from_secs(20));
+            t.proxy.resume();
         })
-    };
-    wait_until(
-        Duration::from_secs(10),
-        || observer.get_children(&parent).unwrap().len() == 1,
-        || ctx.dump(),
-    );
-    ctx.expect(&states, ConnectionState::Lost, Duration::from_secs(20));
-    proxy.resume();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !creator.is_finished() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(
-        creator.is_finished(),
-        "create still running\n{}",
-        ctx.dump()
-    );
-    let node = creator.join().unwrap().unwrap();
-    assert_ne!(c.session_id(), old_session, "{}", ctx.dump());
-    let owner = observer.exists(&node).unwrap().map(|s| s.ephemeral_owner);
+        .unwrap();
+    let c = &t.c;
+    assert_ne!(c.session_id(), old_session, "{}", t.ctx.dump());
+    let owner = t.observer.exists(&node).unwrap().map(|s| s.ephemeral_owner);
     assert_eq!(
         owner,
         Some(c.session_id()),
         "{node} belongs to session {owner:x?}, not the client's {:x} (old {old_session:x})\n{}",
         c.session_id(),
-        ctx.dump()
+        t.ctx.dump()
     );
-    c.close();
-    observer
-        .delete()
-        .deleting_children_if_needed()
-        .for_path(&parent)
-        .unwrap();
-    observer.close();
 }
 
 /// Curator's background deletes re-queue only on connection loss: an
