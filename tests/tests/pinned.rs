@@ -321,12 +321,7 @@ fn a_waiter_blocks_between_wake_ups_instead_of_polling() {
     // W has woken at X's deletion and settled on H. Over a second it may
     // send the few requests of one more look (its wake-up may still be on
     // its way) and a ping, not one listing after another.
-    let before = w.metrics().requests_sent;
-    let window = Instant::now();
-    while window.elapsed() < Duration::from_secs(1) {
-        thread::sleep(Duration::from_millis(50));
-    }
-    let sent = w.metrics().requests_sent - before;
+    let sent = requests_sent_around(&w, || {}, Duration::from_secs(1));
     assert!(
         sent <= 10,
         "the waiter sent {sent} requests in 1 s while the lock stayed held\n{}",
@@ -1063,12 +1058,7 @@ fn a_lease_wait_that_fails_is_an_error_not_a_timeout() {
 #[test]
 fn a_lease_waiter_blocks_while_the_semaphore_is_full() {
     let full = FullSemaphore::new("/pinned/lease-blocks");
-    let before = full.w.metrics().requests_sent;
-    let window = Instant::now();
-    while window.elapsed() < Duration::from_secs(1) {
-        thread::sleep(Duration::from_millis(50));
-    }
-    let sent = full.w.metrics().requests_sent - before;
+    let sent = requests_sent_around(&full.w, || {}, Duration::from_secs(1));
     assert!(
         sent <= 10,
         "the lease waiter sent {sent} requests in 1 s while the semaphore was full\n{}",

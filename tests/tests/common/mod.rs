@@ -139,6 +139,16 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
+/// How many requests `c` sends from before `act` until `window` after it.
+/// Nothing can prove a request will never come: this bounds what a
+/// client does in the background by measuring it over a window.
+pub fn requests_sent_around(c: &Client, act: impl FnOnce(), window: Duration) -> u64 {
+    let before = c.metrics().requests_sent;
+    act();
+    thread::sleep(window);
+    c.metrics().requests_sent - before
+}
+
 /// Runs `f` on its own thread and returns its result; fails the test if it
 /// panics or does not return within `within`.
 pub fn call_within<T: Send + 'static>(
