@@ -248,10 +248,9 @@ fn participants_leave_out_a_node_gone_since_the_listing_but_report_a_failed_read
         .map(|p| p.id)
         .collect();
     let observer = Arc::new(LeaderLatch::new(&cut.client, &path).unwrap());
-    // Holds the read (getData, op code 4) of `nodes[i]` while its latch
-    // closes, then lets it go on: ZooKeeper answers it NoNode.
-    let gone_between = |i: usize, leader_only: bool| {
-        cut.proxy.pause_requests_at(&request_on(4, &nodes[i]));
+    // The observer's `leader` (as a list of one) or `participants`, asked
+    // on a thread of its own; the answer comes on the channel.
+    let ask = |leader_only: bool| {
         let o = Arc::clone(&observer);
         let (tx, rx) = crossbeam_channel::bounded(1);
         thread::spawn(move || {
@@ -261,6 +260,13 @@ fn participants_leave_out_a_node_gone_since_the_listing_but_report_a_failed_read
                 o.participants()
             });
         });
+        rx
+    };
+    // Holds the read (getData, op code 4) of `nodes[i]` while its latch
+    // closes, then lets it go on: ZooKeeper answers it NoNode.
+    let gone_between = |i: usize, leader_only: bool| {
+        cut.proxy.pause_requests_at(&request_on(4, &nodes[i]));
+        let rx = ask(leader_only);
         wait_until(
             Duration::from_secs(10),
             || cut.proxy.requests_paused(),
@@ -297,18 +303,12 @@ fn participants_leave_out_a_node_gone_since_the_listing_but_report_a_failed_read
     );
     // The last node's read cut off: an error, for both calls.
     for leader_only in [false, true] {
-        let o = Arc::clone(&observer);
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        cut.fail_request(&request_on(4, &nodes[2]), move || {
-            thread::spawn(move || {
-                let _ = tx.send(if leader_only {
-                    o.leader().map(|l| vec![l])
-                } else {
-                    o.participants()
-                });
-            });
+        let mut answer = None;
+        cut.fail_request(&request_on(4, &nodes[2]), || {
+            answer = Some(ask(leader_only));
         });
-        let got = rx
+        let got = answer
+            .expect("the call was asked")
             .recv_timeout(Duration::from_secs(20))
             .expect("the call returned in time");
         assert!(
@@ -880,12 +880,7 @@ mod selector {
         assert_eq!(again.last_error(), None, "an auto-requeued error was told");
         // The auto-requeued selector retries after a pause (1 s), not at
         // once: over 2 s, a few attempts of a few requests each.
-        let before = c.metrics().requests_sent;
-        let window = Instant::now();
-        while window.elapsed() < Duration::from_secs(2) {
-            thread::sleep(Duration::from_millis(50));
-        }
-        let sent = c.metrics().requests_sent - before;
+        let sent = requests_sent_around(&c, || {}, Duration::from_secs(2));
         assert!(sent <= 30, "a refused selector sent {sent} requests in 2 s");
         // Lift the refusal: the auto-requeued selector leads (within its
         // error pause); the stopped one is queued no more, so it may queue

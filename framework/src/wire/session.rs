@@ -1474,30 +1474,22 @@ mod tests {
         let timed_out = first_failure(&session_to(addr.to_string()));
         assert_eq!(timed_out, ConnectFailure::TimedOut { addr });
 
-        let garbage = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = garbage.local_addr().unwrap();
-        let server = thread::spawn(move || {
-            let (mut c, _) = garbage.accept().unwrap();
+        // A reply that is not a handshake's; and a close before any reply,
+        // where the handshake's read meets the end of the stream.
+        let garbage = |mut c: TcpStream| {
             let _ = c.write_all(&[0, 0, 0, 2, 1, 2]);
-        });
-        let bad = first_failure(&session_to(addr.to_string()));
-        assert!(
-            matches!(bad, ConnectFailure::BadHandshake { addr: a, .. } if a == addr),
-            "{bad}"
-        );
-        server.join().unwrap();
-
-        // Accepted, then closed before any reply: the handshake's read
-        // meets the end of the stream.
-        let closing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = closing.local_addr().unwrap();
-        let server = thread::spawn(move || drop(closing.accept().unwrap()));
-        let bad = first_failure(&session_to(addr.to_string()));
-        assert!(
-            matches!(bad, ConnectFailure::BadHandshake { addr: a, .. } if a == addr),
-            "{bad}"
-        );
-        server.join().unwrap();
+        };
+        for answer in [garbage as fn(TcpStream), drop] {
+            let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = server.local_addr().unwrap();
+            let serving = thread::spawn(move || answer(server.accept().unwrap().0));
+            let bad = first_failure(&session_to(addr.to_string()));
+            assert!(
+                matches!(bad, ConnectFailure::BadHandshake { addr: a, .. } if a == addr),
+                "{bad}"
+            );
+            serving.join().unwrap();
+        }
 
         // A full accept backlog: the kernel drops further connection
         // requests, so the connect step itself times out.
