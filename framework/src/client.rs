@@ -89,8 +89,16 @@ impl ClientBuilder {
         self
     }
 
-    /// How long one attempt of an operation waits for a connection and a
-    /// reply before it counts as connection loss. Default 15 s.
+    /// How long one attempt of an operation waits for a connection before
+    /// it counts as connection loss, and how long connecting to one server
+    /// may take (shared by the hosts of the connect string). Default 15 s.
+    ///
+    /// A request sent on a live connection waits for its reply until the
+    /// operation's deadline ([`Client::with_timeout`]), or, without one,
+    /// until the reply comes or silence detection (2/3 of the session
+    /// timeout) drops the connection, as in the Java client: it is never
+    /// given up early and sent again, which could apply it twice.
+    /// `Duration::MAX` means no bound on the wait for a connection.
     pub fn connection_timeout(mut self, d: Duration) -> Self {
         self.connection_timeout = d;
         self
@@ -660,7 +668,7 @@ impl Client {
         Arc::clone(&self.shared.cfg.retry)
     }
 
-    /// The connection timeout of one attempt.
+    /// The connection timeout: how long an attempt waits for a connection.
     pub fn connection_timeout(&self) -> Duration {
         self.shared.cfg.wire.connection_timeout
     }
@@ -774,7 +782,9 @@ impl Shared {
             return;
         }
         let timeout = self.cfg.wire.connection_timeout.min(Duration::from_secs(1));
-        if let Some(s) = self.session.write().take() {
+        // Taken out first: getters must not wait on the session's close.
+        let session = self.session.write().take();
+        if let Some(s) = session {
             s.close(timeout);
         }
         self.board.close();
@@ -783,8 +793,9 @@ impl Shared {
 
     /// Curator's retry loop: runs `attempt` on the current session, retrying
     /// retryable errors as the policy allows. Each attempt waits at most the
-    /// connection timeout for a connection and for its reply, and nothing
-    /// waits past `deadline`: then the loop fails with [`Error::Timeout`]
+    /// connection timeout for a connection, then for its reply until
+    /// `deadline` or the connection's loss (see [`reply_deadline`]), and
+    /// nothing waits past `deadline`: then the loop fails with [`Error::Timeout`]
     /// (its operation and path are filled in by the caller). `op` and
     /// `path` name the operation in its trace span.
     pub(crate) fn with_retry<T>(
@@ -819,13 +830,13 @@ impl Shared {
             if self.auth_failed.load(Ordering::Acquire) {
                 return Err(self.auth_error());
             }
-            let attempt_deadline = self.attempt_deadline(deadline);
+            let reply_by = reply_deadline(deadline);
             let result = match self.session() {
                 None => Err(Error::Closed),
                 Some(session) => {
-                    if session.wait_connected(attempt_deadline) {
-                        self.ensure_namespace(&session, attempt_deadline)
-                            .and_then(|()| attempt(&session, attempt_deadline))
+                    if session.wait_connected(self.connect_deadline(deadline)) {
+                        self.ensure_namespace(&session, reply_by)
+                            .and_then(|()| attempt(&session, reply_by))
                     } else {
                         Err(not_connected(&session))
                     }
@@ -882,9 +893,9 @@ impl Shared {
         }
     }
 
-    /// When one attempt gives up: a connection timeout from now, or the
-    /// operation's deadline if that comes first.
-    fn attempt_deadline(&self, deadline: Option<Instant>) -> Instant {
+    /// When an attempt stops waiting for a connection: a connection timeout
+    /// from now, or the operation's deadline if that comes first.
+    fn connect_deadline(&self, deadline: Option<Instant>) -> Instant {
         let by_timeout = instant_after(self.cfg.wire.connection_timeout);
         deadline.map_or(by_timeout, |d| d.min(by_timeout))
     }
@@ -921,8 +932,7 @@ impl Shared {
         if !session.wait_connected(Instant::now()) {
             return Err(not_connected(&session));
         }
-        let attempt_deadline = self.attempt_deadline(deadline);
-        match attempt(&session, attempt_deadline) {
+        match attempt(&session, reply_deadline(deadline)) {
             Err(e) if e.is_retryable() && deadline.is_some_and(|d| Instant::now() >= d) => {
                 Err(Error::timeout(e))
             }
@@ -960,6 +970,15 @@ impl background::Owner for Shared {
     fn connection_timeout(&self) -> Duration {
         self.cfg.wire.connection_timeout
     }
+}
+
+/// How long an attempt on a live connection waits for its reply: until the
+/// operation's deadline, and without one until the reply comes or the
+/// connection is lost (silence drops it after 2/3 of the session timeout).
+/// A request on a live connection is never sent twice: giving up on it
+/// early and retrying would apply it twice when its reply is only late.
+fn reply_deadline(deadline: Option<Instant>) -> Instant {
+    deadline.unwrap_or_else(|| instant_after(Duration::MAX))
 }
 
 /// The error of an attempt that found no connection: connection loss,

@@ -208,6 +208,20 @@ fn refused_without_storm(server: &TestingServer, tls: TlsConfig, expected: &str)
     c.close();
 }
 
+/// `Duration::MAX` as the connection timeout means no bound on connecting,
+/// over TLS as without: the handshake's deadline must not overflow.
+#[test]
+fn an_unbounded_connection_timeout_connects_over_tls() {
+    let certs = TestCerts::generate().unwrap();
+    let server = tls_server(&certs, ClientAuth::None);
+    let c = start_connected(
+        builder(&secure(&server), TlsConfig::new(certs.ca_file()))
+            .connection_timeout(Duration::MAX),
+    );
+    c.exists("/").unwrap();
+    c.close();
+}
+
 #[test]
 fn untrusted_server_certificate_is_refused_clearly_without_storm() {
     let certs = TestCerts::generate().unwrap();

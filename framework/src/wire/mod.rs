@@ -2,11 +2,14 @@
 //! protocol. It keeps one session alive across reconnects (auth re-sent,
 //! watches re-armed, silence detected) and reports when the session ends.
 
+pub(crate) mod conn;
+pub(crate) mod connect;
 pub(crate) mod jute;
 pub(crate) mod multi;
 pub(crate) mod proto;
 pub(crate) mod sasl;
 pub(crate) mod session;
+pub(crate) mod slot;
 pub(crate) mod transport;
 pub(crate) mod watches;
 

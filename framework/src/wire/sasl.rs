@@ -83,7 +83,7 @@ fn exchange<S: Read + Write>(
     let mut w = proto::request(xid, op::SASL);
     w.bytes(token);
     s.write_all(&w.finish_frame()).map_err(Exchange::Io)?;
-    let frame = super::session::read_frame(s, max_reply).map_err(Exchange::Io)?;
+    let frame = super::connect::read_frame(s, max_reply).map_err(Exchange::Io)?;
     let mut r = Reader::new(&frame);
     let header = ReplyHeader::read(&mut r).map_err(|e| Exchange::Io(io::Error::other(e)))?;
     // Nothing else was asked on this connection, and nothing is watched

@@ -1,33 +1,55 @@
-//! One ZooKeeper session over plain blocking sockets.
+//! One ZooKeeper session, driven by an engine that owns its socket.
 //!
-//! Callers write their request frame straight to the socket and wait on a
-//! channel; one reader thread per session reads replies in order, sends pings,
-//! notices silence (read timeout of 2/3 of the session timeout, as the Java
-//! client does) and reconnects to the same session, re-sending auth and
-//! re-arming watches with SetWatches. When the server says the session has
-//! expired the session reports it and stops: the framework starts a new one.
+//! Callers never touch the socket: [`WireSession::call`] builds the frame,
+//! puts it in the session's inbox, wakes the engine and waits on the
+//! request's own [`ReplySlot`] until the caller's deadline. The engine is
+//! one thread per session. While disconnected it connects (name lookup,
+//! TCP, TLS handshake, the session handshake, SASL), blocking on nothing
+//! that a caller waits for: requests are refused until a connection is
+//! live. Once live it runs a `mio` loop over the non-blocking socket: it
+//! writes queued frames as the socket takes them (giving out xids as they
+//! enter the write buffer), reads replies and matches them in order, sends
+//! pings, and judges silence (2/3 of the session timeout, as the Java
+//! client does). A stalled server therefore delays nobody past their own
+//! deadline, and a caller who gives up leaves its request in place: the
+//! late reply is read and dropped, never applied again. Requests are only
+//! ever retried by the retry loop, on a later connection.
+//!
+//! A dropped connection is resumed on the same session, auth re-sent and
+//! watches re-armed with SetWatches before any caller's request. When the
+//! server says the session has expired the session reports it and stops:
+//! the framework starts a new one.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::io;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use backoff::backoff::Backoff;
+use mio::{Events, Interest, Poll, Token, Waker};
 use parking_lot::{Condvar, Mutex};
 
+use super::conn::{Conn, Received};
+use super::connect::{
+    self, open_stream, read_frame, resolve_one, ConnectFailure, HostList, RwProbe, RwSearch,
+    SharedHosts,
+};
 use super::jute::{Reader, Writer};
 use super::proto::{self, op, xid, ConnectRequest, ConnectResponse, ReplyHeader, WatcherEvent};
 use super::sasl::{self, LoginError, SaslDigest};
-use super::transport::{self, Stream, TlsFailure, TlsSettings};
+use super::slot::{Pending, ReplySlot};
+use super::transport::{Stream, TlsSettings};
 use super::watches::{RemoveKind, WatchFn, WatchRegistration, Watches};
-use crate::cancel;
+use crate::deadline::instant_after;
 use crate::error::{Error, ErrorCode};
 use crate::lazy_thread::LazyThread;
 use crate::metrics::{self, Counters};
 use crate::{EventType, WatchedEvent};
+
+pub(crate) use super::slot::Reply;
 
 /// Auth credentials (scheme, auth), in the order they were added.
 pub(crate) type AuthList = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
@@ -46,6 +68,10 @@ const MAX_PING_INTERVAL: Duration = Duration::from_secs(10);
 /// A connection that lasted this long was healthy: the next reconnect
 /// starts the back-off afresh.
 const HEALTHY_CONNECTION: Duration = Duration::from_secs(1);
+
+/// The engine's poll tokens: its waker, and the live connection.
+const WAKE: Token = Token(0);
+const LIVE: Token = Token(1);
 
 /// What a session is given to connect with.
 #[derive(Clone, Debug)]
@@ -67,259 +93,6 @@ pub(crate) struct WireConfig {
     pub tls: Option<TlsSettings>,
     /// A SASL DIGEST-MD5 login on every connection, before any request.
     pub sasl: Option<SaslDigest>,
-}
-
-/// Why the last attempt to connect failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum ConnectFailure {
-    /// The host name did not resolve (or to no address).
-    Unresolvable { host: String, reason: String },
-    /// Nothing listens there.
-    Refused { addr: SocketAddr },
-    /// No connection or no handshake reply within the connect timeout.
-    TimedOut { addr: SocketAddr },
-    /// The server's handshake reply was cut short or malformed.
-    BadHandshake { addr: SocketAddr, reason: String },
-    /// Another socket error.
-    Io { addr: SocketAddr, reason: String },
-    /// The TLS handshake failed: an untrusted or mismatched certificate,
-    /// or the server refused ours.
-    Tls {
-        host: String,
-        addr: SocketAddr,
-        reason: String,
-    },
-}
-
-impl std::fmt::Display for ConnectFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ConnectFailure::Unresolvable { host, reason } => {
-                write!(f, "cannot resolve {host}: {reason}")
-            }
-            ConnectFailure::Refused { addr } => write!(f, "connection to {addr} refused"),
-            ConnectFailure::TimedOut { addr } => write!(f, "connecting to {addr} timed out"),
-            ConnectFailure::BadHandshake { addr, reason } => {
-                write!(f, "bad handshake reply from {addr}: {reason}")
-            }
-            ConnectFailure::Io { addr, reason } => write!(f, "connecting to {addr}: {reason}"),
-            ConnectFailure::Tls { host, addr, reason } if *host == addr.to_string() => {
-                write!(f, "TLS with {host} failed: {reason}")
-            }
-            ConnectFailure::Tls { host, addr, reason } => {
-                write!(f, "TLS with {host} ({addr}) failed: {reason}")
-            }
-        }
-    }
-}
-
-impl ConnectFailure {
-    /// Classifies a socket error of the connect step.
-    fn connecting(addr: SocketAddr, e: &io::Error) -> Self {
-        match e.kind() {
-            io::ErrorKind::ConnectionRefused => ConnectFailure::Refused { addr },
-            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
-                ConnectFailure::TimedOut { addr }
-            }
-            _ => ConnectFailure::Io {
-                addr,
-                reason: e.to_string(),
-            },
-        }
-    }
-
-    /// Classifies a failed TLS handshake with `host`.
-    fn tls(host: &str, addr: SocketAddr, e: TlsFailure) -> Self {
-        match e {
-            TlsFailure::TimedOut => ConnectFailure::TimedOut { addr },
-            TlsFailure::Rejected(reason) => ConnectFailure::Tls {
-                host: host.to_owned(),
-                addr,
-                reason,
-            },
-            TlsFailure::Io(e) => ConnectFailure::connecting(addr, &e),
-        }
-    }
-
-    /// Classifies an error of the handshake exchange.
-    fn handshaking(host: &str, addr: SocketAddr, e: &io::Error) -> Self {
-        if let Some(reason) = transport::rustls_error(e) {
-            // A TLS 1.3 server refuses a client certificate only now.
-            let host = host.to_owned();
-            return ConnectFailure::Tls { host, addr, reason };
-        }
-        match e.kind() {
-            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
-                ConnectFailure::TimedOut { addr }
-            }
-            io::ErrorKind::UnexpectedEof
-            | io::ErrorKind::InvalidData
-            | io::ErrorKind::ConnectionReset => ConnectFailure::BadHandshake {
-                addr,
-                reason: e.to_string(),
-            },
-            _ => ConnectFailure::Io {
-                addr,
-                reason: e.to_string(),
-            },
-        }
-    }
-}
-
-/// The connect string's hosts in the order this session tries them:
-/// shuffled once, as the Java client's `StaticHostProvider` does, so that
-/// the clients of a failed server spread over the others. Names are
-/// resolved at each attempt, so a changed DNS entry is followed.
-struct HostList {
-    names: Vec<String>,
-    next: usize,
-}
-
-impl HostList {
-    fn new(names: &[String]) -> Self {
-        let mut names = names.to_vec();
-        shuffle(&mut names);
-        HostList { names, next: 0 }
-    }
-
-    /// The next host to try, and whether it ends a round through the list.
-    fn next(&mut self) -> (&str, bool) {
-        let i = self.next % self.names.len().max(1);
-        self.next = self.next.wrapping_add(1);
-        let last = i + 1 == self.names.len();
-        (self.names.get(i).map_or("", String::as_str), last)
-    }
-}
-
-/// Resolves `host` (`name:port`) now, to one of its addresses at random;
-/// failures are logged, not dropped.
-fn resolve_one(host: &str) -> Result<SocketAddr, ConnectFailure> {
-    let unresolvable = |reason: String| {
-        log::warn!("cannot resolve ZooKeeper host {host}: {reason}");
-        ConnectFailure::Unresolvable {
-            host: host.to_owned(),
-            reason,
-        }
-    };
-    match host.to_socket_addrs() {
-        Ok(addrs) => {
-            let addrs: Vec<SocketAddr> = addrs.collect();
-            addrs
-                .get(random_below(addrs.len()))
-                .copied()
-                .ok_or_else(|| unresolvable("no address".into()))
-        }
-        Err(e) => Err(unresolvable(e.to_string())),
-    }
-}
-
-/// The search for a read-write server while connected read-only: one host
-/// at a time, first after 100 ms, then at doubling intervals up to 60 s
-/// (the Java client's pingRwServer timing). The interval is the session's,
-/// not the connection's, as the Java client's `pingRwTimeout`: a move that
-/// fails leads to a new read-only connection, which must not probe (and
-/// move) again at once. A read-write connection starts it over.
-struct RwProbe {
-    every: Duration,
-    last: Instant,
-    timeout: Duration,
-}
-
-impl RwProbe {
-    const FIRST: Duration = Duration::from_millis(100);
-
-    fn new() -> Self {
-        RwProbe {
-            every: Self::FIRST,
-            last: Instant::now(),
-            timeout: Duration::from_secs(1),
-        }
-    }
-
-    /// A new connection: read-only ones probe from now on, at the interval
-    /// reached; a read-write one ends the search.
-    fn connected(&mut self, read_only: bool, negotiated: Duration) {
-        if !read_only {
-            self.every = Self::FIRST;
-        }
-        self.last = Instant::now();
-        // Short enough to leave the reader time for pings and silence.
-        self.timeout = (negotiated / 6).clamp(Duration::from_millis(50), Duration::from_secs(1));
-    }
-
-    /// Probes the next host if one is due; its name (as in the connect
-    /// string) and address if it is read-write.
-    fn due(
-        &mut self,
-        hosts: &mut HostList,
-        tls: Option<&TlsSettings>,
-    ) -> Option<(String, SocketAddr)> {
-        if self.last.elapsed() < self.every {
-            return None;
-        }
-        self.every = (self.every * 2).min(Duration::from_secs(60));
-        let (host, _) = hosts.next();
-        let addr = resolve_one(host).ok()?;
-        let found = is_read_write(host, addr, tls, self.timeout);
-        self.last = Instant::now();
-        found.then(|| (host.to_owned(), addr))
-    }
-}
-
-/// A connection to `addr` (`host` in the connect string), over TLS when
-/// the client uses it, as every connection of the client is: the session's,
-/// the read-write probe's and a test's expiry. Connecting and the TLS
-/// handshake take at most `timeout`, which reads and writes then get too.
-fn open_stream(
-    host: &str,
-    addr: SocketAddr,
-    tls: Option<&TlsSettings>,
-    timeout: Duration,
-) -> Result<Stream, ConnectFailure> {
-    let started = Instant::now();
-    let connecting = |e: io::Error| ConnectFailure::connecting(addr, &e);
-    let sock = TcpStream::connect_timeout(&addr, timeout).map_err(connecting)?;
-    sock.set_nodelay(true).map_err(connecting)?;
-    sock.set_write_timeout(Some(timeout)).map_err(connecting)?;
-    let s = match tls {
-        None => Stream::plain(sock),
-        Some(tls) => {
-            let name = tls
-                .server_name
-                .as_deref()
-                .unwrap_or(transport::host_of(host));
-            Stream::tls(sock, tls, name, started + timeout)
-                .map_err(|e| ConnectFailure::tls(host, addr, e))?
-        }
-    };
-    s.set_read_timeout(Some(timeout)).map_err(connecting)?;
-    Ok(s)
-}
-
-/// Asks a server with the `isro` four-letter word whether it serves
-/// read-write.
-fn is_read_write(
-    host: &str,
-    addr: SocketAddr,
-    tls: Option<&TlsSettings>,
-    timeout: Duration,
-) -> bool {
-    let ask = || -> io::Result<bool> {
-        let mut s =
-            open_stream(host, addr, tls, timeout).map_err(|e| io::Error::other(e.to_string()))?;
-        s.write_all(b"isro")?;
-        let mut answer = Vec::new();
-        s.take(16).read_to_end(&mut answer)?;
-        Ok(answer.starts_with(b"rw"))
-    };
-    ask().unwrap_or(false)
-}
-
-/// Fisher-Yates with [`random_below`].
-fn shuffle<T>(items: &mut [T]) {
-    for i in (1..items.len()).rev() {
-        items.swap(i, random_below(i + 1));
-    }
 }
 
 /// Session-level happenings, sent to the framework's state thread.
@@ -345,100 +118,45 @@ pub(crate) enum WireEvent {
 /// Where a session reports its [`WireEvent`]s.
 pub(crate) type EventSink = Box<dyn Fn(WireEvent) + Send + Sync>;
 
-/// A successful reply's body.
-pub(crate) type Reply = Vec<u8>;
-
 /// A request to send: its op code and what writes its body.
 pub(crate) type Request<'a> = (i32, &'a dyn Fn(&mut Writer));
 
-struct Pending {
-    xid: i32,
-    reply: Option<Arc<ReplySlot>>,
-    watch: Option<WatchRegistration>,
+/// A frame a caller handed to the engine, with where its reply goes (none
+/// for an auth packet, whose answer comes under a fixed xid).
+struct Submit {
+    frame: Vec<u8>,
+    reply: Option<(Arc<ReplySlot>, Option<WatchRegistration>)>,
 }
 
-impl Pending {
-    fn answer(mut self, result: Result<Reply, Error>) {
-        if let Some(slot) = self.reply.take() {
-            slot.put(result);
+/// What callers hand to the engine. Requests are taken only while a
+/// connection is live; the engine takes the whole queue each time it wakes.
+struct Inbox {
+    live: bool,
+    queue: Vec<Submit>,
+}
+
+impl Inbox {
+    /// No connection from now on: what waits here was never sent, and
+    /// fails as a lost connection (the retry loop may send it again).
+    fn close(&mut self) {
+        self.live = false;
+        for s in self.queue.drain(..) {
+            if let Some((slot, _)) = s.reply {
+                slot.answer(Err(Error::from_code(ErrorCode::ConnectionLoss)), |_| {});
+            }
         }
     }
 }
 
-impl Drop for Pending {
-    /// A request dropped unanswered (its session ended) lost its connection.
-    fn drop(&mut self) {
-        if let Some(slot) = self.reply.take() {
-            slot.put(Err(Error::from_code(ErrorCode::ConnectionLoss)));
-        }
-    }
-}
+/// Request xids: positive, counting up, wrapping to 1. Only the engine
+/// gives them out, as frames enter the write buffer, so they reach the
+/// server in order.
+struct Xids(i32);
 
-/// Where one request's reply is left for its caller. The caller parks at
-/// once: a reply takes a network round trip, so spinning for it (as a
-/// channel's receive does first) only burns CPU that the server and the
-/// other clients on the machine could use.
-#[derive(Default)]
-struct ReplySlot {
-    value: Mutex<Option<Result<Reply, Error>>>,
-    ready: Condvar,
-}
-
-impl ReplySlot {
-    fn put(&self, result: Result<Reply, Error>) {
-        *self.value.lock() = Some(result);
-        self.ready.notify_one();
-    }
-
-    /// The reply, or `None` if none came by `deadline`; `Cancelled` as soon
-    /// as the calling thread's operation is cancelled (the reply, when it
-    /// comes, is then dropped).
-    fn wait_until(self: &Arc<Self>, deadline: Instant) -> Option<Result<Reply, Error>> {
-        let mut value = self.value.lock();
-        let slot = Arc::clone(self);
-        let notify = move || {
-            let _value = slot.value.lock();
-            slot.ready.notify_all();
-        };
-        match cancel::wait_until(&self.ready, &mut value, deadline, |v| v.is_some(), notify) {
-            Ok(_) => value.take(),
-            Err(e) => Some(Err(e)),
-        }
-    }
-}
-
-/// Reply matching: what waits for a reply on the live connection. Held
-/// only briefly, never across a socket write, so a write stuck on a stalled
-/// peer cannot stop the reader from matching replies or dropping the
-/// connection.
-struct Io {
-    /// A handle on the live connection to shut it down with; `None` while
-    /// disconnected.
-    live: Option<Stream>,
-    /// A handle on a connection whose SASL login is under way (it is not
-    /// live yet), so that a close can end the login.
-    logging_in: Option<Stream>,
-    /// Counts connections; a writer checks it to write only on the
-    /// connection its requests were queued for.
-    conn_id: u64,
-    pending: VecDeque<Pending>,
-    next_xid: i32,
-}
-
-/// The write side of the live connection. Writers queue their requests in
-/// [`Io`] and write them under this lock, so frames and the pending queue
-/// keep the same order.
-struct Out {
-    stream: Option<Stream>,
-    conn_id: u64,
-    last_send: Instant,
-}
-
-impl Io {
-    /// The next request's xid; positive ones are for requests, so it wraps to 1.
-    fn take_xid(&mut self) -> i32 {
-        let xid = self.next_xid;
-        self.next_xid = if xid == i32::MAX { 1 } else { xid + 1 };
+impl Xids {
+    fn take(&mut self) -> i32 {
+        let xid = self.0;
+        self.0 = if xid == i32::MAX { 1 } else { xid + 1 };
         xid
     }
 }
@@ -451,9 +169,14 @@ struct Credentials {
 
 struct Inner {
     cfg: WireConfig,
-    io: Mutex<Io>,
-    out: Mutex<Out>,
+    inbox: Mutex<Inbox>,
+    /// Signalled under `inbox` when a connection goes live or the session ends.
     connected: Condvar,
+    /// Wakes the engine's poll: a request queued, a close, a probe's find.
+    waker: Arc<Waker>,
+    /// The socket of a connection being set up (handshake, SASL login), so
+    /// that a close can cut it short.
+    connecting: Mutex<Option<TcpStream>>,
     creds: Mutex<Credentials>,
     watches: Mutex<Watches>,
     last_zxid: AtomicI64,
@@ -467,6 +190,10 @@ struct Inner {
     auth_failure: Mutex<String>,
     /// Whether a read-write server has granted this session.
     seen_read_write: AtomicBool,
+    /// The connect string's hosts, in the order they are tried.
+    hosts: SharedHosts,
+    /// The read-write search's schedule, kept across connections.
+    probe: Arc<Mutex<RwProbe>>,
     /// Why the last connect attempt failed; `None` after a success.
     last_connect_error: Mutex<Option<ConnectFailure>>,
     events: EventSink,
@@ -488,20 +215,17 @@ impl WireSession {
                 "connect string names no server".into(),
             ));
         }
+        let hosts = Arc::new(Mutex::new(HostList::new(&cfg.hosts)));
+        let poll = Poll::new().map_err(Error::Io)?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKE).map_err(Error::Io)?);
         let inner = Arc::new(Inner {
-            io: Mutex::new(Io {
-                live: None,
-                logging_in: None,
-                conn_id: 0,
-                pending: VecDeque::new(),
-                next_xid: 1,
-            }),
-            out: Mutex::new(Out {
-                stream: None,
-                conn_id: 0,
-                last_send: Instant::now(),
+            inbox: Mutex::new(Inbox {
+                live: false,
+                queue: Vec::new(),
             }),
             connected: Condvar::new(),
+            waker,
+            connecting: Mutex::new(None),
             creds: Mutex::new(Credentials {
                 session_id: 0,
                 passwd: vec![0; 16],
@@ -514,15 +238,17 @@ impl WireSession {
             closing: AtomicBool::new(false),
             last_connect_error: Mutex::new(None),
             seen_read_write: AtomicBool::new(false),
+            hosts,
+            probe: Arc::new(Mutex::new(RwProbe::new())),
             ended_by: Mutex::new(None),
             auth_failure: Mutex::new(String::new()),
             events,
             watch_events: LazyThread::new("latchkey-watch", run_watchers),
         });
-        let reader = Arc::clone(&inner);
+        let engine = Arc::clone(&inner);
         thread::Builder::new()
             .name("latchkey-io".into())
-            .spawn(move || reader.run())
+            .spawn(move || engine.run(poll))
             .map_err(Error::Io)?;
         Ok(WireSession { inner })
     }
@@ -538,10 +264,9 @@ impl WireSession {
     ) -> Result<Reply, Error> {
         let slot = self.send(opcode, build, watch)?;
         slot.wait_until(deadline)
-            .unwrap_or_else(|| Err(Error::from_code(ErrorCode::OperationTimeout)))
     }
 
-    /// Sends two requests in one write and waits for both replies until
+    /// Sends two requests together and waits for both replies until
     /// `deadline`. ZooKeeper handles a session's requests in order, so the
     /// second sees what the first did: one round trip instead of two.
     pub(crate) fn call_pair(
@@ -571,14 +296,10 @@ impl WireSession {
                 return (Err(e), Err(second));
             }
         };
-        let wait = |slot: &Arc<ReplySlot>| {
-            slot.wait_until(deadline)
-                .unwrap_or_else(|| Err(Error::from_code(ErrorCode::OperationTimeout)))
-        };
         // Replies come in order, usually in one read: waiting for the second
         // first wakes this thread once instead of twice.
-        let second = wait(&slots[1]);
-        (wait(&slots[0]), second)
+        let second = slots[1].wait_until(deadline);
+        (slots[0].wait_until(deadline), second)
     }
 
     fn send(
@@ -591,7 +312,8 @@ impl WireSession {
         Ok(slots.remove(0))
     }
 
-    /// Writes the requests in one write; `watch` goes with the last one.
+    /// Hands the requests to the engine, in order; `watch` goes with the
+    /// last one. Nothing is queued unless all of them are.
     fn send_all(
         &self,
         requests: &[Request<'_>],
@@ -603,58 +325,40 @@ impl WireSession {
             // unless it ended for a reason retrying cannot fix.
             return Err(self.end_error());
         }
-        let mut out = inner.out.lock();
-        let mut frames = Vec::new();
+        let last = requests.len().saturating_sub(1);
+        let mut batch = Vec::with_capacity(requests.len());
         let mut slots = Vec::with_capacity(requests.len());
-        {
-            // Queued before the write, so the reply always finds its request.
-            let mut io = inner.io.lock();
-            if io.live.is_none() || io.conn_id != out.conn_id {
-                return Err(Error::from_code(ErrorCode::ConnectionLoss));
+        for (i, (opcode, build)) in requests.iter().enumerate() {
+            // The engine writes the xid in when it sends the frame.
+            let mut w = proto::request(0, *opcode);
+            build(&mut w);
+            let frame = w.finish_frame();
+            if frame.len() - 4 > inner.cfg.max_request {
+                return Err(too_large(&frame, inner.cfg.max_request));
             }
-            let last = requests.len().saturating_sub(1);
-            for (i, (opcode, build)) in requests.iter().enumerate() {
-                let xid = io.take_xid();
-                let mut w = proto::request(xid, *opcode);
-                build(&mut w);
-                let frame = w.finish_frame();
-                if frame.len() - 4 > inner.cfg.max_request {
-                    // Nothing of this batch is queued yet: drop it whole.
-                    let keep = io.pending.len() - slots.len();
-                    io.pending.truncate(keep);
-                    return Err(too_large(&frame, inner.cfg.max_request));
-                }
-                frames.extend_from_slice(&frame);
-                let slot = Arc::new(ReplySlot::default());
-                io.pending.push_back(Pending {
-                    xid,
-                    reply: Some(Arc::clone(&slot)),
-                    watch: if i == last { watch.take() } else { None },
-                });
-                slots.push(slot);
-            }
+            let slot = ReplySlot::new();
+            let watch = if i == last { watch.take() } else { None };
+            batch.push(Submit {
+                frame,
+                reply: Some((Arc::clone(&slot), watch)),
+            });
+            slots.push(slot);
         }
-        let Some(stream) = out.stream.as_mut() else {
-            return Err(Error::from_code(ErrorCode::ConnectionLoss));
-        };
-        if let Err(e) = stream.write_all(&frames) {
-            log::debug!("write failed, dropping connection: {e}");
-            let _ = stream.shutdown();
-            return Err(Error::from_code(ErrorCode::ConnectionLoss));
-        }
-        out.last_send = Instant::now();
-        metrics::add(&inner.cfg.counters.requests_sent, slots.len() as u64);
+        inner.submit(batch)?;
         Ok(slots)
     }
 
     /// Why requests on this session fail now that it is over: `AuthFailed`
-    /// after a rejected auth, otherwise `ConnectionLoss` (the client's
-    /// cue to retry on the next session).
+    /// after a rejected auth, `SessionExpired` after the server expired it
+    /// (a retry policy decides whether to go on with the next session),
+    /// otherwise `ConnectionLoss` (the client's cue to retry on the next
+    /// session).
     pub(crate) fn end_error(&self) -> Error {
         match *self.inner.ended_by.lock() {
             Some(ErrorCode::AuthFailed) => Error::AuthFailed {
                 reason: self.inner.auth_failure.lock().clone(),
             },
+            Some(ErrorCode::SessionExpired) => Error::from_code(ErrorCode::SessionExpired),
             _ => Error::from_code(ErrorCode::ConnectionLoss),
         }
     }
@@ -666,13 +370,14 @@ impl WireSession {
     pub(crate) fn wait_connected(&self, deadline: Instant) -> bool {
         let inner = Arc::clone(&self.inner);
         let notify = move || {
-            let _io = inner.io.lock();
+            let _inbox = inner.inbox.lock();
             inner.connected.notify_all();
         };
         let closed = &self.inner.closed;
-        let mut io = self.inner.io.lock();
-        let done = |io: &mut Io| io.live.is_some() || closed.load(Ordering::Acquire);
-        cancel::wait_until(&self.inner.connected, &mut io, deadline, done, notify).unwrap_or(false)
+        let mut inbox = self.inner.inbox.lock();
+        let done = |i: &mut Inbox| i.live || closed.load(Ordering::Acquire);
+        crate::cancel::wait_until(&self.inner.connected, &mut inbox, deadline, done, notify)
+            .unwrap_or(false)
     }
 
     /// The server's id for this session, 0 before the first handshake.
@@ -680,7 +385,6 @@ impl WireSession {
         self.inner.creds.lock().session_id
     }
 
-    /// The id and password a second connection needs to take over this session.
     /// Expires this session on the server the way a real expiry looks to
     /// the client: another connection closes it while this one may not
     /// reconnect; the next reconnect then hears that the session expired.
@@ -690,7 +394,7 @@ impl WireSession {
             return Err(Error::IllegalState("not connected yet".into()));
         }
         let cfg = &self.inner.cfg;
-        close_session_by_credentials(&cfg.hosts, cfg.tls.as_ref(), id, &passwd, timeout)
+        connect::close_session_by_credentials(&cfg.hosts, cfg.tls.as_ref(), id, &passwd, timeout)
     }
 
     /// How many watch callbacks wait for an event.
@@ -698,6 +402,7 @@ impl WireSession {
         self.inner.watches.lock().len()
     }
 
+    /// The id and password a second connection needs to take over this session.
     pub(crate) fn credentials(&self) -> (i64, Vec<u8>) {
         let c = self.inner.creds.lock();
         (c.session_id, c.passwd.clone())
@@ -724,29 +429,23 @@ impl WireSession {
         }
         self.inner.closing.store(true, Ordering::Release);
         if let Ok(slot) = self.send(op::CLOSE_SESSION, |_| {}, None) {
-            let _ = slot.wait_until(Instant::now() + timeout);
+            let _ = slot.wait_until(instant_after(timeout));
         }
         // Closed on purpose: its watches go quietly, as in the Java client.
         self.inner.shut_down();
     }
 
-    /// Sends an auth packet on the live connection (no reply to wait for:
-    /// the server applies it on arrival, before any later request, and
-    /// ends the session if it rejects it).
+    /// Sends an auth packet on the live connection, after every request
+    /// queued before it (no reply to wait for: the server applies it on
+    /// arrival, before any later request, and ends the session if it
+    /// rejects it).
     pub(crate) fn send_auth(&self, scheme: &str, auth: &[u8]) -> Result<(), Error> {
-        let mut out = self.inner.out.lock();
-        let Some(stream) = out.stream.as_mut() else {
-            return Err(Error::from_code(ErrorCode::ConnectionLoss));
-        };
         let mut w = proto::request(xid::AUTH, op::AUTH);
         w.i32(0).string(scheme).bytes(auth);
-        if let Err(e) = stream.write_all(&w.finish_frame()) {
-            log::debug!("auth write failed, dropping connection: {e}");
-            let _ = stream.shutdown();
-            return Err(Error::from_code(ErrorCode::ConnectionLoss));
-        }
-        out.last_send = Instant::now();
-        Ok(())
+        self.inner.submit(vec![Submit {
+            frame: w.finish_frame(),
+            reply: None,
+        }])
     }
 
     /// Whether this session holds a watch of `kind` at `path`.
@@ -796,105 +495,6 @@ fn too_large(frame: &[u8], max: usize) -> Error {
     }
 }
 
-/// Asks the server to close a session by its credentials, from a second
-/// connection: the server-side expiry that tests need. The session's own
-/// client may take the session back meanwhile (its reconnect displaces this
-/// connection), so a close counts only once the server confirms it: by the
-/// close reply, or by answering a handshake for the session as expired.
-pub(crate) fn close_session_by_credentials(
-    hosts: &[String],
-    tls: Option<&TlsSettings>,
-    session_id: i64,
-    passwd: &[u8],
-    timeout: Duration,
-) -> Result<(), Error> {
-    let deadline = Instant::now() + timeout;
-    let mut last = Error::from_code(ErrorCode::ConnectionLoss);
-    while Instant::now() < deadline {
-        for (host, addr) in hosts
-            .iter()
-            .filter_map(|h| resolve_one(h).ok().map(|a| (h, a)))
-        {
-            match close_once(host, addr, tls, session_id, passwd, deadline) {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
-                Err(e) => last = Error::Io(e),
-            }
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    Err(last)
-}
-
-/// One try: `Ok(true)` once the server confirms the session is gone,
-/// `Ok(false)` when the connection dropped before it could say.
-fn close_once(
-    host: &str,
-    addr: SocketAddr,
-    tls: Option<&TlsSettings>,
-    session_id: i64,
-    passwd: &[u8],
-    deadline: Instant,
-) -> io::Result<bool> {
-    let mut s = open_stream(host, addr, tls, remaining(deadline))
-        .map_err(|e| io::Error::other(e.to_string()))?;
-    let req = ConnectRequest {
-        last_zxid: 0,
-        timeout_ms: 30_000,
-        session_id,
-        passwd,
-        read_only: false,
-    };
-    s.write_all(&req.frame())?;
-    let dropped = |e: &io::Error| {
-        matches!(
-            e.kind(),
-            io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
-        )
-    };
-    let resp = match read_frame(&mut s, DEFAULT_MAX_REPLY) {
-        Ok(frame) => ConnectResponse::read(&frame)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?,
-        Err(e) if dropped(&e) => return Ok(false),
-        Err(e) => return Err(e),
-    };
-    if resp.timeout_ms <= 0 {
-        return Ok(true); // expired: closed already
-    }
-    s.write_all(&proto::request(1, op::CLOSE_SESSION).finish_frame())?;
-    match read_frame(&mut s, DEFAULT_MAX_REPLY) {
-        Ok(_) => Ok(true),
-        Err(e) if dropped(&e) => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-fn remaining(deadline: Instant) -> Duration {
-    deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(1))
-}
-
-/// Reads one frame of at most `max` bytes. The buffer grows as bytes
-/// arrive: a length prefix alone allocates nothing.
-pub(super) fn read_frame(s: &mut impl Read, max: usize) -> io::Result<Vec<u8>> {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len)?;
-    let len = i32::from_be_bytes(len);
-    if len < 0 || len as usize > max {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("frame length {len} outside 0..={max}"),
-        ));
-    }
-    let mut body = Vec::new();
-    s.by_ref().take(len as u64).read_to_end(&mut body)?;
-    if body.len() < len as usize {
-        return Err(io::ErrorKind::UnexpectedEof.into());
-    }
-    Ok(body)
-}
-
 fn run_watchers((watchers, event): (Vec<WatchFn>, WatchedEvent)) {
     for w in watchers {
         run_watcher(w, &event);
@@ -904,7 +504,7 @@ fn run_watchers((watchers, event): (Vec<WatchFn>, WatchedEvent)) {
 fn run_watcher(w: WatchFn, event: &WatchedEvent) {
     let ev = event.clone();
     // A panicking watcher must not take the session's other watchers (or
-    // its I/O thread) with it.
+    // its engine) with it.
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w(ev))).is_err() {
         log::error!("a watcher panicked on {:?}", event);
     }
@@ -924,10 +524,70 @@ enum Ended {
     AuthFailed(String, bool),
 }
 
+/// A live connection's clocks, in the engine's hands.
+struct Clocks {
+    last_recv: Instant,
+    last_send: Instant,
+    /// No reply for this long (2/3 of the session timeout) drops the connection.
+    read_timeout: Duration,
+    /// An idle connection pings after this long.
+    ping_every: Duration,
+}
+
+impl Clocks {
+    fn new(negotiated: Duration) -> Self {
+        let read_timeout = negotiated * 2 / 3;
+        let now = Instant::now();
+        Clocks {
+            last_recv: now,
+            last_send: now,
+            read_timeout,
+            // Half the read timeout, and at least every 10 s as the Java
+            // client (`MAX_SEND_PING_INTERVAL`), so idle connections look
+            // alive to whatever sits between client and server.
+            ping_every: (read_timeout / 2).min(MAX_PING_INTERVAL),
+        }
+    }
+
+    fn silent(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.last_recv) >= self.read_timeout
+    }
+
+    fn ping_due(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.last_send) >= self.ping_every
+    }
+
+    /// How long the engine may sleep: until silence would drop the
+    /// connection, or, when nothing waits to be written, until a ping is
+    /// due, whichever comes first. (With bytes stuck in the write buffer a
+    /// ping would only queue behind them; silence decides then.)
+    fn next_wake(&self, now: Instant, writing: bool) -> Duration {
+        let silence = (self.last_recv + self.read_timeout).saturating_duration_since(now);
+        let ping = (self.last_send + self.ping_every).saturating_duration_since(now);
+        let wait = if writing { silence } else { silence.min(ping) };
+        wait.max(Duration::from_millis(1))
+    }
+}
+
 impl Inner {
-    fn run(self: Arc<Self>) {
-        let mut hosts = HostList::new(&self.cfg.hosts);
-        let mut probe = RwProbe::new();
+    /// Queues `batch` for the live connection and wakes the engine; fails
+    /// with `ConnectionLoss`, queuing nothing, if no connection is live.
+    fn submit(&self, batch: Vec<Submit>) -> Result<(), Error> {
+        {
+            let mut inbox = self.inbox.lock();
+            if !inbox.live {
+                return Err(Error::from_code(ErrorCode::ConnectionLoss));
+            }
+            inbox.queue.extend(batch);
+        }
+        if let Err(e) = self.waker.wake() {
+            log::error!("cannot wake the ZooKeeper engine: {e}");
+        }
+        Ok(())
+    }
+
+    fn run(self: Arc<Self>, mut poll: Poll) {
+        let mut xids = Xids(1);
         // Jittered (the crate's default randomization is ±50%) and growing
         // while attempts keep failing.
         let mut pause = backoff::ExponentialBackoff {
@@ -945,29 +605,18 @@ impl Inner {
             let (attempt, round_done) = match prefer.take() {
                 Some(found) => (Ok(found), false),
                 None => {
-                    let (host, round_done) = hosts.next();
-                    let resolved = resolve_one(host).map(|addr| (host.to_owned(), addr));
+                    let (host, round_done) = self.hosts.lock().next();
+                    let resolved = resolve_one(&host).map(|addr| (host, addr));
                     (resolved.map_err(HandshakeError::Failed), round_done)
                 }
             };
-            let connected =
-                attempt.and_then(|(host, addr): (String, _)| self.handshake(&host, addr));
+            let connected = attempt
+                .and_then(|(host, addr): (String, _)| self.handshake(&host, addr, &mut xids));
             let ended = match connected {
-                Ok((stream, read_only)) => {
+                Ok((conn, read_only)) => {
                     *self.last_connect_error.lock() = None;
                     let connected_at = Instant::now();
-                    (self.events)(WireEvent::Connected { read_only });
-                    let (ended, last_recv) =
-                        self.read_loop(stream, read_only, &mut hosts, &mut probe);
-                    if let Ended::AuthFailed(why, _) = &ended {
-                        *self.auth_failure.lock() = why.clone();
-                        // What waits fails with the reason, and nothing
-                        // reports a mere disconnection first.
-                        *self.ended_by.lock() = Some(ErrorCode::AuthFailed);
-                        self.closed.store(true, Ordering::Release);
-                        self.drop_connection(ErrorCode::AuthFailed);
-                    }
-                    self.drop_connection(ErrorCode::ConnectionLoss);
+                    let (ended, last_recv) = self.serve(&mut poll, conn, read_only, &mut xids);
                     if !self.is_ending() {
                         (self.events)(WireEvent::Disconnected {
                             silent_for: last_recv.elapsed(),
@@ -1028,22 +677,23 @@ impl Inner {
     fn expire(&self, code: ErrorCode, event: WireEvent) {
         *self.ended_by.lock() = Some(code);
         self.closed.store(true, Ordering::Release);
-        self.drop_connection(code);
+        self.inbox.lock().close();
         self.connected.notify_all();
         self.fire_watches_expired();
         (self.events)(event);
     }
 
-    /// Marks the session closed and drops its connection; false if it was
-    /// closed already.
+    /// Marks the session closed and stops the engine's connection; false if
+    /// it was closed already.
     fn shut_down(&self) -> bool {
         if self.closed.swap(true, Ordering::AcqRel) {
             return false;
         }
-        self.drop_connection(ErrorCode::ConnectionLoss);
-        if let Some(s) = self.io.lock().logging_in.take() {
-            let _ = s.shutdown();
+        self.inbox.lock().close();
+        if let Some(s) = self.connecting.lock().take() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
         }
+        let _ = self.waker.wake();
         self.connected.notify_all();
         true
     }
@@ -1064,28 +714,26 @@ impl Inner {
         self.watch_events.send((vec![run], ev));
     }
 
-    fn drop_connection(&self, code: ErrorCode) {
-        // A rejected auth's waiters learn what was refused, as later calls do.
-        let refused = (code == ErrorCode::AuthFailed).then(|| self.auth_failure.lock().clone());
-        let error = || match &refused {
-            Some(reason) => Error::AuthFailed {
-                reason: reason.clone(),
-            },
-            None => Error::from_code(code),
-        };
-        let mut io = self.io.lock();
-        if let Some(s) = io.live.take() {
-            let _ = s.shutdown();
-        }
-        for p in io.pending.drain(..) {
-            p.answer(Err(error()));
-        }
+    /// Connects to `addr`, resumes or starts the session there and logs in;
+    /// returns the connection, ready for the engine, and whether the server
+    /// is read-only.
+    fn handshake(
+        &self,
+        host: &str,
+        addr: SocketAddr,
+        xids: &mut Xids,
+    ) -> Result<(Conn, bool), HandshakeError> {
+        let result = self.set_up(host, addr, xids);
+        *self.connecting.lock() = None;
+        result
     }
 
-    /// Connects to `addr`, resumes or starts the session there, and makes
-    /// the connection the live one; returns its read side and whether the
-    /// server is read-only.
-    fn handshake(&self, host: &str, addr: SocketAddr) -> Result<(Stream, bool), HandshakeError> {
+    fn set_up(
+        &self,
+        host: &str,
+        addr: SocketAddr,
+        xids: &mut Xids,
+    ) -> Result<(Conn, bool), HandshakeError> {
         let (mut s, resp) = self.exchange_handshake(host, addr)?;
         // The session's own timing follows the requested timeout at most.
         let granted = Duration::from_millis(resp.timeout_ms as u64);
@@ -1113,17 +761,12 @@ impl Inner {
             // gets (the Java client's), not what is left of the connect's.
             s.set_read_timeout(Some((negotiated * 2 / 3).max(Duration::from_millis(200))))
                 .map_err(failed)?;
-            // A close from now on shuts this handle down, ending the login.
-            self.io.lock().logging_in = Some(s.try_clone().map_err(failed)?);
             let login = if self.is_ending() {
                 Err(LoginError::Io(io::Error::other("the client is closing")))
             } else {
                 // Auth is the connection's: every connection logs in again.
-                sasl::login(&mut s, creds, self.cfg.max_reply, || {
-                    self.io.lock().take_xid()
-                })
+                sasl::login(&mut s, creds, self.cfg.max_reply, || xids.take())
             };
-            self.io.lock().logging_in = None;
             login.map_err(|e| match e {
                 LoginError::Rejected(why) => HandshakeError::AuthFailed(format!(
                     "SASL DIGEST-MD5 login as {:?} at {addr} failed: {why}",
@@ -1135,37 +778,8 @@ impl Inner {
                 }),
             })?;
         }
-        let reader = s.try_clone().map_err(failed)?;
-        reader
-            .set_read_timeout(Some(tick(negotiated)))
-            .map_err(failed)?;
-        let mut out = self.out.lock();
-        self.prime(&mut s).map_err(failed)?;
-        let handle = s.try_clone().map_err(failed)?;
-        out.stream = Some(s);
-        out.last_send = Instant::now();
-        let mut io = self.io.lock();
-        io.conn_id += 1;
-        io.live = Some(handle);
-        out.conn_id = io.conn_id;
-        drop(io);
-        drop(out);
-        self.connected.notify_all();
-        Ok((reader, resp.read_only))
-    }
-
-    /// Auth and re-armed watches go first, before any caller's request.
-    fn prime(&self, s: &mut Stream) -> io::Result<()> {
-        for (scheme, auth) in self.cfg.auth.lock().iter() {
-            let mut w = proto::request(xid::AUTH, op::AUTH);
-            w.i32(0).string(scheme).bytes(auth);
-            s.write_all(&w.finish_frame())?;
-        }
-        let last_zxid = self.last_zxid.load(Ordering::Acquire);
-        for frame in self.watches.lock().set_watches_frames(last_zxid) {
-            s.write_all(&frame)?;
-        }
-        Ok(())
+        let conn = s.into_conn().map_err(failed)?;
+        Ok((conn, resp.read_only))
     }
 
     /// The connect request and its reply, each failure classified.
@@ -1182,6 +796,13 @@ impl Inner {
             |e: io::Error| HandshakeError::Failed(ConnectFailure::handshaking(host, addr, &e));
         let mut s = open_stream(host, addr, self.cfg.tls.as_ref(), per_host)
             .map_err(HandshakeError::Failed)?;
+        *self.connecting.lock() = Some(s.killer().map_err(connecting)?);
+        if self.is_ending() {
+            return Err(HandshakeError::Failed(ConnectFailure::Io {
+                addr,
+                reason: "the client is closing".into(),
+            }));
+        }
         // A write may wait for a slow reader longer than a connect may take.
         s.set_write_timeout(Some(self.cfg.connection_timeout))
             .map_err(connecting)?;
@@ -1200,7 +821,8 @@ impl Inner {
             passwd: &passwd,
             read_only: self.cfg.can_be_read_only,
         };
-        s.write_all(&req.frame()).map_err(handshaking)?;
+        io::Write::write_all(&mut s, &req.frame()).map_err(handshaking)?;
+        io::Write::flush(&mut s).map_err(handshaking)?;
         let frame = read_frame(&mut s, self.cfg.max_reply).map_err(handshaking)?;
         let resp = ConnectResponse::read(&frame).map_err(|e| {
             HandshakeError::Failed(ConnectFailure::BadHandshake {
@@ -1217,84 +839,210 @@ impl Inner {
         Ok((s, resp))
     }
 
-    /// Reads and dispatches replies until the connection ends. Connected to
-    /// a read-only server, it also probes the other hosts for a read-write
-    /// one (`hosts`), as the Java client's pingRwServer.
-    fn read_loop(
+    /// Auth and re-armed watches go first, before any caller's request.
+    fn prime(&self, conn: &mut Conn) {
+        for (scheme, auth) in self.cfg.auth.lock().iter() {
+            let mut w = proto::request(xid::AUTH, op::AUTH);
+            w.i32(0).string(scheme).bytes(auth);
+            conn.queue(&w.finish_frame());
+        }
+        let last_zxid = self.last_zxid.load(Ordering::Acquire);
+        for frame in self.watches.lock().set_watches_frames(last_zxid) {
+            conn.queue(&frame);
+        }
+    }
+
+    /// Drives one live connection until it ends: callers' frames out, replies
+    /// and events in, pings, silence. Connected to a read-only server, a
+    /// helper thread searches the other hosts for a read-write one, as the
+    /// Java client's pingRwServer. Returns why it ended and when the server
+    /// was last heard.
+    fn serve(
         &self,
-        mut s: Stream,
+        poll: &mut Poll,
+        mut conn: Conn,
         read_only: bool,
-        hosts: &mut HostList,
-        probe: &mut RwProbe,
+        xids: &mut Xids,
     ) -> (Ended, Instant) {
         let negotiated = self.creds.lock().negotiated;
-        probe.connected(read_only, negotiated);
-        let read_timeout = negotiated * 2 / 3;
-        // Half the read timeout, and at least every 10 s as the Java client
-        // (`MAX_SEND_PING_INTERVAL`), so idle connections look alive to
-        // whatever sits between client and server.
-        let ping_every = (read_timeout / 2).min(MAX_PING_INTERVAL);
-        let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
-        let mut chunk = vec![0u8; 64 * 1024];
-        let mut last_recv = Instant::now();
-        let mut last_check = Instant::now();
-        loop {
+        let mut clocks = Clocks::new(negotiated);
+        let registered =
+            poll.registry()
+                .register(conn.source(), LIVE, Interest::READABLE | Interest::WRITABLE);
+        if let Err(e) = registered {
+            log::warn!("cannot poll the connection: {e}");
+            return (Ended::Dropped, clocks.last_recv);
+        }
+        self.prime(&mut conn);
+        let search = self.start_search(read_only, negotiated);
+        {
+            let mut inbox = self.inbox.lock();
             if self.closed.load(Ordering::Acquire) {
-                return (Ended::Dropped, last_recv);
+                return (Ended::Dropped, clocks.last_recv);
             }
-            match s.read(&mut chunk) {
-                Ok(0) => return (Ended::Dropped, last_recv),
-                Ok(n) => {
-                    last_recv = Instant::now();
-                    buf.extend_from_slice(&chunk[..n]);
-                    match self.dispatch_frames(&mut buf) {
+            inbox.live = true;
+        }
+        self.connected.notify_all();
+        (self.events)(WireEvent::Connected { read_only });
+
+        let mut pending = VecDeque::new();
+        let mut received = Vec::with_capacity(64 * 1024);
+        let mut events = Events::with_capacity(16);
+        // Edge-triggered: read until the socket has nothing more.
+        let mut readable = true;
+        let ended = loop {
+            if self.closed.load(Ordering::Acquire) {
+                break Ended::Dropped;
+            }
+            self.take_submitted(&mut conn, &mut pending, xids, &mut clocks);
+            let now = Instant::now();
+            if !conn.has_output() && clocks.ping_due(now) {
+                conn.queue(&proto::request(xid::PING, op::PING).finish_frame());
+                clocks.last_send = now;
+            }
+            if let Err(e) = conn.flush() {
+                log::debug!("write failed, dropping connection: {e}");
+                break Ended::Dropped;
+            }
+            if readable {
+                match self.read_available(&mut conn, &mut received, &mut pending, &mut clocks) {
+                    Ok(None) => {}
+                    Ok(Some(ended)) => break ended,
+                    Err(e) => {
+                        log::warn!("{e}, reconnecting");
+                        break Ended::Dropped;
+                    }
+                }
+            }
+            if clocks.silent(Instant::now()) {
+                log::info!(
+                    "no reply from server for {:?}, reconnecting",
+                    clocks.read_timeout
+                );
+                break Ended::Dropped;
+            }
+            if let Some((host, addr)) = search.as_ref().and_then(RwSearch::found) {
+                log::info!("read-write server found at {host} ({addr}), moving there");
+                break Ended::ReadWriteFound(host, addr);
+            }
+            let wait = clocks.next_wake(Instant::now(), conn.has_output());
+            if let Err(e) = poll.poll(&mut events, Some(wait)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    log::warn!("polling the connection failed: {e}");
+                    break Ended::Dropped;
+                }
+            }
+            readable = events.iter().any(|e| {
+                e.token() == LIVE && (e.is_readable() || e.is_read_closed() || e.is_error())
+            });
+        };
+        let _ = poll.registry().deregister(conn.source());
+        if let Ended::AuthFailed(why, _) = &ended {
+            // What waits fails with the reason, and nothing reports a mere
+            // disconnection first.
+            *self.auth_failure.lock() = why.clone();
+            *self.ended_by.lock() = Some(ErrorCode::AuthFailed);
+            self.closed.store(true, Ordering::Release);
+        }
+        self.inbox.lock().close();
+        let error = || match &ended {
+            Ended::AuthFailed(why, _) => Error::AuthFailed {
+                reason: why.clone(),
+            },
+            _ => Error::from_code(ErrorCode::ConnectionLoss),
+        };
+        // Sent, and now in doubt: the retry loop decides what to do again.
+        for p in pending.drain(..) {
+            p.answer(Err(error()), |_, _| {});
+        }
+        (ended, clocks.last_recv)
+    }
+
+    /// Starts the read-write search of a read-only connection.
+    fn start_search(&self, read_only: bool, negotiated: Duration) -> Option<RwSearch> {
+        self.probe.lock().connected(read_only, negotiated);
+        if !read_only {
+            return None;
+        }
+        // A search that outlives its connection wakes the engine once for nothing.
+        let waker = Arc::clone(&self.waker);
+        let wake = move || {
+            let _ = waker.wake();
+        };
+        let hosts = Arc::clone(&self.hosts);
+        match RwSearch::start(Arc::clone(&self.probe), hosts, self.cfg.tls.clone(), wake) {
+            Ok(search) => Some(search),
+            Err(e) => {
+                log::warn!("cannot search for a read-write server: {e}");
+                None
+            }
+        }
+    }
+
+    /// Moves what callers queued into the connection's write buffer, each
+    /// request given its xid now, so xids reach the server in order.
+    fn take_submitted(
+        &self,
+        conn: &mut Conn,
+        pending: &mut VecDeque<Pending>,
+        xids: &mut Xids,
+        clocks: &mut Clocks,
+    ) {
+        let batch = std::mem::take(&mut self.inbox.lock().queue);
+        if batch.is_empty() {
+            return;
+        }
+        let mut sent = 0;
+        for Submit { mut frame, reply } in batch {
+            if let Some((slot, watch)) = reply {
+                let xid = xids.take();
+                frame[4..8].copy_from_slice(&xid.to_be_bytes());
+                pending.push_back(Pending {
+                    xid,
+                    slot: Some(slot),
+                    watch,
+                });
+                sent += 1;
+            }
+            conn.queue(&frame);
+        }
+        clocks.last_send = Instant::now();
+        metrics::add(&self.cfg.counters.requests_sent, sent);
+    }
+
+    /// Reads everything the socket has and dispatches every complete
+    /// frame; `Some` if a frame ended the connection.
+    fn read_available(
+        &self,
+        conn: &mut Conn,
+        received: &mut Vec<u8>,
+        pending: &mut VecDeque<Pending>,
+        clocks: &mut Clocks,
+    ) -> Result<Option<Ended>, String> {
+        loop {
+            match conn.receive(received) {
+                Ok(Received::Bytes(0)) => {}
+                Ok(Received::Bytes(_)) => {
+                    clocks.last_recv = Instant::now();
+                    match self.dispatch_frames(received, pending) {
                         Ok(None) => {}
-                        Ok(Some(ended)) => return (ended, last_recv),
-                        Err(e) => {
-                            log::warn!("protocol error, reconnecting: {e}");
-                            return (Ended::Dropped, last_recv);
-                        }
+                        Ok(Some(ended)) => return Ok(Some(ended)),
+                        Err(e) => return Err(format!("protocol error: {e}")),
                     }
                 }
-                Err(e)
-                    if e.kind() == io::ErrorKind::WouldBlock
-                        || e.kind() == io::ErrorKind::TimedOut => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    log::debug!("read failed: {e}");
-                    return (Ended::Dropped, last_recv);
-                }
-            }
-            if last_check.elapsed() < tick(negotiated) {
-                continue;
-            }
-            last_check = Instant::now();
-            if last_recv.elapsed() >= read_timeout {
-                log::info!("no reply from server for {:?}, reconnecting", read_timeout);
-                return (Ended::Dropped, last_recv);
-            }
-            if read_only {
-                if let Some((host, addr)) = probe.due(hosts, self.cfg.tls.as_ref()) {
-                    log::info!("read-write server found at {host} ({addr}), moving there");
-                    return (Ended::ReadWriteFound(host, addr), last_recv);
-                }
-            }
-            // A writer holding the lock is sending already (or stuck, which
-            // the silence check above catches): no ping needed then.
-            if let Some(mut out) = self.out.try_lock() {
-                if out.last_send.elapsed() >= ping_every {
-                    let ping = proto::request(xid::PING, op::PING).finish_frame();
-                    match out.stream.as_mut().map(|st| st.write_all(&ping)) {
-                        Some(Ok(())) => out.last_send = Instant::now(),
-                        _ => return (Ended::Dropped, last_recv),
-                    }
-                }
+                Ok(Received::WouldBlock) => return Ok(None),
+                Ok(Received::Closed) => return Ok(Some(Ended::Dropped)),
+                Err(e) => return Err(format!("read failed: {e}")),
             }
         }
     }
 
     /// Handles every complete frame in `buf`, leaving a partial one behind.
-    fn dispatch_frames(&self, buf: &mut Vec<u8>) -> Result<Option<Ended>, Error> {
+    fn dispatch_frames(
+        &self,
+        buf: &mut Vec<u8>,
+        pending: &mut VecDeque<Pending>,
+    ) -> Result<Option<Ended>, Error> {
         let mut at = 0;
         let mut outcome = None;
         while buf.len() - at >= 4 {
@@ -1306,7 +1054,7 @@ impl Inner {
             if buf.len() < end {
                 break;
             }
-            if let Some(ended) = self.dispatch(&buf[at + 4..end])? {
+            if let Some(ended) = self.dispatch(&buf[at + 4..end], pending)? {
                 outcome = Some(ended);
             }
             at = end;
@@ -1315,7 +1063,11 @@ impl Inner {
         Ok(outcome)
     }
 
-    fn dispatch(&self, frame: &[u8]) -> Result<Option<Ended>, Error> {
+    fn dispatch(
+        &self,
+        frame: &[u8],
+        pending: &mut VecDeque<Pending>,
+    ) -> Result<Option<Ended>, Error> {
         let mut r = Reader::new(frame);
         let header = ReplyHeader::read(&mut r)?;
         if header.zxid > 0 {
@@ -1356,10 +1108,11 @@ impl Inner {
                 }
             }
             _ => {
-                let Some(mut pending) = self.io.lock().pending.pop_front() else {
+                let Some(request) = pending.pop_front() else {
                     return Err(Error::Marshalling("reply with no request waiting"));
                 };
-                if pending.xid != header.xid {
+                if request.xid != header.xid {
+                    // Dropped with the connection, the request fails at once.
                     return Err(Error::Marshalling("reply out of order"));
                 }
                 let result = if header.err == 0 {
@@ -1367,28 +1120,35 @@ impl Inner {
                 } else {
                     Err(Error::from_code(ErrorCode::from_wire(header.err)))
                 };
-                if let Some(reg) = pending.watch.take() {
-                    let kind = match result {
-                        Ok(_) => Some(reg.on_ok),
-                        Err(ref e) if e.code() == Some(ErrorCode::NoNode) => reg.on_no_node,
-                        Err(_) => None,
-                    };
-                    if let Some(kind) = kind {
-                        let mut watches = self.watches.lock();
-                        if watches.is_ended() {
-                            // The session was given up while this reply was
-                            // on its way: the watch fires like the others.
-                            drop(watches);
-                            self.send_expired(reg.path, reg.watcher.run);
-                        } else {
-                            watches.add(kind, reg.path, reg.watcher);
-                        }
+                // The watch is registered only for a caller still waiting,
+                // before it sees the reply; an abandoned call leaves none.
+                request.answer(result, |result, watch| {
+                    if let Some(reg) = watch {
+                        self.register_watch(reg, result);
                     }
-                }
-                pending.answer(result);
+                });
             }
         }
         Ok(None)
+    }
+
+    /// Registers the watch a request carried, as its reply decides.
+    fn register_watch(&self, reg: WatchRegistration, result: &Result<Reply, Error>) {
+        let kind = match result {
+            Ok(_) => Some(reg.on_ok),
+            Err(e) if e.code() == Some(ErrorCode::NoNode) => reg.on_no_node,
+            Err(_) => None,
+        };
+        let Some(kind) = kind else { return };
+        let mut watches = self.watches.lock();
+        if watches.is_ended() {
+            // The session was given up while this reply was on its way:
+            // the watch fires like the others.
+            drop(watches);
+            self.send_expired(reg.path, reg.watcher.run);
+        } else {
+            watches.add(kind, reg.path, reg.watcher);
+        }
     }
 }
 
@@ -1399,32 +1159,14 @@ enum HandshakeError {
     AuthFailed(String),
 }
 
-/// How often the reader wakes when the socket is idle, to ping and to judge silence.
-fn tick(negotiated: Duration) -> Duration {
-    (negotiated / 12).clamp(Duration::from_millis(10), Duration::from_millis(500))
-}
-
 fn millis_i32(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
-}
-
-/// A cheap random index; the std hasher is randomly keyed per process.
-pub(crate) fn random_below(n: usize) -> usize {
-    use std::collections::hash_map::RandomState;
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    (h.finish() % (n.max(1) as u64)) as usize
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     fn session_to(host: String) -> WireSession {
         let cfg = WireConfig {
@@ -1508,48 +1250,46 @@ mod tests {
         assert_eq!(timed_out, ConnectFailure::TimedOut { addr });
     }
 
+    /// Requests on a session the server has expired fail as expired, not
+    /// as a lost connection, so that a retry policy that refuses to go on
+    /// with a new session (`SessionFailedRetryPolicy`) is asked.
+    #[test]
+    fn requests_on_an_expired_session_fail_as_expired() {
+        let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        // Answers a handshake the way a server answers one for an expired
+        // session: a timeout of 0.
+        let serving = thread::spawn(move || {
+            let (mut c, _) = server.accept().unwrap();
+            let _ = read_frame(&mut c, DEFAULT_MAX_REPLY);
+            let mut w = Writer::frame();
+            w.i32(0).i32(0).i64(0).bytes(&[0; 16]);
+            let _ = c.write_all(&w.finish_frame());
+        });
+        let s = session_to(addr.to_string());
+        assert!(s.wait_connected(Instant::now() + Duration::from_secs(10)));
+        let r = s.call(
+            op::EXISTS,
+            |w| {
+                w.string("/").bool(false);
+            },
+            None,
+            Instant::now() + Duration::from_secs(5),
+        );
+        assert!(
+            r.as_ref().unwrap_err().is(ErrorCode::SessionExpired),
+            "{r:?}"
+        );
+        serving.join().unwrap();
+    }
+
     /// Request xids count up and wrap to 1 after `i32::MAX`: never an
     /// overflow, and never 0 or a negative xid, which mean pings,
     /// notifications and the like.
     #[test]
     fn xids_count_up_and_wrap_to_1() {
-        let mut io = Io {
-            live: None,
-            logging_in: None,
-            conn_id: 0,
-            pending: VecDeque::new(),
-            next_xid: i32::MAX - 1,
-        };
-        let xids: Vec<i32> = (0..4).map(|_| io.take_xid()).collect();
-        assert_eq!(xids, [i32::MAX - 1, i32::MAX, 1, 2]);
-    }
-
-    #[test]
-    fn a_read_write_probe_waits_a_sixth_of_the_session_within_50_ms_and_1_s() {
-        let mut probe = RwProbe::new();
-        let ms = Duration::from_millis;
-        for (session, want) in [
-            (ms(120), ms(50)),
-            (ms(3000), ms(500)),
-            (ms(30_000), ms(1000)),
-        ] {
-            probe.connected(true, session);
-            assert_eq!(probe.timeout, want, "negotiated session {session:?}");
-        }
-    }
-
-    #[test]
-    fn hosts_are_shuffled_not_rotated() {
-        let names: Vec<String> = ["a:1", "b:1", "c:1"].map(String::from).to_vec();
-        let mut orders = std::collections::HashSet::new();
-        for _ in 0..300 {
-            let mut hosts = HostList::new(&names);
-            let order: Vec<String> = (0..3).map(|_| hosts.next().0.to_owned()).collect();
-            let rounds: Vec<bool> = (0..3).map(|_| hosts.next().1).collect();
-            assert_eq!(rounds, [false, false, true]);
-            orders.insert(order);
-        }
-        // A rotation gives 3 orders; a shuffle all 3! = 6.
-        assert_eq!(orders.len(), 6, "{orders:?}");
+        let mut xids = Xids(i32::MAX - 1);
+        let taken: Vec<i32> = (0..4).map(|_| xids.take()).collect();
+        assert_eq!(taken, [i32::MAX - 1, i32::MAX, 1, 2]);
     }
 }

@@ -1,23 +1,19 @@
-//! The byte stream under a session: plain TCP, or TLS over it (`rustls`).
-//!
-//! A [`Stream`] works with the session's threads as a `TcpStream` does:
-//! clones share one connection, the reader blocks on the socket with its
-//! read timeout while writers write, and shutting the raw socket down ends
-//! every clone. With TLS the clones share one `rustls::ClientConnection`:
-//! the reader reads ciphertext without holding its lock and decrypts under
-//! it; a writer encrypts under it and then writes the records under a
-//! second lock that keeps records on the wire in the order they were
-//! sealed, so a writer stuck on a stalled peer never stops the reader.
+//! The blocking byte stream a connection starts on: plain TCP, or TLS over
+//! it (`rustls`). One thread owns it while it connects, shakes hands and
+//! logs in; then [`Stream::into_conn`] hands the socket and the TLS state
+//! to the engine's non-blocking [`Conn`](super::conn::Conn). Probes and a
+//! test's session expiry use it for their short exchanges too.
 
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection};
+
+use super::conn::Conn;
 
 /// What a session needs for TLS: the `rustls` configuration and the name
 /// to verify servers by, if not each connect string entry's host.
@@ -57,37 +53,17 @@ pub(crate) enum TlsFailure {
     Io(io::Error),
 }
 
-/// The shared TLS state of one connection.
-struct Tls {
-    conn: Mutex<Sealed>,
-    /// Held while records go onto the socket, so they leave in the order
-    /// they were sealed.
-    wire: Mutex<()>,
-}
-
-/// A TLS connection and the ciphertext read but not yet taken in (it
-/// takes in no more while 16 KiB of plaintext wait to be read).
-struct Sealed {
-    conn: ClientConnection,
-    unread: Vec<u8>,
-}
-
-/// One connection, plain or TLS; clones share it.
+/// One connection, plain or TLS, with blocking reads and writes under the
+/// socket's timeouts.
 pub(crate) struct Stream {
     sock: TcpStream,
-    tls: Option<Arc<Tls>>,
-    /// Scratch space for ciphertext reads.
-    scratch: Vec<u8>,
+    tls: Option<Box<ClientConnection>>,
 }
 
 impl Stream {
     /// A plain TCP connection.
     pub(crate) fn plain(sock: TcpStream) -> Self {
-        Stream {
-            sock,
-            tls: None,
-            scratch: Vec::new(),
-        }
+        Stream { sock, tls: None }
     }
 
     /// Runs the TLS handshake on `sock` as client of `name`, finishing by
@@ -101,7 +77,7 @@ impl Stream {
         let name = server_name(name).map_err(TlsFailure::Rejected)?;
         let mut conn = ClientConnection::new(Arc::clone(&settings.config), name)
             .map_err(|e| TlsFailure::Rejected(e.to_string()))?;
-        // The session bounds what it queues; writers seal whole frames.
+        // The engine bounds what it queues; it seals whole frames.
         conn.set_buffer_limit(None);
         let mut sock = sock;
         while conn.is_handshaking() {
@@ -127,54 +103,35 @@ impl Stream {
         }
         Ok(Stream {
             sock,
-            tls: Some(Arc::new(Tls {
-                conn: Mutex::new(Sealed {
-                    conn,
-                    unread: Vec::new(),
-                }),
-                wire: Mutex::new(()),
-            })),
-            scratch: Vec::new(),
+            tls: Some(Box::new(conn)),
         })
     }
 
-    /// Another handle on the same connection.
-    pub(crate) fn try_clone(&self) -> io::Result<Self> {
-        Ok(Stream {
-            sock: self.sock.try_clone()?,
-            tls: self.tls.clone(),
-            scratch: Vec::new(),
-        })
+    /// A second handle on the raw socket, to shut the connection down from
+    /// another thread (a close during a login).
+    pub(crate) fn killer(&self) -> io::Result<TcpStream> {
+        self.sock.try_clone()
     }
 
-    /// Shuts the socket down: every handle's reads and writes end.
-    pub(crate) fn shutdown(&self) -> io::Result<()> {
-        self.sock.shutdown(Shutdown::Both)
-    }
-
-    /// Sets the socket's read timeout (shared by all handles).
+    /// Sets the socket's read timeout.
     pub(crate) fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
-        self.sock.set_read_timeout(d)
+        self.sock
+            .set_read_timeout(d.map(|d| d.max(Duration::from_millis(1))))
     }
 
+    /// Sets the socket's write timeout.
     pub(crate) fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
-        self.sock.set_write_timeout(d)
+        self.sock
+            .set_write_timeout(d.map(|d| d.max(Duration::from_millis(1))))
     }
 
-    /// Writes what the connection has sealed, if no writer is writing:
-    /// a writer that is will send it with its own records.
-    fn flush_sealed(&self, tls: &Tls) -> io::Result<()> {
-        let Some(_wire) = tls.wire.try_lock() else {
-            return Ok(());
-        };
-        let mut records = Vec::new();
-        {
-            let conn = &mut tls.conn.lock().conn;
-            while conn.wants_write() {
-                conn.write_tls(&mut records)?;
-            }
-        }
-        (&self.sock).write_all(&records)
+    /// The connection as the engine drives it: non-blocking from now on.
+    pub(crate) fn into_conn(self) -> io::Result<Conn> {
+        self.sock.set_nonblocking(true)?;
+        Ok(Conn::new(
+            mio::net::TcpStream::from_std(self.sock),
+            self.tls,
+        ))
     }
 }
 
@@ -198,74 +155,28 @@ pub(crate) fn rustls_error(e: &io::Error) -> Option<String> {
         .map(ToString::to_string)
 }
 
-fn tls_io_error(e: rustls::Error) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, e)
-}
-
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let Some(tls) = self.tls.clone() else {
-            return self.sock.read(buf);
-        };
-        loop {
-            {
-                let mut sealed = tls.conn.lock();
-                let Sealed { conn, unread } = &mut *sealed;
-                loop {
-                    match conn.reader().read(buf) {
-                        Ok(n) => return Ok(n),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) => return Err(e),
-                    }
-                    if unread.is_empty() {
-                        break;
-                    }
-                    let mut rest = &unread[..];
-                    conn.read_tls(&mut rest)?;
-                    let taken = unread.len() - rest.len();
-                    unread.drain(..taken);
-                    conn.process_new_packets().map_err(tls_io_error)?;
-                }
-            }
-            // An answer the protocol requires (a key update, an alert).
-            self.flush_sealed(&tls)?;
-            // Nothing to decrypt: wait for ciphertext without the lock.
-            self.scratch.resize(32 * 1024, 0);
-            let n = self.sock.read(&mut self.scratch)?;
-            if n == 0 {
-                return Ok(0);
-            }
-            tls.conn.lock().unread.extend_from_slice(&self.scratch[..n]);
+        match &mut self.tls {
+            None => self.sock.read(buf),
+            Some(conn) => rustls::Stream::new(&mut **conn, &mut self.sock).read(buf),
         }
     }
 }
 
 impl Write for Stream {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        self.write_all(data)?;
-        Ok(data.len())
-    }
-
-    /// Seals `data` under the connection's lock, then writes the records
-    /// with the lock released.
-    fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
-        let Some(tls) = &self.tls else {
-            return self.sock.write_all(data);
-        };
-        let _wire = tls.wire.lock();
-        let mut records = Vec::with_capacity(data.len() + 64);
-        {
-            let conn = &mut tls.conn.lock().conn;
-            conn.writer().write_all(data)?;
-            while conn.wants_write() {
-                conn.write_tls(&mut records)?;
-            }
+        match &mut self.tls {
+            None => self.sock.write(data),
+            Some(conn) => rustls::Stream::new(&mut **conn, &mut self.sock).write(data),
         }
-        (&self.sock).write_all(&records)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        match &mut self.tls {
+            None => self.sock.flush(),
+            Some(conn) => rustls::Stream::new(&mut **conn, &mut self.sock).flush(),
+        }
     }
 }
 
