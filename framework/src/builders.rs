@@ -463,10 +463,11 @@ impl Client {
     }
 
     /// For recipe authors: [`Client::get_data_watch`] with a waker instead
-    /// of a watcher. A waker runs on the session's I/O thread as soon as the
-    /// event is read, a thread hop sooner than a watcher (which runs on the
-    /// watcher thread), so it must return at once and must not call the
-    /// client: set a flag, notify a condvar. A lock waiter wakes this way
+    /// of a watcher. A waker runs on the engine thread (which serves every
+    /// session's connection) as soon as the event is read, a thread hop
+    /// sooner than a watcher (which runs on the watcher thread), so it must
+    /// return at once and must not call the client: set a flag, notify a
+    /// condvar. A panicking waker is caught and logged. A lock waiter wakes this way
     /// when its predecessor goes.
     pub fn get_data_watch_waker(
         &self,

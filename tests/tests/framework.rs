@@ -935,10 +935,10 @@ fn read_only_state_when_the_quorum_is_gone() {
     c.close();
 }
 
-/// A waker runs on the session's I/O thread as the event is read, gets the
-/// event like a watcher does, and a panicking one does not stop the session.
+/// A waker runs on the engine thread as the event is read, gets the event
+/// like a watcher does, and a panicking one does not stop the session.
 #[test]
-fn data_watch_wakers_run_on_the_io_thread() {
+fn data_watch_wakers_run_on_the_engine_thread() {
     let server = shared_server();
     let c = connect(&server.connect_string(), Duration::from_secs(10));
     let other = connect(&server.connect_string(), Duration::from_secs(10));
@@ -953,7 +953,7 @@ fn data_watch_wakers_run_on_the_io_thread() {
     let (event, thread) = rx.recv_timeout(Duration::from_secs(10)).expect("woken");
     assert_eq!(event.event_type, latchkey_framework::EventType::NodeDeleted);
     assert_eq!(event.path, path);
-    assert_eq!(thread.as_deref(), Some("latchkey-io"));
+    assert_eq!(thread.as_deref(), Some("latchkey-engine"));
 
     other.create().for_path(&path, b"").unwrap();
     c.get_data_watch_waker(&path, |_| panic!("a waker that panics"))

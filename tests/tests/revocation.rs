@@ -126,7 +126,7 @@ fn a_revoke_while_waiting_runs_the_listener_beside_the_wait() {
         );
         let name = call.name.unwrap_or_default();
         assert!(
-            !name.starts_with("latchkey-io") && !name.starts_with("latchkey-watch"),
+            !name.starts_with("latchkey-engine") && !name.starts_with("latchkey-watch"),
             "the listener ran on the client's thread {name}"
         );
     });

@@ -9,21 +9,32 @@ use std::time::Duration;
 use common::{clients, unique, wait_until};
 use latchkey_recipes::InterProcessMutex;
 
-/// The client's threads alive in this process: those named `latchkey-*`.
+/// The client's threads alive in this process: those named `latchkey-*`,
+/// except the one engine thread that serves every session's connection
+/// (it stays once started).
 fn client_threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .expect("read /proc/self/task")
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with("latchkey-"))
+    client_thread_names()
+        .iter()
+        .filter(|name| name.as_str() != "latchkey-engine")
         .count()
 }
 
-/// A session holding a lock (with a revocation watch) needs only its I/O
-/// thread and its state thread: listener, watcher and cleanup threads start
-/// when there is something for them to run. A watch that fires and a state
-/// that a listener must hear still reach them.
+fn client_thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .expect("read /proc/self/task")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim_end().to_owned())
+        .filter(|name| name.starts_with("latchkey-"))
+        .collect()
+}
+
+/// A session holding a lock (with a revocation watch) needs only its state
+/// thread: one engine thread serves every session's connection, and
+/// listener, watcher and cleanup threads start when there is something for
+/// them to run. A watch that fires and a state that a listener must hear
+/// still reach them.
 #[test]
-fn a_session_holding_a_lock_runs_on_two_threads() {
+fn a_session_holding_a_lock_runs_on_one_thread() {
     const SESSIONS: usize = 10;
     let before = client_threads();
     let cs = clients(SESSIONS, Duration::from_secs(10));
@@ -38,11 +49,23 @@ fn a_session_holding_a_lock_runs_on_two_threads() {
             m
         })
         .collect();
-    let per_session = (client_threads() - before) as f64 / SESSIONS as f64;
-    assert!(
-        per_session <= 2.0,
-        "{per_session} threads per session holding a lock (want at most 2)"
+    // Connect threads end once their connection is handed to the engine.
+    wait_until(
+        Duration::from_secs(10),
+        || client_threads() - before <= SESSIONS,
+        || {
+            format!(
+                "{} threads for {SESSIONS} sessions holding a lock (want at most one each): {:?}",
+                client_threads() - before,
+                client_thread_names()
+            )
+        },
     );
+    let engines = client_thread_names()
+        .iter()
+        .filter(|n| n.as_str() == "latchkey-engine")
+        .count();
+    assert_eq!(engines, 1, "one engine for every session");
 
     // A plain watch still runs (on a watcher thread started for it).
     let (tx, rx) = crossbeam_channel::bounded(1);
@@ -64,7 +87,7 @@ fn a_session_holding_a_lock_runs_on_two_threads() {
     assert_eq!(ev.path, node);
     wait_until(
         Duration::from_secs(5),
-        || client_threads() - before == SESSIONS * 2 + 1,
+        || client_threads() - before == SESSIONS + 1,
         || {
             format!(
                 "want one more thread, for the watcher: {}",

@@ -1966,8 +1966,8 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
     );
     line("- Client CPU includes the kernel's work for the client's sockets; on loopback that \
           includes delivering each request into the server's socket and waking its thread. For \
-          latchkey most of it is kernel time: socket sends and receives, and the wake-up that hands \
-          each reply from the session's I/O thread to the calling thread.");
+          latchkey most of it is kernel time: socket sends and receives, and the wake-ups that hand \
+          each request to the engine thread and each reply from it to the calling thread.");
     line("");
     line("## Reproduce");
     line("");

@@ -4,6 +4,7 @@
 
 pub(crate) mod conn;
 pub(crate) mod connect;
+pub(crate) mod engine;
 pub(crate) mod jute;
 pub(crate) mod multi;
 pub(crate) mod proto;

@@ -29,7 +29,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use backoff::backoff::Backoff;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::Token;
 use parking_lot::{Condvar, Mutex};
 
 use super::conn::{Conn, Received};
@@ -37,6 +37,7 @@ use super::connect::{
     self, open_stream, read_frame, resolve_one, ConnectFailure, HostList, RwProbe, RwSearch,
     SharedHosts,
 };
+use super::engine::{Driven, Engine};
 use super::jute::{Reader, Writer};
 use super::proto::{self, op, xid, ConnectRequest, ConnectResponse, ReplyHeader, WatcherEvent};
 use super::sasl::{self, LoginError, SaslDigest};
@@ -68,10 +69,6 @@ const MAX_PING_INTERVAL: Duration = Duration::from_secs(10);
 /// A connection that lasted this long was healthy: the next reconnect
 /// starts the back-off afresh.
 const HEALTHY_CONNECTION: Duration = Duration::from_secs(1);
-
-/// The engine's poll tokens: its waker, and the live connection.
-const WAKE: Token = Token(0);
-const LIVE: Token = Token(1);
 
 /// What a session is given to connect with.
 #[derive(Clone, Debug)]
@@ -129,10 +126,16 @@ struct Submit {
 }
 
 /// What callers hand to the engine. Requests are taken only while a
-/// connection is live; the engine takes the whole queue each time it wakes.
+/// connection is live; the engine takes the whole queue each time it
+/// serves the connection.
 struct Inbox {
     live: bool,
     queue: Vec<Submit>,
+    /// The live (or last) connection's token with the engine.
+    token: Option<Token>,
+    /// Whether the engine has been asked to serve the connection and has
+    /// not taken the queue yet: one wake per batch, not per request.
+    scheduled: bool,
 }
 
 impl Inbox {
@@ -172,8 +175,8 @@ struct Inner {
     inbox: Mutex<Inbox>,
     /// Signalled under `inbox` when a connection goes live or the session ends.
     connected: Condvar,
-    /// Wakes the engine's poll: a request queued, a close, a probe's find.
-    waker: Arc<Waker>,
+    /// The engine that owns this session's live connection.
+    engine: &'static Arc<Engine>,
     /// The socket of a connection being set up (handshake, SASL login), so
     /// that a close can cut it short.
     connecting: Mutex<Option<TcpStream>>,
@@ -216,15 +219,16 @@ impl WireSession {
             ));
         }
         let hosts = Arc::new(Mutex::new(HostList::new(&cfg.hosts)));
-        let poll = Poll::new().map_err(Error::Io)?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKE).map_err(Error::Io)?);
+        let engine = Engine::get().map_err(Error::Io)?;
         let inner = Arc::new(Inner {
             inbox: Mutex::new(Inbox {
                 live: false,
                 queue: Vec::new(),
+                token: None,
+                scheduled: false,
             }),
             connected: Condvar::new(),
-            waker,
+            engine,
             connecting: Mutex::new(None),
             creds: Mutex::new(Credentials {
                 session_id: 0,
@@ -245,10 +249,8 @@ impl WireSession {
             events,
             watch_events: LazyThread::new("latchkey-watch", run_watchers),
         });
-        let engine = Arc::clone(&inner);
-        thread::Builder::new()
-            .name("latchkey-io".into())
-            .spawn(move || engine.run(poll))
+        Arc::clone(&inner)
+            .dial_in_background(Dialer::new())
             .map_err(Error::Io)?;
         Ok(WireSession { inner })
     }
@@ -517,8 +519,6 @@ enum Ended {
     /// Connected read-only, a read-write server was found: connect there.
     /// Its host as in the connect string (the name TLS verifies) and address.
     ReadWriteFound(String, SocketAddr),
-    /// The server says the session is gone.
-    Expired,
     /// The server rejected the client's auth: why, and whether it was the
     /// SASL login.
     AuthFailed(String, bool),
@@ -557,15 +557,16 @@ impl Clocks {
         now.saturating_duration_since(self.last_send) >= self.ping_every
     }
 
-    /// How long the engine may sleep: until silence would drop the
-    /// connection, or, when nothing waits to be written, until a ping is
-    /// due, whichever comes first. (With bytes stuck in the write buffer a
-    /// ping would only queue behind them; silence decides then.)
-    fn next_wake(&self, now: Instant, writing: bool) -> Duration {
-        let silence = (self.last_recv + self.read_timeout).saturating_duration_since(now);
-        let ping = (self.last_send + self.ping_every).saturating_duration_since(now);
-        let wait = if writing { silence } else { silence.min(ping) };
-        wait.max(Duration::from_millis(1))
+    /// When the engine must serve the connection next: when silence would
+    /// drop it, or, when nothing waits to be written, when a ping is due,
+    /// whichever comes first. (With bytes stuck in the write buffer a ping
+    /// would only queue behind them; silence decides then.)
+    fn next_wake(&self, writing: bool) -> Instant {
+        let silence = self.last_recv + self.read_timeout;
+        match writing {
+            true => silence,
+            false => silence.min(self.last_send + self.ping_every),
+        }
     }
 }
 
@@ -573,36 +574,40 @@ impl Inner {
     /// Queues `batch` for the live connection and wakes the engine; fails
     /// with `ConnectionLoss`, queuing nothing, if no connection is live.
     fn submit(&self, batch: Vec<Submit>) -> Result<(), Error> {
-        {
+        let wake = {
             let mut inbox = self.inbox.lock();
             if !inbox.live {
                 return Err(Error::from_code(ErrorCode::ConnectionLoss));
             }
             inbox.queue.extend(batch);
-        }
-        if let Err(e) = self.waker.wake() {
-            log::error!("cannot wake the ZooKeeper engine: {e}");
+            let first = !std::mem::replace(&mut inbox.scheduled, true);
+            inbox.token.filter(|_| first)
+        };
+        if let Some(token) = wake {
+            self.engine.ready(token);
         }
         Ok(())
     }
 
-    fn run(self: Arc<Self>, mut poll: Poll) {
-        let mut xids = Xids(1);
-        // Jittered (the crate's default randomization is ±50%) and growing
-        // while attempts keep failing.
-        let mut pause = backoff::ExponentialBackoff {
-            initial_interval: Duration::from_millis(20),
-            max_interval: Duration::from_secs(1),
-            max_elapsed_time: None,
-            ..Default::default()
-        };
-        let pause_now = |pause: &mut backoff::ExponentialBackoff| {
-            thread::sleep(pause.next_backoff().unwrap_or(Duration::from_secs(1)));
-        };
-        // A read-write server found while connected read-only.
-        let mut prefer: Option<(String, SocketAddr)> = None;
+    /// Connects on a thread of its own (name lookup, connect, handshake,
+    /// login all block), which ends once the connection is handed to the
+    /// engine or the session is over.
+    fn dial_in_background(self: Arc<Self>, dialer: Dialer) -> io::Result<()> {
+        thread::Builder::new()
+            .name("latchkey-connect".into())
+            .spawn(move || self.dial(dialer))
+            .map(drop)
+    }
+
+    /// Tries the hosts until one takes the session, then hands the
+    /// connection to the engine; or ends the session if the server says
+    /// it is over.
+    fn dial(self: Arc<Self>, mut dialer: Dialer) {
+        if std::mem::take(&mut dialer.pause_first) {
+            dialer.pause_now();
+        }
         while !self.is_ending() {
-            let (attempt, round_done) = match prefer.take() {
+            let (attempt, round_done) = match dialer.prefer.take() {
                 Some(found) => (Ok(found), false),
                 None => {
                     let (host, round_done) = self.hosts.lock().next();
@@ -610,61 +615,46 @@ impl Inner {
                     (resolved.map_err(HandshakeError::Failed), round_done)
                 }
             };
-            let connected = attempt
-                .and_then(|(host, addr): (String, _)| self.handshake(&host, addr, &mut xids));
-            let ended = match connected {
+            let connected = attempt.and_then(|(host, addr): (String, _)| {
+                self.handshake(&host, addr, &mut dialer.xids)
+            });
+            match connected {
                 Ok((conn, read_only)) => {
                     *self.last_connect_error.lock() = None;
-                    let connected_at = Instant::now();
-                    let (ended, last_recv) = self.serve(&mut poll, conn, read_only, &mut xids);
-                    if !self.is_ending() {
-                        (self.events)(WireEvent::Disconnected {
-                            silent_for: last_recv.elapsed(),
-                        });
-                    }
-                    // A server that accepts the handshake and then fails at
-                    // once (garbage, oversize frames) gets a growing,
-                    // jittered pause, not a reconnect per request.
-                    if matches!(ended, Ended::Dropped) && !self.is_ending() {
-                        if connected_at.elapsed() >= HEALTHY_CONNECTION {
-                            pause.reset();
-                        }
-                        pause_now(&mut pause);
-                    }
-                    ended
+                    let live = Live::new(Arc::clone(&self), conn, read_only, dialer);
+                    self.engine.attach(Box::new(live));
+                    return;
                 }
-                Err(HandshakeError::Expired) => Ended::Expired,
-                Err(HandshakeError::AuthFailed(why)) => Ended::AuthFailed(why, true),
+                Err(HandshakeError::Expired) => {
+                    log::info!("session expired");
+                    self.expire(ErrorCode::SessionExpired, WireEvent::Expired);
+                    return;
+                }
+                Err(HandshakeError::AuthFailed(reason)) => {
+                    self.auth_failed(reason, true);
+                    return;
+                }
                 Err(HandshakeError::Failed(failure)) => {
                     log::debug!("connecting failed: {failure}");
                     *self.last_connect_error.lock() = Some(failure);
                     // Back off once per full round of failed hosts.
                     if round_done {
-                        pause_now(&mut pause);
+                        dialer.pause_now();
                     }
-                    Ended::Dropped
-                }
-            };
-            match ended {
-                Ended::Dropped => {}
-                Ended::ReadWriteFound(host, addr) => prefer = Some((host, addr)),
-                Ended::Expired => {
-                    log::info!("session expired");
-                    self.expire(ErrorCode::SessionExpired, WireEvent::Expired);
-                    return;
-                }
-                Ended::AuthFailed(reason, at_login) => {
-                    log::error!("{reason}");
-                    *self.auth_failure.lock() = reason.clone();
-                    self.expire(
-                        ErrorCode::AuthFailed,
-                        WireEvent::AuthFailed { reason, at_login },
-                    );
-                    return;
                 }
             }
         }
         (self.events)(WireEvent::Closed);
+    }
+
+    /// The server rejected the client's auth: the session is over.
+    fn auth_failed(&self, reason: String, at_login: bool) {
+        log::error!("{reason}");
+        *self.auth_failure.lock() = reason.clone();
+        self.expire(
+            ErrorCode::AuthFailed,
+            WireEvent::AuthFailed { reason, at_login },
+        );
     }
 
     /// Whether the session is closed or closing: no more reconnects.
@@ -689,11 +679,18 @@ impl Inner {
         if self.closed.swap(true, Ordering::AcqRel) {
             return false;
         }
-        self.inbox.lock().close();
+        let token = {
+            let mut inbox = self.inbox.lock();
+            inbox.close();
+            inbox.token
+        };
+        // The engine ends the live connection when it next serves it.
+        if let Some(token) = token {
+            self.engine.ready(token);
+        }
         if let Some(s) = self.connecting.lock().take() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
-        let _ = self.waker.wake();
         self.connected.notify_all();
         true
     }
@@ -852,191 +849,6 @@ impl Inner {
         }
     }
 
-    /// Drives one live connection until it ends: callers' frames out, replies
-    /// and events in, pings, silence. Connected to a read-only server, a
-    /// helper thread searches the other hosts for a read-write one, as the
-    /// Java client's pingRwServer. Returns why it ended and when the server
-    /// was last heard.
-    fn serve(
-        &self,
-        poll: &mut Poll,
-        mut conn: Conn,
-        read_only: bool,
-        xids: &mut Xids,
-    ) -> (Ended, Instant) {
-        let negotiated = self.creds.lock().negotiated;
-        let mut clocks = Clocks::new(negotiated);
-        let registered =
-            poll.registry()
-                .register(conn.source(), LIVE, Interest::READABLE | Interest::WRITABLE);
-        if let Err(e) = registered {
-            log::warn!("cannot poll the connection: {e}");
-            return (Ended::Dropped, clocks.last_recv);
-        }
-        self.prime(&mut conn);
-        let search = self.start_search(read_only, negotiated);
-        {
-            let mut inbox = self.inbox.lock();
-            if self.closed.load(Ordering::Acquire) {
-                return (Ended::Dropped, clocks.last_recv);
-            }
-            inbox.live = true;
-        }
-        self.connected.notify_all();
-        (self.events)(WireEvent::Connected { read_only });
-
-        let mut pending = VecDeque::new();
-        let mut received = Vec::with_capacity(64 * 1024);
-        let mut events = Events::with_capacity(16);
-        // Edge-triggered: read until the socket has nothing more.
-        let mut readable = true;
-        let ended = loop {
-            if self.closed.load(Ordering::Acquire) {
-                break Ended::Dropped;
-            }
-            self.take_submitted(&mut conn, &mut pending, xids, &mut clocks);
-            let now = Instant::now();
-            if !conn.has_output() && clocks.ping_due(now) {
-                conn.queue(&proto::request(xid::PING, op::PING).finish_frame());
-                clocks.last_send = now;
-            }
-            if let Err(e) = conn.flush() {
-                log::debug!("write failed, dropping connection: {e}");
-                break Ended::Dropped;
-            }
-            if readable {
-                match self.read_available(&mut conn, &mut received, &mut pending, &mut clocks) {
-                    Ok(None) => {}
-                    Ok(Some(ended)) => break ended,
-                    Err(e) => {
-                        log::warn!("{e}, reconnecting");
-                        break Ended::Dropped;
-                    }
-                }
-            }
-            if clocks.silent(Instant::now()) {
-                log::info!(
-                    "no reply from server for {:?}, reconnecting",
-                    clocks.read_timeout
-                );
-                break Ended::Dropped;
-            }
-            if let Some((host, addr)) = search.as_ref().and_then(RwSearch::found) {
-                log::info!("read-write server found at {host} ({addr}), moving there");
-                break Ended::ReadWriteFound(host, addr);
-            }
-            let wait = clocks.next_wake(Instant::now(), conn.has_output());
-            if let Err(e) = poll.poll(&mut events, Some(wait)) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    log::warn!("polling the connection failed: {e}");
-                    break Ended::Dropped;
-                }
-            }
-            readable = events.iter().any(|e| {
-                e.token() == LIVE && (e.is_readable() || e.is_read_closed() || e.is_error())
-            });
-        };
-        let _ = poll.registry().deregister(conn.source());
-        if let Ended::AuthFailed(why, _) = &ended {
-            // What waits fails with the reason, and nothing reports a mere
-            // disconnection first.
-            *self.auth_failure.lock() = why.clone();
-            *self.ended_by.lock() = Some(ErrorCode::AuthFailed);
-            self.closed.store(true, Ordering::Release);
-        }
-        self.inbox.lock().close();
-        let error = || match &ended {
-            Ended::AuthFailed(why, _) => Error::AuthFailed {
-                reason: why.clone(),
-            },
-            _ => Error::from_code(ErrorCode::ConnectionLoss),
-        };
-        // Sent, and now in doubt: the retry loop decides what to do again.
-        for p in pending.drain(..) {
-            p.answer(Err(error()), |_, _| {});
-        }
-        (ended, clocks.last_recv)
-    }
-
-    /// Starts the read-write search of a read-only connection.
-    fn start_search(&self, read_only: bool, negotiated: Duration) -> Option<RwSearch> {
-        self.probe.lock().connected(read_only, negotiated);
-        if !read_only {
-            return None;
-        }
-        // A search that outlives its connection wakes the engine once for nothing.
-        let waker = Arc::clone(&self.waker);
-        let wake = move || {
-            let _ = waker.wake();
-        };
-        let hosts = Arc::clone(&self.hosts);
-        match RwSearch::start(Arc::clone(&self.probe), hosts, self.cfg.tls.clone(), wake) {
-            Ok(search) => Some(search),
-            Err(e) => {
-                log::warn!("cannot search for a read-write server: {e}");
-                None
-            }
-        }
-    }
-
-    /// Moves what callers queued into the connection's write buffer, each
-    /// request given its xid now, so xids reach the server in order.
-    fn take_submitted(
-        &self,
-        conn: &mut Conn,
-        pending: &mut VecDeque<Pending>,
-        xids: &mut Xids,
-        clocks: &mut Clocks,
-    ) {
-        let batch = std::mem::take(&mut self.inbox.lock().queue);
-        if batch.is_empty() {
-            return;
-        }
-        let mut sent = 0;
-        for Submit { mut frame, reply } in batch {
-            if let Some((slot, watch)) = reply {
-                let xid = xids.take();
-                frame[4..8].copy_from_slice(&xid.to_be_bytes());
-                pending.push_back(Pending {
-                    xid,
-                    slot: Some(slot),
-                    watch,
-                });
-                sent += 1;
-            }
-            conn.queue(&frame);
-        }
-        clocks.last_send = Instant::now();
-        metrics::add(&self.cfg.counters.requests_sent, sent);
-    }
-
-    /// Reads everything the socket has and dispatches every complete
-    /// frame; `Some` if a frame ended the connection.
-    fn read_available(
-        &self,
-        conn: &mut Conn,
-        received: &mut Vec<u8>,
-        pending: &mut VecDeque<Pending>,
-        clocks: &mut Clocks,
-    ) -> Result<Option<Ended>, String> {
-        loop {
-            match conn.receive(received) {
-                Ok(Received::Bytes(0)) => {}
-                Ok(Received::Bytes(_)) => {
-                    clocks.last_recv = Instant::now();
-                    match self.dispatch_frames(received, pending) {
-                        Ok(None) => {}
-                        Ok(Some(ended)) => return Ok(Some(ended)),
-                        Err(e) => return Err(format!("protocol error: {e}")),
-                    }
-                }
-                Ok(Received::WouldBlock) => return Ok(None),
-                Ok(Received::Closed) => return Ok(Some(Ended::Dropped)),
-                Err(e) => return Err(format!("read failed: {e}")),
-            }
-        }
-    }
-
     /// Handles every complete frame in `buf`, leaving a partial one behind.
     fn dispatch_frames(
         &self,
@@ -1149,6 +961,287 @@ impl Inner {
         } else {
             watches.add(kind, reg.path, reg.watcher);
         }
+    }
+}
+
+/// What a session carries from one connection to the next.
+struct Dialer {
+    xids: Xids,
+    /// Jittered (the crate's default randomization is ±50%) and growing
+    /// while attempts keep failing.
+    pause: backoff::ExponentialBackoff,
+    /// Whether to pause before the next attempt.
+    pause_first: bool,
+    /// A read-write server found while connected read-only: tried first.
+    prefer: Option<(String, SocketAddr)>,
+}
+
+impl Dialer {
+    fn new() -> Self {
+        Dialer {
+            xids: Xids(1),
+            pause: backoff::ExponentialBackoff {
+                initial_interval: Duration::from_millis(20),
+                max_interval: Duration::from_secs(1),
+                max_elapsed_time: None,
+                ..Default::default()
+            },
+            pause_first: false,
+            prefer: None,
+        }
+    }
+
+    fn pause_now(&mut self) {
+        thread::sleep(self.pause.next_backoff().unwrap_or(Duration::from_secs(1)));
+    }
+}
+
+/// One live connection and its requests, served by the engine.
+struct Live {
+    inner: Arc<Inner>,
+    conn: Conn,
+    read_only: bool,
+    /// Written, waiting for their replies, in the order they were written.
+    pending: VecDeque<Pending>,
+    /// Bytes read and not yet dispatched (a partial frame).
+    received: Vec<u8>,
+    clocks: Clocks,
+    /// Connected read-only: the search for a read-write server.
+    search: Option<RwSearch>,
+    dialer: Dialer,
+    connected_at: Instant,
+    ended: Ended,
+}
+
+impl Live {
+    /// A connection fresh from its handshake, with auth and re-armed
+    /// watches queued before any caller's request.
+    fn new(inner: Arc<Inner>, mut conn: Conn, read_only: bool, dialer: Dialer) -> Self {
+        let negotiated = inner.creds.lock().negotiated;
+        inner.prime(&mut conn);
+        inner.probe.lock().connected(read_only, negotiated);
+        Live {
+            conn,
+            read_only,
+            pending: VecDeque::new(),
+            received: Vec::with_capacity(64 * 1024),
+            clocks: Clocks::new(negotiated),
+            search: None,
+            dialer,
+            connected_at: Instant::now(),
+            ended: Ended::Dropped,
+            inner,
+        }
+    }
+
+    /// Starts the read-write search of a read-only connection, as the Java
+    /// client's pingRwServer; a find wakes the engine for this connection.
+    fn start_search(&mut self, token: Token) {
+        let engine = self.inner.engine;
+        let wake = move || engine.ready(token);
+        let inner = &self.inner;
+        let hosts = Arc::clone(&inner.hosts);
+        match RwSearch::start(Arc::clone(&inner.probe), hosts, inner.cfg.tls.clone(), wake) {
+            Ok(search) => self.search = Some(search),
+            Err(e) => log::warn!("cannot search for a read-write server: {e}"),
+        }
+    }
+
+    /// One round of service; `Some` when the connection must end.
+    fn step(&mut self, readable: bool) -> Option<Ended> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Some(Ended::Dropped);
+        }
+        self.take_submitted();
+        let now = Instant::now();
+        if !self.conn.has_output() && self.clocks.ping_due(now) {
+            self.conn
+                .queue(&proto::request(xid::PING, op::PING).finish_frame());
+            self.clocks.last_send = now;
+        }
+        if let Err(e) = self.conn.flush() {
+            log::debug!("write failed, dropping connection: {e}");
+            return Some(Ended::Dropped);
+        }
+        if readable {
+            if let Some(ended) = self.read_available() {
+                return Some(ended);
+            }
+        }
+        if self.clocks.silent(Instant::now()) {
+            log::info!(
+                "no reply from server for {:?}, reconnecting",
+                self.clocks.read_timeout
+            );
+            return Some(Ended::Dropped);
+        }
+        if let Some((host, addr)) = self.search.as_ref().and_then(RwSearch::found) {
+            log::info!("read-write server found at {host} ({addr}), moving there");
+            return Some(Ended::ReadWriteFound(host, addr));
+        }
+        None
+    }
+
+    /// Moves what callers queued into the connection's write buffer, each
+    /// request given its xid now, so xids reach the server in order.
+    fn take_submitted(&mut self) {
+        let batch = {
+            let mut inbox = self.inner.inbox.lock();
+            inbox.scheduled = false;
+            std::mem::take(&mut inbox.queue)
+        };
+        if batch.is_empty() {
+            return;
+        }
+        let mut sent = 0;
+        for Submit { mut frame, reply } in batch {
+            if let Some((slot, watch)) = reply {
+                let xid = self.dialer.xids.take();
+                frame[4..8].copy_from_slice(&xid.to_be_bytes());
+                self.pending.push_back(Pending {
+                    xid,
+                    slot: Some(slot),
+                    watch,
+                });
+                sent += 1;
+            }
+            self.conn.queue(&frame);
+        }
+        self.clocks.last_send = Instant::now();
+        metrics::add(&self.inner.cfg.counters.requests_sent, sent);
+    }
+
+    /// Reads everything the socket has and dispatches every complete
+    /// frame; `Some` if the connection must end.
+    fn read_available(&mut self) -> Option<Ended> {
+        loop {
+            match self.conn.receive(&mut self.received) {
+                Ok(Received::Bytes(0)) => {}
+                Ok(Received::Bytes(_)) => {
+                    self.clocks.last_recv = Instant::now();
+                    match self
+                        .inner
+                        .dispatch_frames(&mut self.received, &mut self.pending)
+                    {
+                        Ok(None) => {}
+                        Ok(Some(ended)) => return Some(ended),
+                        Err(e) => {
+                            log::warn!("protocol error, reconnecting: {e}");
+                            return Some(Ended::Dropped);
+                        }
+                    }
+                }
+                Ok(Received::WouldBlock) => return None,
+                Ok(Received::Closed) => return Some(Ended::Dropped),
+                Err(e) => {
+                    log::debug!("read failed: {e}");
+                    return Some(Ended::Dropped);
+                }
+            }
+        }
+    }
+}
+
+impl Driven for Live {
+    fn source(&mut self) -> &mut mio::net::TcpStream {
+        self.conn.source()
+    }
+
+    fn attached(&mut self, token: Token) {
+        if self.read_only {
+            self.start_search(token);
+        }
+        {
+            let mut inbox = self.inner.inbox.lock();
+            inbox.token = Some(token);
+            inbox.scheduled = false;
+            if self.inner.closed.load(Ordering::Acquire) {
+                return; // served next, and ended
+            }
+            inbox.live = true;
+        }
+        self.inner.connected.notify_all();
+        (self.inner.events)(WireEvent::Connected {
+            read_only: self.read_only,
+        });
+    }
+
+    fn serve(&mut self, readable: bool) -> bool {
+        match self.step(readable) {
+            None => true,
+            Some(ended) => {
+                self.ended = ended;
+                false
+            }
+        }
+    }
+
+    fn next_wake(&self) -> Instant {
+        self.clocks.next_wake(self.conn.has_output())
+    }
+
+    fn finish(self: Box<Self>) {
+        let Live {
+            inner,
+            conn,
+            pending,
+            clocks,
+            mut dialer,
+            connected_at,
+            ended,
+            ..
+        } = *self;
+        drop(conn);
+        if let Ended::AuthFailed(why, _) = &ended {
+            // What waits fails with the reason, and nothing reports a mere
+            // disconnection first.
+            *inner.auth_failure.lock() = why.clone();
+            *inner.ended_by.lock() = Some(ErrorCode::AuthFailed);
+            inner.closed.store(true, Ordering::Release);
+        }
+        inner.inbox.lock().close();
+        let error = || match &ended {
+            Ended::AuthFailed(why, _) => Error::AuthFailed {
+                reason: why.clone(),
+            },
+            _ => Error::from_code(ErrorCode::ConnectionLoss),
+        };
+        // Sent, and now in doubt: the retry loop decides what to do again.
+        for p in pending {
+            p.answer(Err(error()), |_, _| {});
+        }
+        let ending = inner.is_ending();
+        if !ending {
+            (inner.events)(WireEvent::Disconnected {
+                silent_for: clocks.last_recv.elapsed(),
+            });
+        }
+        match ended {
+            Ended::AuthFailed(reason, at_login) => inner.auth_failed(reason, at_login),
+            _ if ending => (inner.events)(WireEvent::Closed),
+            Ended::ReadWriteFound(host, addr) => {
+                dialer.prefer = Some((host, addr));
+                redial(inner, dialer);
+            }
+            Ended::Dropped => {
+                // A server that accepts the handshake and then fails at
+                // once (garbage, oversize frames) gets a growing, jittered
+                // pause, not a reconnect per request.
+                if connected_at.elapsed() >= HEALTHY_CONNECTION {
+                    dialer.pause.reset();
+                }
+                dialer.pause_first = true;
+                redial(inner, dialer);
+            }
+        }
+    }
+}
+
+/// Starts connecting again after a connection ended.
+fn redial(inner: Arc<Inner>, dialer: Dialer) {
+    if let Err(e) = Arc::clone(&inner).dial_in_background(dialer) {
+        log::error!("cannot start a thread to reconnect: {e}; the session is given up");
+        inner.expire(ErrorCode::ConnectionLoss, WireEvent::Expired);
     }
 }
 

@@ -17,7 +17,7 @@ pub(crate) type PersistentFn = Arc<dyn Fn(WatchedEvent) + Send + Sync>;
 /// A registered watch callback, and where it runs.
 pub(crate) struct Watcher {
     pub run: WatchFn,
-    /// A waker only wakes a thread, so it runs on the I/O thread as the
+    /// A waker only wakes a thread, so it runs on the engine thread as the
     /// event is read, one thread hop sooner than on the watcher thread.
     pub waker: bool,
     /// Set for a persistent watch: `run` calls it once, and the table

@@ -1,0 +1,191 @@
+//! The engine: one thread, started with the process' first session, that
+//! owns every live connection of every session and drives them all on one
+//! `mio` poll. It only moves bytes and keeps time; what the bytes mean is
+//! the connection's business ([`Driven`]).
+//!
+//! Connections come in through [`Engine::attach`] (from a session's
+//! connector thread, once the handshake is done), and callers ask for a
+//! connection to be served through [`Engine::ready`] (a request queued, a
+//! close). Either wakes the poll. A connection is served when its socket
+//! has an event, when it was asked to be, and when its own clock says so
+//! (a ping, silence); the poll sleeps until the earliest of those clocks.
+//! Nothing on this thread blocks: no name lookup, connect, handshake or
+//! user callback runs here.
+
+use std::collections::HashMap;
+use std::io;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token, Waker};
+use parking_lot::Mutex;
+
+/// The waker's token; connections get the others, never reused.
+const WAKE: Token = Token(0);
+
+/// A live connection, as the engine sees it.
+pub(crate) trait Driven: Send {
+    /// The socket to poll.
+    fn source(&mut self) -> &mut TcpStream;
+
+    /// The connection is registered under `token`: it may go live.
+    fn attached(&mut self, token: Token);
+
+    /// Does what is due: `readable` after a socket event (reads must go on
+    /// until the socket has nothing more, the poll being edge-triggered).
+    /// False once the connection is over.
+    fn serve(&mut self, readable: bool) -> bool;
+
+    /// When the connection must next be served without any event.
+    fn next_wake(&self) -> Instant;
+
+    /// Deregistered and done with: ends the connection.
+    fn finish(self: Box<Self>);
+}
+
+/// What other threads hand the engine between two polls.
+#[derive(Default)]
+struct Incoming {
+    next_token: usize,
+    attach: Vec<(Token, Box<dyn Driven>)>,
+    ready: Vec<Token>,
+}
+
+/// The handle every session shares.
+pub(crate) struct Engine {
+    waker: Waker,
+    incoming: Mutex<Incoming>,
+}
+
+impl Engine {
+    /// The process' engine, started on first use.
+    pub(crate) fn get() -> io::Result<&'static Arc<Engine>> {
+        static ENGINE: OnceLock<Result<Arc<Engine>, String>> = OnceLock::new();
+        ENGINE
+            .get_or_init(|| Engine::start().map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| io::Error::other(format!("cannot start the ZooKeeper engine: {e}")))
+    }
+
+    fn start() -> io::Result<Arc<Engine>> {
+        let poll = Poll::new()?;
+        let engine = Arc::new(Engine {
+            waker: Waker::new(poll.registry(), WAKE)?,
+            incoming: Mutex::new(Incoming {
+                next_token: WAKE.0 + 1,
+                ..Default::default()
+            }),
+        });
+        let serving = Arc::clone(&engine);
+        thread::Builder::new()
+            .name("latchkey-engine".into())
+            .spawn(move || serving.run(poll))?;
+        Ok(engine)
+    }
+
+    /// Hands a connection over; returns the token it will be served under.
+    pub(crate) fn attach(&self, conn: Box<dyn Driven>) -> Token {
+        let token = {
+            let mut incoming = self.incoming.lock();
+            let token = Token(incoming.next_token);
+            incoming.next_token += 1;
+            incoming.attach.push((token, conn));
+            token
+        };
+        self.wake();
+        token
+    }
+
+    /// Asks for the connection under `token` to be served soon.
+    pub(crate) fn ready(&self, token: Token) {
+        self.incoming.lock().ready.push(token);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        if let Err(e) = self.waker.wake() {
+            log::error!("cannot wake the ZooKeeper engine: {e}");
+        }
+    }
+
+    fn run(&self, mut poll: Poll) {
+        let mut conns: HashMap<Token, Box<dyn Driven>> = HashMap::new();
+        let mut events = Events::with_capacity(256);
+        let mut due: Vec<(Token, bool)> = Vec::new();
+        let mut timeout = None;
+        loop {
+            if let Err(e) = poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    log::error!("the ZooKeeper engine's poll failed: {e}");
+                    thread::sleep(Duration::from_millis(10));
+                }
+            }
+            let (attach, ready) = {
+                let mut incoming = self.incoming.lock();
+                (
+                    std::mem::take(&mut incoming.attach),
+                    std::mem::take(&mut incoming.ready),
+                )
+            };
+            for (token, mut conn) in attach {
+                let interest = Interest::READABLE | Interest::WRITABLE;
+                match poll.registry().register(conn.source(), token, interest) {
+                    Ok(()) => {
+                        conn.attached(token);
+                        conns.insert(token, conn);
+                        due.push((token, true));
+                    }
+                    Err(e) => {
+                        log::warn!("cannot poll a connection: {e}");
+                        conn.finish();
+                    }
+                }
+            }
+            due.extend(
+                events
+                    .iter()
+                    .filter(|e| e.token() != WAKE)
+                    .map(|e| (e.token(), true)),
+            );
+            due.extend(ready.into_iter().map(|t| (t, false)));
+            let now = Instant::now();
+            due.extend(
+                conns
+                    .iter()
+                    .filter(|(_, c)| c.next_wake() <= now)
+                    .map(|(t, _)| (*t, false)),
+            );
+            // Each connection once, readable if any of its reasons says so.
+            due.sort_unstable_by_key(|(t, readable)| (*t, !readable));
+            due.dedup_by_key(|(t, _)| *t);
+            for (token, readable) in due.drain(..) {
+                let Some(conn) = conns.get_mut(&token) else {
+                    continue; // gone already
+                };
+                // A bug in one connection's handling ends that connection,
+                // not the engine every session shares.
+                let alive =
+                    catch_unwind(AssertUnwindSafe(|| conn.serve(readable))).unwrap_or_else(|_| {
+                        log::error!("serving a ZooKeeper connection panicked; dropping it");
+                        false
+                    });
+                if !alive {
+                    if let Some(mut conn) = conns.remove(&token) {
+                        let _ = poll.registry().deregister(conn.source());
+                        if catch_unwind(AssertUnwindSafe(|| conn.finish())).is_err() {
+                            log::error!("ending a ZooKeeper connection panicked");
+                        }
+                    }
+                }
+            }
+            let now = Instant::now();
+            timeout = conns.values().map(|c| c.next_wake()).min().map(|at| {
+                at.saturating_duration_since(now)
+                    .max(Duration::from_millis(1))
+            });
+        }
+    }
+}
