@@ -229,29 +229,38 @@ impl Kept for Inner {
 impl Inner {
     /// Creates the node if it is missing, watches it, and writes new data.
     fn ensure(&self) -> Result<()> {
-        let (actual, data, dirty) = {
-            let s = self.state.lock();
-            (s.actual.clone(), s.data.clone(), s.dirty)
+        // The data and its mark are taken together: a `set_data` from now
+        // on marks its data again, for the next pass.
+        let (actual, data, mut dirty) = {
+            let mut s = self.state.lock();
+            (
+                s.actual.clone(),
+                s.data.clone(),
+                std::mem::take(&mut s.dirty),
+            )
         };
-        let Some(path) = actual else {
-            return self.create_first(&data);
-        };
-        match self.watch(&path)? {
-            None => self.recreate(&path, &data),
-            Some(_) if dirty => {
-                self.state.lock().dirty = false;
-                match self.client.set_data(&path, &data, None) {
+        let result = match actual {
+            None => self.create_first(&data),
+            Some(path) => match self.watch(&path) {
+                Ok(None) => {
+                    // Should the re-create fail, the node someone makes
+                    // meanwhile gets our data.
+                    dirty = true;
+                    self.recreate(&path, &data)
+                }
+                Ok(Some(_)) if dirty => match self.client.set_data(&path, &data, None) {
                     // Gone meanwhile: the watch fires and we create it.
                     Err(e) if e.is(ErrorCode::NoNode) => Ok(()),
-                    Err(e) => {
-                        self.state.lock().dirty = true;
-                        Err(e)
-                    }
-                    Ok(_) => Ok(()),
-                }
-            }
-            Some(_) => Ok(()),
+                    other => other.map(|_| ()),
+                },
+                other => other.map(|_| ()),
+            },
+        };
+        if result.is_err() && dirty {
+            // Not written: the next try writes it.
+            self.state.lock().dirty = true;
         }
+        result
     }
 
     fn create_first(&self, data: &[u8]) -> Result<()> {
@@ -290,7 +299,6 @@ impl Inner {
             CreateMode::PersistentSequential => CreateMode::Persistent,
             other => other,
         };
-        self.state.lock().dirty = false;
         let created = self
             .client
             .create()
@@ -305,10 +313,7 @@ impl Inner {
                 self.keeper.signal().notify();
                 Ok(())
             }
-            Err(e) => {
-                self.state.lock().dirty = true;
-                Err(e)
-            }
+            Err(e) => Err(e),
             Ok(_) => self.watch(path).map(|_| ()),
         }
     }

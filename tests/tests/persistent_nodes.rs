@@ -339,3 +339,53 @@ fn group_members_see_each_other_join_change_and_leave() {
     assert_eq!(ids(&members[0]), ["m0", "m1"]);
     assert_eq!(members[0].id(), "m0");
 }
+
+/// Spins until `c` has sent more than `before` requests; fails the test
+/// after 10 s.
+fn until_sent_more_than(c: &latchkey_framework::Client, before: u64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.metrics().requests_sent <= before {
+        assert!(Instant::now() < deadline, "{what}: no request within 10 s");
+        std::hint::spin_loop();
+    }
+}
+
+/// A `set_data` that comes while the node's thread writes the one before
+/// reaches the node too. Before, the thread copied the data, looked at the
+/// node (a round trip), then cleared the mark of new data, also the mark
+/// of a `set_data` made meanwhile: that one was never written.
+#[test]
+fn a_set_data_during_the_write_of_the_one_before_is_written_too() {
+    const ROUNDS: usize = 50;
+    let (c, other) = {
+        let mut cs = clients(2, Duration::from_secs(20));
+        (cs.remove(0), cs.remove(0))
+    };
+    let path = unique("/persistent/quick-data");
+    let node = PersistentNode::new(&c, CreateMode::Persistent, false, &path, b"").unwrap();
+    node.start().unwrap();
+    assert!(node
+        .wait_for_initial_create(Duration::from_secs(10))
+        .unwrap());
+    for round in 0..ROUNDS {
+        let before = c.metrics().requests_sent;
+        node.set_data(format!("a{round}").as_bytes()).unwrap();
+        // The node's thread has sent its first request for "a": the
+        // second value comes while that pass is under way.
+        until_sent_more_than(&c, before, &format!("round {round}"));
+        node.set_data(format!("b{round}").as_bytes()).unwrap();
+        wait_until(
+            Duration::from_secs(5),
+            || other.get_data(&path).is_ok_and(|(d, _)| d == node.data()),
+            || {
+                format!(
+                    "round {round}: the node holds {:?}, data() is {:?}",
+                    other
+                        .get_data(&path)
+                        .map(|(d, _)| String::from_utf8_lossy(&d).into_owned()),
+                    String::from_utf8_lossy(&node.data())
+                )
+            },
+        );
+    }
+}
