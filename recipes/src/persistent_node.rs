@@ -289,7 +289,7 @@ impl Inner {
             state.actual = Some(path.clone());
         }
         self.created.notify_all();
-        self.watch(&path).map(|_| ())
+        self.watch_created(&path)
     }
 
     /// Creates the node again under its first name.
@@ -314,8 +314,18 @@ impl Inner {
                 Ok(())
             }
             Err(e) => Err(e),
-            Ok(_) => self.watch(path).map(|_| ()),
+            Ok(_) => self.watch_created(path),
         }
+    }
+
+    /// Watches the node just created. Gone already (deleted before the
+    /// watch was set, so no event will come): the next pass creates it
+    /// again, as Curator's `watchNode` does on `NoNode`.
+    fn watch_created(&self, path: &str) -> Result<()> {
+        if self.watch(path)?.is_none() {
+            self.keeper.signal().notify();
+        }
+        Ok(())
     }
 
     /// Whether the node exists, leaving a watch on it unless one of this

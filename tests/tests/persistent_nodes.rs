@@ -389,3 +389,79 @@ fn a_set_data_during_the_write_of_the_one_before_is_written_too() {
         );
     }
 }
+
+/// A node deleted by someone else after its create but before its watch
+/// is set comes back, as a `GroupMember`'s does. The node's client goes
+/// through a proxy that holds its `exists` request (op code 3) on the
+/// node until the other client has deleted it. Before, the watch found
+/// the node missing and nothing created it again.
+#[test]
+fn a_node_deleted_before_its_watch_is_set_comes_back() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let c = connect(&proxy.connect_string(), Duration::from_secs(20));
+    let other = &clients(1, Duration::from_secs(20))[0];
+    let ctx = Ctx::new(server, &c);
+    let base = unique("/persistent/early-delete");
+    let group = format!("{base}/group");
+    other
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&group, b"")
+        .unwrap();
+    for (kind, path) in [
+        ("ephemeral", format!("{base}/ephemeral")),
+        ("persistent", format!("{base}/persistent")),
+        ("member", format!("{group}/m1")),
+    ] {
+        proxy.pause_requests_at(&request_on(3, &path));
+        let (node, member);
+        match kind {
+            "member" => {
+                member = Some(GroupMember::new(&c, &group, "m1", b"m").unwrap());
+                node = None;
+                member.as_ref().unwrap().start().unwrap();
+            }
+            _ => {
+                let mode = match kind {
+                    "ephemeral" => CreateMode::Ephemeral,
+                    _ => CreateMode::Persistent,
+                };
+                node = Some(PersistentNode::new(&c, mode, false, &path, b"n").unwrap());
+                member = None;
+                node.as_ref().unwrap().start().unwrap();
+            }
+        }
+        wait_until(
+            Duration::from_secs(10),
+            || proxy.requests_paused(),
+            || format!("{kind}: no exists request on {path}\n{}", ctx.dump()),
+        );
+        other.delete().for_path(&path).unwrap();
+        proxy.resume();
+        let deleted = Instant::now();
+        wait_until(
+            Duration::from_secs(5),
+            || other.exists(&path).unwrap().is_some(),
+            || {
+                format!(
+                    "{kind}: {path} not back 5 s after the delete\n{}",
+                    ctx.dump()
+                )
+            },
+        );
+        println!("{kind}: back {:?} after the delete", deleted.elapsed());
+        if let Some(m) = &member {
+            assert_eq!(
+                m.current_members().unwrap().into_keys().collect::<Vec<_>>(),
+                ["m1"]
+            );
+        }
+        drop((node, member));
+        wait_until(
+            Duration::from_secs(10),
+            || other.exists(&path).unwrap().is_none(),
+            || format!("{kind}: {path} not deleted on close\n{}", ctx.dump()),
+        );
+    }
+}
