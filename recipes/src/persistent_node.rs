@@ -292,11 +292,13 @@ impl Inner {
         self.watch_created(&path)
     }
 
-    /// Creates the node again under its first name.
+    /// Creates the node again under its first name: a sequential mode
+    /// becomes its plain form, as in Curator.
     fn recreate(&self, path: &str, data: &[u8]) -> Result<()> {
         let mode = match self.mode {
             CreateMode::EphemeralSequential => CreateMode::Ephemeral,
             CreateMode::PersistentSequential => CreateMode::Persistent,
+            CreateMode::PersistentSequentialWithTtl(ttl) => CreateMode::PersistentWithTtl(ttl),
             other => other,
         };
         let created = self

@@ -465,3 +465,57 @@ fn a_node_deleted_before_its_watch_is_set_comes_back() {
         );
     }
 }
+
+/// A sequential TTL node is re-created under its first name (as a
+/// `PersistentWithTtl` node, as Curator maps sequential modes once the
+/// node exists): one node under the parent after each delete, none after
+/// close. Before, each re-create made a new sequential node beside the
+/// name, and those strays outlived the close.
+#[test]
+fn a_sequential_ttl_node_comes_back_under_its_first_name() {
+    let config = latchkey_test::ServerConfig {
+        system_properties: vec![("zookeeper.extendedTypesEnabled".into(), "true".into())],
+        ..Default::default()
+    };
+    let server = TestingServer::start_with(config).expect("start ZooKeeper");
+    let c = connect(&server.connect_string(), Duration::from_secs(20));
+    let other = connect(&server.connect_string(), Duration::from_secs(20));
+    let ctx = Ctx::new(&server, &c);
+    let parent = unique("/persistent/ttl-seq");
+    let ttl = CreateMode::PersistentSequentialWithTtl(Duration::from_secs(600));
+    let node = PersistentNode::new(&c, ttl, false, &format!("{parent}/n-"), b"t").unwrap();
+    node.start().unwrap();
+    assert!(
+        node.wait_for_initial_create(Duration::from_secs(10))
+            .unwrap(),
+        "not created\n{}",
+        ctx.dump()
+    );
+    let actual = node.actual_path().unwrap();
+    let name = actual.rsplit('/').next().unwrap().to_owned();
+    for delete in 1..=2 {
+        other.delete().for_path(&actual).unwrap();
+        wait_until(
+            Duration::from_secs(5),
+            || !sorted_children(&other, &parent).is_empty(),
+            || {
+                format!(
+                    "delete {delete}: nothing back under {parent}: {:?}\n{}",
+                    other.get_children(&parent),
+                    ctx.dump()
+                )
+            },
+        );
+        assert_eq!(
+            sorted_children(&other, &parent),
+            [name.as_str()],
+            "delete {delete}: the nodes under {parent}"
+        );
+    }
+    node.close();
+    wait_until(
+        Duration::from_secs(10),
+        || sorted_children(&other, &parent).is_empty(),
+        || format!("left after close: {:?}", sorted_children(&other, &parent)),
+    );
+}
