@@ -69,6 +69,9 @@ struct NodeState {
     actual: Option<String>,
     /// `data` not yet written to the node.
     dirty: bool,
+    /// A first create was sent: the server may have made the node even
+    /// if no answer came (the close cancelled it).
+    create_sent: bool,
 }
 
 impl PersistentNode {
@@ -109,6 +112,7 @@ impl PersistentNode {
                     data: data.to_vec(),
                     actual: None,
                     dirty: false,
+                    create_sent: false,
                 }),
                 created: Condvar::new(),
                 armed: Arc::default(),
@@ -181,7 +185,11 @@ impl PersistentNode {
 
     /// Stops keeping the node and deletes it (guaranteed: the client
     /// retries in the background if ZooKeeper cannot be reached). Its
-    /// requests under way end at once. Idempotent; dropping does the same.
+    /// requests under way end at once; a first create cut short that the
+    /// server applied all the same is deleted too (found by its name, or
+    /// by its protection prefix; an unprotected sequential node's name is
+    /// unknown, so use protection with sequential modes). Idempotent;
+    /// dropping does the same.
     pub fn close(&self) {
         if !self.inner.keeper.close() {
             return;
@@ -191,7 +199,30 @@ impl PersistentNode {
             let _state = self.inner.state.lock();
             self.inner.created.notify_all();
         }
-        if let Some(path) = self.actual_path() {
+        // The node's thread has ended: `actual` is final. A first create
+        // cut short by the close may have made the node all the same; a
+        // plain one is deleted by its name, a protected one by the
+        // client's clean-up of protected creates that got no answer.
+        let path = {
+            let s = self.inner.state.lock();
+            match (&s.actual, s.create_sent) {
+                (Some(path), _) => Some(path.clone()),
+                (None, true) if !self.inner.mode.is_sequential() => {
+                    Some(self.inner.base_path.clone())
+                }
+                (None, true) if !self.inner.protected => {
+                    log::warn!(
+                        "the persistent node {} was closed during its first create: \
+                         a node the server made is left (an unprotected sequential \
+                         name cannot be found)",
+                        self.inner.base_path
+                    );
+                    None
+                }
+                (None, _) => None,
+            }
+        };
+        if let Some(path) = path {
             if let Err(e) = self.inner.plain.delete().in_background().for_path(&path) {
                 log::warn!("deleting the persistent node {path}: {e}");
             }
@@ -273,7 +304,17 @@ impl Inner {
             true => builder.with_protection(),
             false => builder,
         };
-        let path = match builder.for_path(&self.base_path, data) {
+        self.state.lock().create_sent = true;
+        let created = builder.for_path(&self.base_path, data);
+        if created
+            .as_ref()
+            .is_err_and(|e| e.code().is_some() && !e.is_retryable())
+        {
+            // ZooKeeper refused it: no node (an earlier attempt's would
+            // have made this one `NodeExists`).
+            self.state.lock().create_sent = false;
+        }
+        let path = match created {
             // A plain node that is there already (ours from an earlier
             // session, or someone's): keep it, with our data.
             // The next pass (woken below) writes it.

@@ -519,3 +519,48 @@ fn a_sequential_ttl_node_comes_back_under_its_first_name() {
         || format!("left after close: {:?}", sorted_children(&other, &parent)),
     );
 }
+
+/// Nodes closed while their first create is under way are deleted all
+/// the same (Curator's testQuickCloseNodeExists). Each node is closed
+/// right after its client sent the create; before, a create that the
+/// server applied after the close left its node for good.
+#[test]
+fn a_node_closed_while_its_create_is_under_way_is_deleted() {
+    const NODES: usize = 150;
+    let (c, other) = {
+        let mut cs = clients(2, Duration::from_secs(20));
+        (cs.remove(0), cs.remove(0))
+    };
+    let parent = unique("/persistent/quick-close");
+    other
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&parent, b"")
+        .unwrap();
+    for i in 0..NODES {
+        let (mode, protected) = match i % 3 {
+            0 => (CreateMode::Persistent, false),
+            1 => (CreateMode::Ephemeral, false),
+            _ => (CreateMode::PersistentSequential, true),
+        };
+        let path = format!("{parent}/n{i}-");
+        let node = PersistentNode::new(&c, mode, protected, &path, b"").unwrap();
+        let before = c.metrics().requests_sent;
+        node.start().unwrap();
+        // Every other node: closed once its create is sent, else at once.
+        if i % 2 == 0 {
+            until_sent_more_than(&c, before, &format!("node {i}"));
+        }
+        node.close();
+    }
+    let started = Instant::now();
+    wait_until(
+        Duration::from_secs(10),
+        || sorted_children(&other, &parent).is_empty(),
+        || {
+            let left = sorted_children(&other, &parent);
+            format!("{} of {NODES} nodes left after close: {left:?}", left.len())
+        },
+    );
+    println!("all gone {:?} after the last close", started.elapsed());
+}
