@@ -336,7 +336,9 @@ impl LeaderSelector {
     }
 
     /// The error that stopped the selector's work, if one did (without
-    /// auto-requeue, an error queueing ends the work as in Curator).
+    /// auto-requeue, an error queueing ends the work as in Curator), or
+    /// the last panic of `take_leadership` ("take_leadership panicked: "
+    /// and its message, if it is a string), which ends that term.
     pub fn last_error(&self) -> Option<String> {
         self.inner.state.lock().last_error.clone()
     }
@@ -384,7 +386,10 @@ impl Inner {
             let outcome = self.mutex.acquire_cancellable(Duration::MAX, &cancel);
             self.state.lock().cancel = None;
             match outcome {
-                Ok(true) => self.lead(),
+                Ok(true) => {
+                    self.lead();
+                    continue;
+                }
                 Ok(false) | Err(Error::Cancelled) => {}
                 Err(e) => {
                     log::warn!("leader selector {}: {e}", self.mutex.path());
@@ -441,15 +446,39 @@ impl Inner {
         {
             term.interrupt();
         }
-        if catch_unwind(AssertUnwindSafe(|| (self.take)(&leadership))).is_err() {
+        let panicked = catch_unwind(AssertUnwindSafe(|| (self.take)(&leadership)))
+            .err()
+            .map(|panic| {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|m| m.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned());
+                match message {
+                    Some(m) => format!("take_leadership panicked: {m}"),
+                    None => "take_leadership panicked".to_string(),
+                }
+            });
+        if let Some(panicked) = &panicked {
             log::warn!(
-                "leader selector {}: take_leadership panicked; leadership ends",
+                "leader selector {}: {panicked}; leadership ends",
                 self.mutex.path()
             );
         }
         drop(listener);
         term.subscriptions.lock().clear();
-        self.state.lock().term = None;
+        {
+            // In one step with the end of the term, so that a `requeue`
+            // accepted from now on is not overwritten (Curator's
+            // `internalRequeue`): queued again before the release.
+            let mut s = self.state.lock();
+            s.term = None;
+            if panicked.is_some() {
+                s.last_error = panicked;
+            }
+            if self.auto_requeue.load(Ordering::Acquire) {
+                s.queued = true;
+            }
+        }
         if let Err(e) = self.mutex.release() {
             log::warn!("leader selector {}: releasing: {e}", self.mutex.path());
         }

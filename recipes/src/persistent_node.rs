@@ -69,6 +69,9 @@ struct NodeState {
     actual: Option<String>,
     /// `data` not yet written to the node.
     dirty: bool,
+    /// A first create was sent: the server may have made the node even
+    /// if no answer came (the close cancelled it).
+    create_sent: bool,
 }
 
 impl PersistentNode {
@@ -109,6 +112,7 @@ impl PersistentNode {
                     data: data.to_vec(),
                     actual: None,
                     dirty: false,
+                    create_sent: false,
                 }),
                 created: Condvar::new(),
                 armed: Arc::default(),
@@ -181,7 +185,11 @@ impl PersistentNode {
 
     /// Stops keeping the node and deletes it (guaranteed: the client
     /// retries in the background if ZooKeeper cannot be reached). Its
-    /// requests under way end at once. Idempotent; dropping does the same.
+    /// requests under way end at once; a first create cut short that the
+    /// server applied all the same is deleted too (found by its name, or
+    /// by its protection prefix; an unprotected sequential node's name is
+    /// unknown, so use protection with sequential modes). Idempotent;
+    /// dropping does the same.
     pub fn close(&self) {
         if !self.inner.keeper.close() {
             return;
@@ -191,7 +199,30 @@ impl PersistentNode {
             let _state = self.inner.state.lock();
             self.inner.created.notify_all();
         }
-        if let Some(path) = self.actual_path() {
+        // The node's thread has ended: `actual` is final. A first create
+        // cut short by the close may have made the node all the same; a
+        // plain one is deleted by its name, a protected one by the
+        // client's clean-up of protected creates that got no answer.
+        let path = {
+            let s = self.inner.state.lock();
+            match (&s.actual, s.create_sent) {
+                (Some(path), _) => Some(path.clone()),
+                (None, true) if !self.inner.mode.is_sequential() => {
+                    Some(self.inner.base_path.clone())
+                }
+                (None, true) if !self.inner.protected => {
+                    log::warn!(
+                        "the persistent node {} was closed during its first create: \
+                         a node the server made is left (an unprotected sequential \
+                         name cannot be found)",
+                        self.inner.base_path
+                    );
+                    None
+                }
+                (None, _) => None,
+            }
+        };
+        if let Some(path) = path {
             if let Err(e) = self.inner.plain.delete().in_background().for_path(&path) {
                 log::warn!("deleting the persistent node {path}: {e}");
             }
@@ -229,29 +260,38 @@ impl Kept for Inner {
 impl Inner {
     /// Creates the node if it is missing, watches it, and writes new data.
     fn ensure(&self) -> Result<()> {
-        let (actual, data, dirty) = {
-            let s = self.state.lock();
-            (s.actual.clone(), s.data.clone(), s.dirty)
+        // The data and its mark are taken together: a `set_data` from now
+        // on marks its data again, for the next pass.
+        let (actual, data, mut dirty) = {
+            let mut s = self.state.lock();
+            (
+                s.actual.clone(),
+                s.data.clone(),
+                std::mem::take(&mut s.dirty),
+            )
         };
-        let Some(path) = actual else {
-            return self.create_first(&data);
-        };
-        match self.watch(&path)? {
-            None => self.recreate(&path, &data),
-            Some(_) if dirty => {
-                self.state.lock().dirty = false;
-                match self.client.set_data(&path, &data, None) {
+        let result = match actual {
+            None => self.create_first(&data),
+            Some(path) => match self.watch(&path) {
+                Ok(None) => {
+                    // Should the re-create fail, the node someone makes
+                    // meanwhile gets our data.
+                    dirty = true;
+                    self.recreate(&path, &data)
+                }
+                Ok(Some(_)) if dirty => match self.client.set_data(&path, &data, None) {
                     // Gone meanwhile: the watch fires and we create it.
                     Err(e) if e.is(ErrorCode::NoNode) => Ok(()),
-                    Err(e) => {
-                        self.state.lock().dirty = true;
-                        Err(e)
-                    }
-                    Ok(_) => Ok(()),
-                }
-            }
-            Some(_) => Ok(()),
+                    other => other.map(|_| ()),
+                },
+                other => other.map(|_| ()),
+            },
+        };
+        if result.is_err() && dirty {
+            // Not written: the next try writes it.
+            self.state.lock().dirty = true;
         }
+        result
     }
 
     fn create_first(&self, data: &[u8]) -> Result<()> {
@@ -264,7 +304,17 @@ impl Inner {
             true => builder.with_protection(),
             false => builder,
         };
-        let path = match builder.for_path(&self.base_path, data) {
+        self.state.lock().create_sent = true;
+        let created = builder.for_path(&self.base_path, data);
+        if created
+            .as_ref()
+            .is_err_and(|e| e.code().is_some() && !e.is_retryable())
+        {
+            // ZooKeeper refused it: no node (an earlier attempt's would
+            // have made this one `NodeExists`).
+            self.state.lock().create_sent = false;
+        }
+        let path = match created {
             // A plain node that is there already (ours from an earlier
             // session, or someone's): keep it, with our data.
             // The next pass (woken below) writes it.
@@ -280,17 +330,18 @@ impl Inner {
             state.actual = Some(path.clone());
         }
         self.created.notify_all();
-        self.watch(&path).map(|_| ())
+        self.watch_created(&path)
     }
 
-    /// Creates the node again under its first name.
+    /// Creates the node again under its first name: a sequential mode
+    /// becomes its plain form, as in Curator.
     fn recreate(&self, path: &str, data: &[u8]) -> Result<()> {
         let mode = match self.mode {
             CreateMode::EphemeralSequential => CreateMode::Ephemeral,
             CreateMode::PersistentSequential => CreateMode::Persistent,
+            CreateMode::PersistentSequentialWithTtl(ttl) => CreateMode::PersistentWithTtl(ttl),
             other => other,
         };
-        self.state.lock().dirty = false;
         let created = self
             .client
             .create()
@@ -305,12 +356,19 @@ impl Inner {
                 self.keeper.signal().notify();
                 Ok(())
             }
-            Err(e) => {
-                self.state.lock().dirty = true;
-                Err(e)
-            }
-            Ok(_) => self.watch(path).map(|_| ()),
+            Err(e) => Err(e),
+            Ok(_) => self.watch_created(path),
         }
+    }
+
+    /// Watches the node just created. Gone already (deleted before the
+    /// watch was set, so no event will come): the next pass creates it
+    /// again, as Curator's `watchNode` does on `NoNode`.
+    fn watch_created(&self, path: &str) -> Result<()> {
+        if self.watch(path)?.is_none() {
+            self.keeper.signal().notify();
+        }
+        Ok(())
     }
 
     /// Whether the node exists, leaving a watch on it unless one of this

@@ -905,6 +905,93 @@ mod selector {
         assert_eq!(again.last_error(), None);
     }
 
+    /// A `requeue` that returns `Ok(true)` as a term ends leads again.
+    /// Before, the selector's thread set `queued` to its auto-requeue
+    /// setting after the release's round trip, over a requeue accepted
+    /// meanwhile: the second term never came.
+    #[test]
+    fn a_requeue_accepted_as_a_term_ends_leads_again() {
+        const ROUNDS: usize = 20;
+        let c = connect(&shared_server().connect_string(), SESSION);
+        let path = unique("selector-requeue");
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let s = LeaderSelector::new(&c, &path, "solo", move |_| {
+            let _ = tx.send(());
+        })
+        .unwrap();
+        s.start().unwrap();
+        assert!(
+            rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "no first term within 10 s"
+        );
+        let (mut lost, mut tried) = (Vec::new(), 0);
+        for round in 0..ROUNDS {
+            tried += 1;
+            // The term is ending or over: requeue as soon as it is accepted.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !s.requeue().unwrap() {
+                assert!(Instant::now() < deadline, "round {round}: never requeued");
+                thread::yield_now();
+            }
+            // A term on the local server comes within milliseconds.
+            if rx.recv_timeout(Duration::from_secs(2)).is_ok() {
+                continue;
+            }
+            lost.push(round);
+            if lost.len() == 3 {
+                break;
+            }
+            // Lost: the selector is idle, so this requeue is no race.
+            assert!(s.requeue().unwrap(), "round {round}: still queued");
+            assert!(
+                rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+                "round {round}: no term after a requeue of an idle selector"
+            );
+        }
+        assert!(
+            lost.is_empty(),
+            "{} of {tried} accepted requeues gave no term within 2 s (rounds {lost:?})",
+            lost.len()
+        );
+    }
+
+    /// A `take_leadership` that panics ends its term (the lock goes) and
+    /// is told by `last_error`, with its message when it is a string.
+    #[test]
+    fn a_panicking_leader_is_told_by_last_error() {
+        let c = connect(&shared_server().connect_string(), SESSION);
+        let path = unique("selector-panic");
+        let terms = Arc::new(AtomicUsize::new(0));
+        let t = Arc::clone(&terms);
+        let s = LeaderSelector::new(&c, &path, "panics", move |_| {
+            match t.fetch_add(1, Ordering::SeqCst) {
+                0 => panic!("static boom"),
+                n => panic!("boom number {n}"),
+            }
+        })
+        .unwrap();
+        assert_eq!(s.last_error(), None);
+        s.start().unwrap();
+        for (term, want) in [(1, "static boom"), (2, "boom number 1")] {
+            wait_until(
+                Duration::from_secs(10),
+                || terms.load(Ordering::SeqCst) == term && s.requeue().is_ok_and(|q| q),
+                || format!("term {term} did not end: last_error {:?}", s.last_error()),
+            );
+            let told = s.last_error();
+            assert!(
+                told.as_deref()
+                    .is_some_and(|e| e.contains("panicked") && e.contains(want)),
+                "term {term}: last_error {told:?}, wanted the panic {want:?}"
+            );
+        }
+        wait_until(
+            Duration::from_secs(10),
+            || terms.load(Ordering::SeqCst) == 3,
+            || format!("no third term: {:?}", s.last_error()),
+        );
+    }
+
     #[test]
     fn never_two_selector_leaders_through_leader_kills() {
         let mut cluster = TestingCluster::start(3).unwrap();

@@ -339,3 +339,228 @@ fn group_members_see_each_other_join_change_and_leave() {
     assert_eq!(ids(&members[0]), ["m0", "m1"]);
     assert_eq!(members[0].id(), "m0");
 }
+
+/// Spins until `c` has sent more than `before` requests; fails the test
+/// after 10 s.
+fn until_sent_more_than(c: &latchkey_framework::Client, before: u64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.metrics().requests_sent <= before {
+        assert!(Instant::now() < deadline, "{what}: no request within 10 s");
+        std::hint::spin_loop();
+    }
+}
+
+/// A `set_data` that comes while the node's thread writes the one before
+/// reaches the node too. Before, the thread copied the data, looked at the
+/// node (a round trip), then cleared the mark of new data, also the mark
+/// of a `set_data` made meanwhile: that one was never written.
+#[test]
+fn a_set_data_during_the_write_of_the_one_before_is_written_too() {
+    const ROUNDS: usize = 50;
+    let (c, other) = {
+        let mut cs = clients(2, Duration::from_secs(20));
+        (cs.remove(0), cs.remove(0))
+    };
+    let path = unique("/persistent/quick-data");
+    let node = PersistentNode::new(&c, CreateMode::Persistent, false, &path, b"").unwrap();
+    node.start().unwrap();
+    assert!(node
+        .wait_for_initial_create(Duration::from_secs(10))
+        .unwrap());
+    for round in 0..ROUNDS {
+        let before = c.metrics().requests_sent;
+        node.set_data(format!("a{round}").as_bytes()).unwrap();
+        // The node's thread has sent its first request for "a": the
+        // second value comes while that pass is under way.
+        until_sent_more_than(&c, before, &format!("round {round}"));
+        node.set_data(format!("b{round}").as_bytes()).unwrap();
+        wait_until(
+            Duration::from_secs(5),
+            || other.get_data(&path).is_ok_and(|(d, _)| d == node.data()),
+            || {
+                format!(
+                    "round {round}: the node holds {:?}, data() is {:?}",
+                    other
+                        .get_data(&path)
+                        .map(|(d, _)| String::from_utf8_lossy(&d).into_owned()),
+                    String::from_utf8_lossy(&node.data())
+                )
+            },
+        );
+    }
+}
+
+/// A node deleted by someone else after its create but before its watch
+/// is set comes back, as a `GroupMember`'s does. The node's client goes
+/// through a proxy that holds its `exists` request (op code 3) on the
+/// node until the other client has deleted it. Before, the watch found
+/// the node missing and nothing created it again.
+#[test]
+fn a_node_deleted_before_its_watch_is_set_comes_back() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let c = connect(&proxy.connect_string(), Duration::from_secs(20));
+    let other = &clients(1, Duration::from_secs(20))[0];
+    let ctx = Ctx::new(server, &c);
+    let base = unique("/persistent/early-delete");
+    let group = format!("{base}/group");
+    other
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&group, b"")
+        .unwrap();
+    for (kind, path) in [
+        ("ephemeral", format!("{base}/ephemeral")),
+        ("persistent", format!("{base}/persistent")),
+        ("member", format!("{group}/m1")),
+    ] {
+        proxy.pause_requests_at(&request_on(3, &path));
+        let (node, member);
+        match kind {
+            "member" => {
+                member = Some(GroupMember::new(&c, &group, "m1", b"m").unwrap());
+                node = None;
+                member.as_ref().unwrap().start().unwrap();
+            }
+            _ => {
+                let mode = match kind {
+                    "ephemeral" => CreateMode::Ephemeral,
+                    _ => CreateMode::Persistent,
+                };
+                node = Some(PersistentNode::new(&c, mode, false, &path, b"n").unwrap());
+                member = None;
+                node.as_ref().unwrap().start().unwrap();
+            }
+        }
+        wait_until(
+            Duration::from_secs(10),
+            || proxy.requests_paused(),
+            || format!("{kind}: no exists request on {path}\n{}", ctx.dump()),
+        );
+        other.delete().for_path(&path).unwrap();
+        proxy.resume();
+        let deleted = Instant::now();
+        wait_until(
+            Duration::from_secs(5),
+            || other.exists(&path).unwrap().is_some(),
+            || {
+                format!(
+                    "{kind}: {path} not back 5 s after the delete\n{}",
+                    ctx.dump()
+                )
+            },
+        );
+        println!("{kind}: back {:?} after the delete", deleted.elapsed());
+        if let Some(m) = &member {
+            assert_eq!(
+                m.current_members().unwrap().into_keys().collect::<Vec<_>>(),
+                ["m1"]
+            );
+        }
+        drop((node, member));
+        wait_until(
+            Duration::from_secs(10),
+            || other.exists(&path).unwrap().is_none(),
+            || format!("{kind}: {path} not deleted on close\n{}", ctx.dump()),
+        );
+    }
+}
+
+/// A sequential TTL node is re-created under its first name (as a
+/// `PersistentWithTtl` node, as Curator maps sequential modes once the
+/// node exists): one node under the parent after each delete, none after
+/// close. Before, each re-create made a new sequential node beside the
+/// name, and those strays outlived the close.
+#[test]
+fn a_sequential_ttl_node_comes_back_under_its_first_name() {
+    let config = latchkey_test::ServerConfig {
+        system_properties: vec![("zookeeper.extendedTypesEnabled".into(), "true".into())],
+        ..Default::default()
+    };
+    let server = TestingServer::start_with(config).expect("start ZooKeeper");
+    let c = connect(&server.connect_string(), Duration::from_secs(20));
+    let other = connect(&server.connect_string(), Duration::from_secs(20));
+    let ctx = Ctx::new(&server, &c);
+    let parent = unique("/persistent/ttl-seq");
+    let ttl = CreateMode::PersistentSequentialWithTtl(Duration::from_secs(600));
+    let node = PersistentNode::new(&c, ttl, false, &format!("{parent}/n-"), b"t").unwrap();
+    node.start().unwrap();
+    assert!(
+        node.wait_for_initial_create(Duration::from_secs(10))
+            .unwrap(),
+        "not created\n{}",
+        ctx.dump()
+    );
+    let actual = node.actual_path().unwrap();
+    let name = actual.rsplit('/').next().unwrap().to_owned();
+    for delete in 1..=2 {
+        other.delete().for_path(&actual).unwrap();
+        wait_until(
+            Duration::from_secs(5),
+            || !sorted_children(&other, &parent).is_empty(),
+            || {
+                format!(
+                    "delete {delete}: nothing back under {parent}: {:?}\n{}",
+                    other.get_children(&parent),
+                    ctx.dump()
+                )
+            },
+        );
+        assert_eq!(
+            sorted_children(&other, &parent),
+            [name.as_str()],
+            "delete {delete}: the nodes under {parent}"
+        );
+    }
+    node.close();
+    wait_until(
+        Duration::from_secs(10),
+        || sorted_children(&other, &parent).is_empty(),
+        || format!("left after close: {:?}", sorted_children(&other, &parent)),
+    );
+}
+
+/// Nodes closed while their first create is under way are deleted all
+/// the same (Curator's testQuickCloseNodeExists). Each node is closed
+/// right after its client sent the create; before, a create that the
+/// server applied after the close left its node for good.
+#[test]
+fn a_node_closed_while_its_create_is_under_way_is_deleted() {
+    const NODES: usize = 150;
+    let (c, other) = {
+        let mut cs = clients(2, Duration::from_secs(20));
+        (cs.remove(0), cs.remove(0))
+    };
+    let parent = unique("/persistent/quick-close");
+    other
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&parent, b"")
+        .unwrap();
+    for i in 0..NODES {
+        let (mode, protected) = match i % 3 {
+            0 => (CreateMode::Persistent, false),
+            1 => (CreateMode::Ephemeral, false),
+            _ => (CreateMode::PersistentSequential, true),
+        };
+        let path = format!("{parent}/n{i}-");
+        let node = PersistentNode::new(&c, mode, protected, &path, b"").unwrap();
+        let before = c.metrics().requests_sent;
+        node.start().unwrap();
+        // Every other node: closed once its create is sent, else at once.
+        if i % 2 == 0 {
+            until_sent_more_than(&c, before, &format!("node {i}"));
+        }
+        node.close();
+    }
+    let started = Instant::now();
+    wait_until(
+        Duration::from_secs(10),
+        || sorted_children(&other, &parent).is_empty(),
+        || {
+            let left = sorted_children(&other, &parent);
+            format!("{} of {NODES} nodes left after close: {left:?}", left.len())
+        },
+    );
+    println!("all gone {:?} after the last close", started.elapsed());
+}
