@@ -19,7 +19,7 @@
 //!     .retry_policy(RetryNTimes::new(3, Duration::from_millis(100)))
 //!     .build()?;
 //! client.start()?;
-//! client.block_until_connected(Duration::from_secs(5))?;
+//! client.block_until_connected_or_err(Duration::from_secs(5))?;
 //! client.create().creating_parents_if_needed().mode(CreateMode::Ephemeral).for_path("/app/me", b"hi")?;
 //! let (data, _stat) = client.get_data("/app/me")?;
 //! assert_eq!(data, b"hi");
