@@ -81,3 +81,9 @@ pub use tls::TlsConfig;
 pub use transaction::{MultiRead, OperationType, ReadResult, Transaction, TransactionResult};
 pub use types::{CreateMode, EventType, Stat, WatchedEvent};
 pub use watchers::{AddWatchMode, WatcherType};
+
+/// This crate's README (its page on crates.io): its Rust examples are
+/// compiled by `cargo test --doc -p latchkey-framework`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

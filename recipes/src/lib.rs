@@ -167,3 +167,14 @@ pub use semaphore::{
     SemaphoreMutexGuard, LEASE_NAME,
 };
 pub use shared_count::{SharedCount, VersionedValue};
+
+/// The workspace README's Rust examples, compiled (and, unless `no_run`,
+/// run) by `cargo test --doc -p latchkey-recipes`, which sees both crates.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
+/// This crate's README (its page on crates.io), tested the same way.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct CrateReadmeDoctests;
