@@ -1048,3 +1048,42 @@ fn a_client_that_cannot_connect_in_time_gets_an_error_naming_the_server() {
         .unwrap();
     live.close();
 }
+
+/// A bad path is named once, with its reason once: `invalid path
+/// "probe/b": path must start with /`, whichever call refused it.
+#[test]
+fn a_bad_path_error_says_invalid_path_once() {
+    let c = connect(&shared_server().connect_string(), Duration::from_secs(10));
+    let cases: Vec<(&str, Error)> = vec![
+        ("create", c.create().for_path("probe/b", b"").unwrap_err()),
+        (
+            "sequential create",
+            c.create()
+                .mode(CreateMode::PersistentSequential)
+                .for_path("probe/b", b"")
+                .unwrap_err(),
+        ),
+        ("get_data", c.get_data("probe/b").unwrap_err()),
+        ("delete", c.delete().for_path("probe/b").unwrap_err()),
+        (
+            "transaction",
+            c.transaction().create("probe/b", b"").commit().unwrap_err(),
+        ),
+        (
+            "mutex",
+            latchkey_recipes::InterProcessMutex::new(&c, "probe/b").unwrap_err(),
+        ),
+    ];
+    for (call, err) in cases {
+        let shown = err.to_string();
+        assert!(matches!(err, Error::InvalidPath { .. }), "{call}: {err:?}");
+        assert_eq!(shown.matches("invalid path").count(), 1, "{call}: {shown}");
+        assert_eq!(shown.matches("probe/b").count(), 1, "{call}: {shown}");
+        assert!(
+            shown.starts_with("invalid path \"probe/b\": ")
+                && shown.ends_with("path must start with /"),
+            "{call}: {shown}"
+        );
+    }
+    c.close();
+}
