@@ -168,13 +168,8 @@ pub use semaphore::{
 };
 pub use shared_count::{SharedCount, VersionedValue};
 
-/// The workspace README's Rust examples, compiled (and, unless `no_run`,
-/// run) by `cargo test --doc -p latchkey-recipes`, which sees both crates.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-pub struct ReadmeDoctests;
-
-/// This crate's README (its page on crates.io), tested the same way.
+/// This crate's README (its page on crates.io): its Rust examples are
+/// compiled by `cargo test --doc -p latchkey-recipes`.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
-pub struct CrateReadmeDoctests;
+pub struct ReadmeDoctests;
