@@ -697,6 +697,15 @@ impl Client {
     }
 
     /// The server's id of the current session (0 before connecting).
+    ///
+    /// After a session is lost the client starts the next one at once
+    /// (after a rejected auth, once the retry policy allows), and from then
+    /// on this is the next session's id: 0 until it connects. A `Lost`
+    /// listener runs on the listener thread, after the state changed, so
+    /// it may see the lost session's id, 0 or already the next session's
+    /// id. To know which session a listener's `Lost` ended, read this
+    /// while connected and keep it; the recipes compare such kept ids with
+    /// this one to tell whether what they hold is of the current session.
     pub fn session_id(&self) -> i64 {
         self.shared.session().map_or(0, |s| s.session_id())
     }
