@@ -164,9 +164,10 @@ impl CreateBuilder<'_> {
         } else {
             paths::validate_path(path)
         };
+        // The reason alone: `Error::InvalidPath` shows the path itself.
         valid.map_err(|e| Error::InvalidPath {
             path: path.to_owned(),
-            reason: e.to_string(),
+            reason: e.kind().to_string(),
         })?;
         if path == "/" && shared.cfg.namespace.is_none() {
             return Err(Error::InvalidPath {

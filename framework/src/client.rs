@@ -36,7 +36,7 @@ use crate::wire::{WireConfig, WireEvent, WireSession};
 ///     .namespace("myapp")
 ///     .build()?;
 /// client.start()?;
-/// client.block_until_connected(Duration::from_secs(5))?;
+/// client.block_until_connected_or_err(Duration::from_secs(5))?;
 /// # Ok::<(), latchkey_framework::Error>(())
 /// ```
 pub struct ClientBuilder {
@@ -261,6 +261,7 @@ impl ClientBuilder {
             cancel: None,
             shared: Arc::new(Shared {
                 cfg: Config {
+                    connect_string: self.connect_string,
                     wire: WireConfig {
                         hosts,
                         session_timeout: self.session_timeout,
@@ -338,6 +339,8 @@ fn with_default_port(host: &str) -> String {
 }
 
 pub(crate) struct Config {
+    /// As given to the builder, for error messages.
+    pub connect_string: String,
     pub wire: WireConfig,
     pub retry: Arc<dyn RetryPolicy>,
     pub namespace: Option<String>,
@@ -485,6 +488,8 @@ impl Client {
     /// Waits until connected. `Ok(false)` when `timeout` passes first (or
     /// this handle's deadline, see [`Client::with_deadline`]). A timeout too
     /// large for the clock, such as `Duration::MAX`, waits without limit.
+    /// Check the `bool`: [`Client::block_until_connected_or_err`] fails
+    /// instead, saying why the client could not connect.
     pub fn block_until_connected(&self, timeout: Duration) -> Result<bool> {
         self.shared.check_usable()?;
         let by_timeout = Instant::now().checked_add(timeout);
@@ -493,6 +498,50 @@ impl Client {
             (a, b) => a.or(b),
         };
         Ok(self.shared.board.wait_connected(deadline))
+    }
+
+    /// Waits until connected, like [`Client::block_until_connected`], but
+    /// fails when `timeout` (or this handle's deadline) passes first, with
+    /// [`Error::ConnectTimeout`], which names the connect string and why
+    /// the last attempt to connect failed (for example `connection to
+    /// 127.0.0.1:2181 refused`). The client goes on trying in the
+    /// background; close it (or drop it) to stop. A rejected auth fails
+    /// with [`Error::AuthFailed`] instead, a closed client with
+    /// [`Error::Closed`].
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use latchkey_framework::Client;
+    ///
+    /// let client = Client::new("127.0.0.1:2181")?;
+    /// client.start()?;
+    /// client.block_until_connected_or_err(Duration::from_secs(10))?;
+    /// # Ok::<(), latchkey_framework::Error>(())
+    /// ```
+    pub fn block_until_connected_or_err(&self, timeout: Duration) -> Result<()> {
+        let started = Instant::now();
+        if self.block_until_connected(timeout)? {
+            return Ok(());
+        }
+        let s = &self.shared;
+        if s.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if s.auth_failed.load(Ordering::Acquire) {
+            return Err(s.auth_error());
+        }
+        let waited = match self.deadline {
+            Some(d) => timeout.min(d.saturating_duration_since(started)),
+            None => timeout,
+        };
+        Err(Error::ConnectTimeout {
+            connect_string: s.cfg.connect_string.clone(),
+            waited,
+            last_attempt: s
+                .session()
+                .and_then(|session| session.last_connect_error())
+                .map(|why| why.to_string()),
+        })
     }
 
     /// A handle on this client whose every operation returns by `deadline`
@@ -648,6 +697,15 @@ impl Client {
     }
 
     /// The server's id of the current session (0 before connecting).
+    ///
+    /// After a session is lost the client starts the next one at once
+    /// (after a rejected auth, once the retry policy allows), and from then
+    /// on this is the next session's id: 0 until it connects. A `Lost`
+    /// listener runs on the listener thread, after the state changed, so
+    /// it may see the lost session's id, 0 or already the next session's
+    /// id. To know which session a listener's `Lost` ended, read this
+    /// while connected and keep it; the recipes compare such kept ids with
+    /// this one to tell whether what they hold is of the current session.
     pub fn session_id(&self) -> i64 {
         self.shared.session().map_or(0, |s| s.session_id())
     }

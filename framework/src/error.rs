@@ -191,6 +191,19 @@ pub enum Error {
         /// handshake), if one failed.
         last_attempt: Option<String>,
     },
+    /// The client did not connect within the time
+    /// `Client::block_until_connected_or_err` was given; it keeps trying
+    /// in the background. Its code is `ConnectionLoss`.
+    ConnectTimeout {
+        /// The connect string the client was built with.
+        connect_string: String,
+        /// How long the call waited.
+        waited: std::time::Duration,
+        /// Why the last attempt to connect failed (the host did not
+        /// resolve, the connection was refused or timed out, a bad
+        /// handshake), if one failed.
+        last_attempt: Option<String>,
+    },
     /// A client operation failed: names the operation and the path it was
     /// given; the error itself (usually [`Error::Zk`]) is its `source()`,
     /// and [`Error::code`] and [`Error::is`] look through to it.
@@ -303,7 +316,9 @@ impl Error {
             Error::Zk { code, .. } => Some(*code),
             Error::Operation { source, .. } => source.code(),
             Error::Timeout { .. } => Some(ErrorCode::OperationTimeout),
-            Error::NotConnected { .. } => Some(ErrorCode::ConnectionLoss),
+            Error::NotConnected { .. } | Error::ConnectTimeout { .. } => {
+                Some(ErrorCode::ConnectionLoss)
+            }
             Error::TransactionFailed { code, .. } => Some(*code),
             Error::AuthFailed { .. } => Some(ErrorCode::AuthFailed),
             _ => None,
@@ -366,6 +381,20 @@ impl fmt::Display for Error {
                 match last_attempt {
                     Some(why) => write!(f, " ({why})"),
                     None => Ok(()),
+                }
+            }
+            Error::ConnectTimeout {
+                connect_string,
+                waited,
+                last_attempt,
+            } => {
+                write!(
+                    f,
+                    "ConnectionLoss: not connected to ZooKeeper at {connect_string} within {waited:?}"
+                )?;
+                match last_attempt {
+                    Some(why) => write!(f, " (last attempt: {why})"),
+                    None => write!(f, " (no attempt to connect has failed yet)"),
                 }
             }
             Error::Timeout { op, path, source } => {

@@ -19,7 +19,7 @@
 //!     .retry_policy(RetryNTimes::new(3, Duration::from_millis(100)))
 //!     .build()?;
 //! client.start()?;
-//! client.block_until_connected(Duration::from_secs(5))?;
+//! client.block_until_connected_or_err(Duration::from_secs(5))?;
 //! client.create().creating_parents_if_needed().mode(CreateMode::Ephemeral).for_path("/app/me", b"hi")?;
 //! let (data, _stat) = client.get_data("/app/me")?;
 //! assert_eq!(data, b"hi");
@@ -81,3 +81,9 @@ pub use tls::TlsConfig;
 pub use transaction::{MultiRead, OperationType, ReadResult, Transaction, TransactionResult};
 pub use types::{CreateMode, EventType, Stat, WatchedEvent};
 pub use watchers::{AddWatchMode, WatcherType};
+
+/// This crate's README (its page on crates.io): its Rust examples are
+/// compiled by `cargo test --doc -p latchkey-framework`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

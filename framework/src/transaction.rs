@@ -260,7 +260,7 @@ fn validate(shared: &Shared, index: usize, path: &str, op: &Op) -> Result<String
             op.kind().name()
         ),
     };
-    valid.map_err(|e| bad(e.to_string()))?;
+    valid.map_err(|e| bad(e.kind().to_string()))?;
     if let Op::Create { mode, .. } = op {
         mode.ttl_ms().map_err(|why| {
             Error::InvalidArgument(format!(

@@ -167,3 +167,9 @@ pub use semaphore::{
     SemaphoreMutexGuard, LEASE_NAME,
 };
 pub use shared_count::{SharedCount, VersionedValue};
+
+/// This crate's README (its page on crates.io): its Rust examples are
+/// compiled by `cargo test --doc -p latchkey-recipes`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -34,3 +34,11 @@ pub use cluster::TestingCluster;
 pub use proxy::FaultProxy;
 pub use server::{four_letter_word, unique_path, ServerConfig, ServerTls, TestingServer};
 pub use tls::{ClientAuth, TestCerts};
+
+/// The workspace README's Rust examples, compiled (and, unless `no_run`,
+/// run) by `cargo test --doc -p latchkey-test`, which sees both the
+/// framework and the recipes. Compiled for doctests only, so the README
+/// outside the crate's directory is read only in the workspace.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

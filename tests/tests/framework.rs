@@ -996,3 +996,94 @@ fn connection_errors_say_why_the_client_could_not_connect() {
         c.close();
     }
 }
+
+/// The README's start: a client pointed at a port where nothing listens
+/// fails within the time it was given, saying where it tried to connect
+/// and why that failed, instead of returning `Ok(false)` and leaving the
+/// first operation to block for its whole retry loop.
+#[test]
+fn a_client_that_cannot_connect_in_time_gets_an_error_naming_the_server() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let c = Client::new(&addr.to_string()).unwrap();
+    c.start().unwrap();
+    let timeout = Duration::from_secs(2);
+    let t0 = Instant::now();
+    let err = c.block_until_connected_or_err(timeout).unwrap_err();
+    let took = t0.elapsed();
+    assert!(
+        took >= timeout && took < timeout + Duration::from_secs(1),
+        "returned after {took:?}: {err}"
+    );
+    assert!(matches!(err, Error::ConnectTimeout { .. }), "{err:?}");
+    assert!(err.is(ErrorCode::ConnectionLoss), "{err}");
+    let shown = err.to_string();
+    assert!(
+        shown.contains(&format!("at {addr} within 2s"))
+            && shown.contains(&format!("connection to {addr} refused")),
+        "{shown}"
+    );
+
+    // A handle's deadline bounds the wait as well.
+    let t0 = Instant::now();
+    let err = c
+        .with_timeout(Duration::from_millis(300))
+        .block_until_connected_or_err(Duration::from_secs(30))
+        .unwrap_err();
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "{:?}: {err}",
+        t0.elapsed()
+    );
+    c.close();
+    assert!(matches!(
+        c.block_until_connected_or_err(timeout),
+        Err(Error::Closed)
+    ));
+
+    let live = Client::new(&shared_server().connect_string()).unwrap();
+    live.start().unwrap();
+    live.block_until_connected_or_err(Duration::from_secs(30))
+        .unwrap();
+    live.close();
+}
+
+/// A bad path is named once, with its reason once: `invalid path
+/// "probe/b": path must start with /`, whichever call refused it.
+#[test]
+fn a_bad_path_error_says_invalid_path_once() {
+    let c = connect(&shared_server().connect_string(), Duration::from_secs(10));
+    let cases: Vec<(&str, Error)> = vec![
+        ("create", c.create().for_path("probe/b", b"").unwrap_err()),
+        (
+            "sequential create",
+            c.create()
+                .mode(CreateMode::PersistentSequential)
+                .for_path("probe/b", b"")
+                .unwrap_err(),
+        ),
+        ("get_data", c.get_data("probe/b").unwrap_err()),
+        ("delete", c.delete().for_path("probe/b").unwrap_err()),
+        (
+            "transaction",
+            c.transaction().create("probe/b", b"").commit().unwrap_err(),
+        ),
+        (
+            "mutex",
+            latchkey_recipes::InterProcessMutex::new(&c, "probe/b").unwrap_err(),
+        ),
+    ];
+    for (call, err) in cases {
+        let shown = err.to_string();
+        assert!(matches!(err, Error::InvalidPath { .. }), "{call}: {err:?}");
+        assert_eq!(shown.matches("invalid path").count(), 1, "{call}: {shown}");
+        assert_eq!(shown.matches("probe/b").count(), 1, "{call}: {shown}");
+        assert!(
+            shown.starts_with("invalid path \"probe/b\": ")
+                && shown.ends_with("path must start with /"),
+            "{call}: {shown}"
+        );
+    }
+    c.close();
+}

@@ -381,7 +381,8 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
     };
     if let Err(e) = paths::validate_path(&path) {
         return Err(Exit::usage(format!(
-            "PATH {path:?} is not a valid ZooKeeper path: {e}"
+            "PATH {path:?} is not a valid ZooKeeper path: {}",
+            e.kind()
         )));
     }
     if path == "/" {
