@@ -198,6 +198,13 @@ fn time_all(calls: Vec<Timed>) -> (Vec<Timing>, Vec<&'static str>) {
     (done, missing)
 }
 
+/// Prints how long each call took (for `--nocapture`).
+fn report(done: &[Timing]) {
+    for (name, outcome, took) in done {
+        eprintln!("{name}: {took:?} -> {outcome:?}");
+    }
+}
+
 /// The node whose watch A1 removes.
 const WATCHED: &str = "/watched";
 
@@ -238,6 +245,7 @@ fn calls_with_a_deadline_return_on_time_behind_a_stuck_write() {
         }),
     ];
     let (done, missing) = time_all(calls);
+    report(&done);
     let mut failures: Vec<String> = done
         .iter()
         .filter(|(_, outcome, took)| outcome.is_ok() || *took > SHORT_DEADLINE_BOUND)
@@ -320,6 +328,7 @@ fn timed_recipe_acquires_return_on_time_behind_a_stuck_write() {
     ];
     let allowed = t.max(REQUEST_GRACE) + SLACK;
     let (done, missing) = time_all(calls);
+    report(&done);
     let mut failures: Vec<String> = done
         .iter()
         .filter(|(_, outcome, took)| outcome.is_err() || *took > allowed)
@@ -378,6 +387,7 @@ fn close_and_getters_return_on_time_behind_a_stuck_write() {
     });
     let getter_took = getter_rx.recv_timeout(GIVE_UP).ok();
     let close_took = closed_rx.recv_timeout(GIVE_UP.saturating_sub(close_started.elapsed()));
+    eprintln!("close() took {close_took:?}; session_id() during it {getter_took:?}");
     let mut failures = Vec::new();
     match close_took {
         Ok(took) if took <= close_bound => {}
