@@ -18,9 +18,8 @@
 //! | [`SessionFailedRetryPolicy`] | its inner policy's | as its inner policy, and never retries an expired session |
 //!
 //! The policies are pure: they compute a sleep and never sleep themselves.
-//! [`RetryBackoff`] adapts any policy to the `backoff` crate's
-//! [`Backoff`](backoff::backoff::Backoff) trait, so it can drive
-//! [`backoff::retry`].
+//! With the `backoff` feature, `RetryBackoff` adapts any policy to the
+//! `backoff` crate's `Backoff` trait, so it can drive `backoff::retry`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -45,7 +44,9 @@ use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(feature = "backoff")]
+use std::time::Instant;
 
 /// Decides whether, and after what sleep, a failed operation is tried again.
 ///
@@ -120,6 +121,14 @@ const JAVA_INT_MAX: u32 = 0x7FFF_FFFF;
 /// Curator's default maximum sleep for [`ExponentialBackoffRetry`]:
 /// `Integer.MAX_VALUE` milliseconds (about 24.8 days).
 pub const DEFAULT_MAX_SLEEP: Duration = Duration::from_millis(i32::MAX as u64);
+
+/// A random fraction in `[0, 1)`, for jittered pauses elsewhere in the
+/// client (the reconnect back-off).
+pub(crate) fn random_fraction() -> f64 {
+    static JITTER: std::sync::OnceLock<Jitter> = std::sync::OnceLock::new();
+    let bits = JITTER.get_or_init(Jitter::new).next_u64() >> 11;
+    bits as f64 / (1u64 << 53) as f64
+}
 
 /// A lock-free source of uniformly distributed numbers (SplitMix64 over an
 /// atomic counter, seeded from the standard library's per-process random
@@ -568,7 +577,10 @@ impl RetryPolicy for SessionFailedRetryPolicy {
 }
 
 /// Adapts a [`RetryPolicy`] to the `backoff` crate's
-/// [`Backoff`](backoff::backoff::Backoff) trait.
+/// [`Backoff`](backoff::backoff::Backoff) trait. Behind the `backoff`
+/// feature (off by default): `backoff` 0.4 is unmaintained
+/// (RUSTSEC-2025-0012), and so is the `instant` crate it pulls in
+/// (RUSTSEC-2024-0384), so a default build carries neither.
 ///
 /// Each [`next_backoff`](backoff::backoff::Backoff::next_backoff) asks the
 /// policy with the number of retries so far and the time since the adapter
@@ -590,6 +602,7 @@ impl RetryPolicy for SessionFailedRetryPolicy {
 /// assert!(result.is_err());
 /// assert_eq!(attempts, 3); // the first attempt and two retries
 /// ```
+#[cfg(feature = "backoff")]
 #[derive(Clone, Debug)]
 pub struct RetryBackoff<P> {
     policy: P,
@@ -597,6 +610,7 @@ pub struct RetryBackoff<P> {
     started: Instant,
 }
 
+#[cfg(feature = "backoff")]
 impl<P: RetryPolicy> RetryBackoff<P> {
     /// Starts counting retries and time now.
     pub fn new(policy: P) -> Self {
@@ -618,6 +632,7 @@ impl<P: RetryPolicy> RetryBackoff<P> {
     }
 }
 
+#[cfg(feature = "backoff")]
 impl<P: RetryPolicy> backoff::backoff::Backoff for RetryBackoff<P> {
     fn reset(&mut self) {
         self.retry_count = 0;
@@ -636,6 +651,7 @@ impl<P: RetryPolicy> backoff::backoff::Backoff for RetryBackoff<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(feature = "backoff")]
     use backoff::backoff::Backoff;
     use std::collections::BTreeSet;
 
@@ -661,6 +677,7 @@ mod tests {
         assert_send_sync::<RetryUntilElapsed>();
         assert_send_sync::<RetryForever>();
         assert_send_sync::<SessionFailedRetryPolicy>();
+        #[cfg(feature = "backoff")]
         assert_send_sync::<RetryBackoff<Arc<dyn RetryPolicy>>>();
 
         let all: Vec<Box<dyn RetryPolicy>> = vec![
@@ -1030,6 +1047,7 @@ mod tests {
         assert!(arc.allow_session_expired_retry());
     }
 
+    #[cfg(feature = "backoff")]
     #[test]
     fn backoff_adapter_counts_and_resets() {
         let mut b = RetryBackoff::new(RetryNTimes::new(2, ms(10)));
@@ -1045,6 +1063,7 @@ mod tests {
         assert_eq!(b.policy().n(), 2);
     }
 
+    #[cfg(feature = "backoff")]
     #[test]
     fn backoff_adapter_passes_elapsed_time() {
         let mut b = RetryBackoff::new(RetryUntilElapsed::new(Duration::ZERO, MS));
@@ -1053,6 +1072,7 @@ mod tests {
         assert_eq!(b.next_backoff(), Some(MS));
     }
 
+    #[cfg(feature = "backoff")]
     #[test]
     fn backoff_adapter_drives_backoff_retry() {
         let policy: Arc<dyn RetryPolicy> = Arc::new(RetryNTimes::new(3, Duration::ZERO));

@@ -80,7 +80,7 @@ const FULL_JIT: &str = "-XX:TieredStopAtLevel=4";
 /// The session count of the throughput and p99 targets.
 const TARGET_SESSIONS: usize = 8;
 /// The command that reproduces a run, as the docs show it.
-const COMMAND: &str = "cargo run --release -p latchkey-examples --bin bench";
+const COMMAND: &str = "cargo run --release -p latchkey-examples --features zk08 --bin bench";
 
 const USAGE: &str = "\
 usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazoo,zookeeper]
@@ -374,9 +374,17 @@ fn run(args: Args) -> Res<()> {
                     format!("{} (this build, release)", env!("CARGO_PKG_VERSION")),
                 ));
             }
+            #[cfg(feature = "zk08")]
             Library::Zookeeper08 => {
                 drivers.push(Box::new(Zk08::new(&connect)?));
                 versions.push((Library::Zookeeper08, "0.8 (crates.io, release)".to_owned()));
+            }
+            #[cfg(not(feature = "zk08"))]
+            Library::Zookeeper08 => {
+                println!(
+                    "skipping zookeeper 0.8: built without the `zk08` feature (--features zk08)"
+                );
+                continue;
             }
             Library::Curator | Library::Kazoo => {
                 let kind = peer_kind(*lib);
@@ -967,11 +975,14 @@ impl Drop for Ours {
     }
 }
 
-/// The `zookeeper` crate (0.8) in this process, for the raw floor.
+/// The `zookeeper` crate (0.8) in this process, for the raw floor (with
+/// the `zk08` feature).
+#[cfg(feature = "zk08")]
 struct Zk08 {
     zk: zookeeper::ZooKeeper,
 }
 
+#[cfg(feature = "zk08")]
 impl Zk08 {
     const NO_RECIPES: &'static str =
         "the zookeeper crate has no lock recipes: it runs the floor only";
@@ -994,12 +1005,14 @@ impl Zk08 {
     }
 }
 
+#[cfg(feature = "zk08")]
 impl Drop for Zk08 {
     fn drop(&mut self) {
         let _ = self.zk.close();
     }
 }
 
+#[cfg(feature = "zk08")]
 impl Driver for Zk08 {
     fn lib(&self) -> Library {
         Library::Zookeeper08

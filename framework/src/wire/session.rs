@@ -28,7 +28,6 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use backoff::backoff::Backoff;
 use mio::Token;
 use parking_lot::{Condvar, Mutex};
 
@@ -964,12 +963,38 @@ impl Inner {
     }
 }
 
+/// The pause between failed connection attempts: jittered (±50%) and
+/// growing by half while attempts keep failing, from 20 ms to 1 s.
+struct ReconnectPause {
+    interval: Duration,
+}
+
+impl ReconnectPause {
+    const FIRST: Duration = Duration::from_millis(20);
+    const MAX: Duration = Duration::from_secs(1);
+
+    fn new() -> Self {
+        ReconnectPause {
+            interval: Self::FIRST,
+        }
+    }
+
+    /// The next pause, somewhere in [interval / 2, interval * 3 / 2).
+    fn next(&mut self) -> Duration {
+        let pause = self.interval.mul_f64(0.5 + crate::retry::random_fraction());
+        self.interval = self.interval.mul_f64(1.5).min(Self::MAX);
+        pause
+    }
+
+    fn reset(&mut self) {
+        self.interval = Self::FIRST;
+    }
+}
+
 /// What a session carries from one connection to the next.
 struct Dialer {
     xids: Xids,
-    /// Jittered (the crate's default randomization is ±50%) and growing
-    /// while attempts keep failing.
-    pause: backoff::ExponentialBackoff,
+    pause: ReconnectPause,
     /// Whether to pause before the next attempt.
     pause_first: bool,
     /// A read-write server found while connected read-only: tried first.
@@ -980,19 +1005,14 @@ impl Dialer {
     fn new() -> Self {
         Dialer {
             xids: Xids(1),
-            pause: backoff::ExponentialBackoff {
-                initial_interval: Duration::from_millis(20),
-                max_interval: Duration::from_secs(1),
-                max_elapsed_time: None,
-                ..Default::default()
-            },
+            pause: ReconnectPause::new(),
             pause_first: false,
             prefer: None,
         }
     }
 
     fn pause_now(&mut self) {
-        thread::sleep(self.pause.next_backoff().unwrap_or(Duration::from_secs(1)));
+        thread::sleep(self.pause.next());
     }
 }
 
@@ -1374,6 +1394,23 @@ mod tests {
             "{r:?}"
         );
         serving.join().unwrap();
+    }
+
+    #[test]
+    fn reconnect_pauses_are_jittered_grow_by_half_and_stop_at_1_s() {
+        let mut p = ReconnectPause::new();
+        let mut interval = ReconnectPause::FIRST;
+        for _ in 0..20 {
+            let pause = p.next();
+            assert!(
+                pause >= interval / 2 && pause < interval * 3 / 2,
+                "{pause:?} for {interval:?}"
+            );
+            interval = interval.mul_f64(1.5).min(ReconnectPause::MAX);
+        }
+        assert_eq!(p.interval, ReconnectPause::MAX);
+        p.reset();
+        assert_eq!(p.interval, ReconnectPause::FIRST);
     }
 
     /// Request xids count up and wrap to 1 after `i32::MAX`: never an
