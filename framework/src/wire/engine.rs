@@ -19,8 +19,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use mio::net::TcpStream;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Poll, Registry, Token, Waker};
 use parking_lot::Mutex;
 
 /// The waker's token; connections get the others, never reused.
@@ -28,8 +27,11 @@ const WAKE: Token = Token(0);
 
 /// A live connection, as the engine sees it.
 pub(crate) trait Driven: Send {
-    /// The socket to poll.
-    fn source(&mut self) -> &mut TcpStream;
+    /// Registers the socket with the engine's poll, edge-triggered.
+    fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()>;
+
+    /// Takes the socket out of the engine's poll.
+    fn deregister(&mut self, registry: &Registry);
 
     /// The connection is registered under `token`: it may go live.
     fn attached(&mut self, token: Token);
@@ -131,8 +133,7 @@ impl Engine {
                 )
             };
             for (token, mut conn) in attach {
-                let interest = Interest::READABLE | Interest::WRITABLE;
-                match poll.registry().register(conn.source(), token, interest) {
+                match conn.register(poll.registry(), token) {
                     Ok(()) => {
                         conn.attached(token);
                         conns.insert(token, conn);
@@ -174,7 +175,7 @@ impl Engine {
                     });
                 if !alive {
                     if let Some(mut conn) = conns.remove(&token) {
-                        let _ = poll.registry().deregister(conn.source());
+                        conn.deregister(poll.registry());
                         if catch_unwind(AssertUnwindSafe(|| conn.finish())).is_err() {
                             log::error!("ending a ZooKeeper connection panicked");
                         }

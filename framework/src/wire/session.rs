@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use mio::Token;
+use mio::{Interest, Registry, Token};
 use parking_lot::{Condvar, Mutex};
 
 use super::conn::{Conn, Received};
@@ -135,6 +135,8 @@ struct Inbox {
     /// Whether the engine has been asked to serve the connection and has
     /// not taken the queue yet: one wake per batch, not per request.
     scheduled: bool,
+    /// The live connection's I/O state, for a caller to write directly.
+    wire: Option<Arc<Mutex<Wire>>>,
 }
 
 impl Inbox {
@@ -142,6 +144,7 @@ impl Inbox {
     /// fails as a lost connection (the retry loop may send it again).
     fn close(&mut self) {
         self.live = false;
+        self.wire = None;
         for s in self.queue.drain(..) {
             if let Some((slot, _)) = s.reply {
                 slot.answer(Err(Error::from_code(ErrorCode::ConnectionLoss)), |_| {});
@@ -153,6 +156,7 @@ impl Inbox {
 /// Request xids: positive, counting up, wrapping to 1. Only the engine
 /// gives them out, as frames enter the write buffer, so they reach the
 /// server in order.
+#[derive(Clone, Copy)]
 struct Xids(i32);
 
 impl Xids {
@@ -225,6 +229,7 @@ impl WireSession {
                 queue: Vec::new(),
                 token: None,
                 scheduled: false,
+                wire: None,
             }),
             connected: Condvar::new(),
             engine,
@@ -570,18 +575,44 @@ impl Clocks {
 }
 
 impl Inner {
-    /// Queues `batch` for the live connection and wakes the engine; fails
-    /// with `ConnectionLoss`, queuing nothing, if no connection is live.
+    /// Hands `batch` to the live connection; fails with `ConnectionLoss`,
+    /// sending nothing, if no connection is live.
+    ///
+    /// The fast path: when nothing waits in the inbox and the engine is not
+    /// using the connection, the caller puts its frames in the write
+    /// buffer and writes what the socket takes now, without blocking,
+    /// saving a hand-over to the engine thread. Otherwise the batch waits
+    /// in the inbox and the engine is asked to serve the connection. Either
+    /// way the order of requests is the order they were handed over, and
+    /// replies are read by the engine only.
     fn submit(&self, batch: Vec<Submit>) -> Result<(), Error> {
-        let wake = {
-            let mut inbox = self.inbox.lock();
-            if !inbox.live {
-                return Err(Error::from_code(ErrorCode::ConnectionLoss));
+        let mut inbox = self.inbox.lock();
+        if !inbox.live {
+            return Err(Error::from_code(ErrorCode::ConnectionLoss));
+        }
+        let idle_wire = inbox.queue.is_empty().then(|| inbox.wire.clone()).flatten();
+        if let Some(wire) = &idle_wire {
+            if let Some(mut wire) = wire.try_lock() {
+                let requests = wire.enqueue(batch);
+                let flushed = wire.conn.flush();
+                drop(wire);
+                metrics::add(&self.cfg.counters.requests_sent, requests);
+                // A broken socket is the engine's to notice and drop; what
+                // the socket did not take, the engine writes when it can
+                // (the poll tells it when the socket is writable again).
+                if flushed.is_err() {
+                    if let Some(token) = inbox.token {
+                        drop(inbox);
+                        self.engine.ready(token);
+                    }
+                }
+                return Ok(());
             }
-            inbox.queue.extend(batch);
-            let first = !std::mem::replace(&mut inbox.scheduled, true);
-            inbox.token.filter(|_| first)
-        };
+        }
+        inbox.queue.extend(batch);
+        let first = !std::mem::replace(&mut inbox.scheduled, true);
+        let wake = inbox.token.filter(|_| first);
+        drop(inbox);
         if let Some(token) = wake {
             self.engine.ready(token);
         }
@@ -848,6 +879,33 @@ impl Inner {
         }
     }
 
+    /// Reads everything the socket has and dispatches every complete
+    /// frame; `Some` if the connection must end.
+    fn read_available(&self, wire: &mut Wire) -> Option<Ended> {
+        loop {
+            match wire.conn.receive(&mut wire.received) {
+                Ok(Received::Bytes(0)) => {}
+                Ok(Received::Bytes(_)) => {
+                    wire.clocks.last_recv = Instant::now();
+                    match self.dispatch_frames(&mut wire.received, &mut wire.pending) {
+                        Ok(None) => {}
+                        Ok(Some(ended)) => return Some(ended),
+                        Err(e) => {
+                            log::warn!("protocol error, reconnecting: {e}");
+                            return Some(Ended::Dropped);
+                        }
+                    }
+                }
+                Ok(Received::WouldBlock) => return None,
+                Ok(Received::Closed) => return Some(Ended::Dropped),
+                Err(e) => {
+                    log::debug!("read failed: {e}");
+                    return Some(Ended::Dropped);
+                }
+            }
+        }
+    }
+
     /// Handles every complete frame in `buf`, leaving a partial one behind.
     fn dispatch_frames(
         &self,
@@ -1016,16 +1074,48 @@ impl Dialer {
     }
 }
 
-/// One live connection and its requests, served by the engine.
-struct Live {
-    inner: Arc<Inner>,
+/// A live connection's I/O state. The engine holds it while it serves the
+/// connection; a caller holds it for a moment when it writes its own
+/// request straight to an idle socket (see [`Inner::submit`]).
+struct Wire {
     conn: Conn,
-    read_only: bool,
     /// Written, waiting for their replies, in the order they were written.
     pending: VecDeque<Pending>,
     /// Bytes read and not yet dispatched (a partial frame).
     received: Vec<u8>,
     clocks: Clocks,
+    xids: Xids,
+}
+
+impl Wire {
+    /// Puts `batch` in the write buffer, each request given its xid now, so
+    /// xids reach the server in the order replies are matched; returns how
+    /// many requests it held.
+    fn enqueue(&mut self, batch: Vec<Submit>) -> u64 {
+        let mut requests = 0;
+        for Submit { mut frame, reply } in batch {
+            if let Some((slot, watch)) = reply {
+                let xid = self.xids.take();
+                frame[4..8].copy_from_slice(&xid.to_be_bytes());
+                self.pending.push_back(Pending {
+                    xid,
+                    slot: Some(slot),
+                    watch,
+                });
+                requests += 1;
+            }
+            self.conn.queue(&frame);
+        }
+        self.clocks.last_send = Instant::now();
+        requests
+    }
+}
+
+/// One live connection and its requests, served by the engine.
+struct Live {
+    inner: Arc<Inner>,
+    wire: Arc<Mutex<Wire>>,
+    read_only: bool,
     /// Connected read-only: the search for a read-write server.
     search: Option<RwSearch>,
     dialer: Dialer,
@@ -1040,12 +1130,16 @@ impl Live {
         let negotiated = inner.creds.lock().negotiated;
         inner.prime(&mut conn);
         inner.probe.lock().connected(read_only, negotiated);
-        Live {
+        let wire = Wire {
             conn,
-            read_only,
             pending: VecDeque::new(),
             received: Vec::with_capacity(64 * 1024),
             clocks: Clocks::new(negotiated),
+            xids: dialer.xids,
+        };
+        Live {
+            wire: Arc::new(Mutex::new(wire)),
+            read_only,
             search: None,
             dialer,
             connected_at: Instant::now(),
@@ -1072,26 +1166,35 @@ impl Live {
         if self.inner.closed.load(Ordering::Acquire) {
             return Some(Ended::Dropped);
         }
-        self.take_submitted();
-        let now = Instant::now();
-        if !self.conn.has_output() && self.clocks.ping_due(now) {
-            self.conn
-                .queue(&proto::request(xid::PING, op::PING).finish_frame());
-            self.clocks.last_send = now;
+        let wire = &mut *self.wire.lock();
+        let batch = {
+            let mut inbox = self.inner.inbox.lock();
+            inbox.scheduled = false;
+            std::mem::take(&mut inbox.queue)
+        };
+        if !batch.is_empty() {
+            let requests = wire.enqueue(batch);
+            metrics::add(&self.inner.cfg.counters.requests_sent, requests);
         }
-        if let Err(e) = self.conn.flush() {
+        let now = Instant::now();
+        if !wire.conn.has_output() && wire.clocks.ping_due(now) {
+            wire.conn
+                .queue(&proto::request(xid::PING, op::PING).finish_frame());
+            wire.clocks.last_send = now;
+        }
+        if let Err(e) = wire.conn.flush() {
             log::debug!("write failed, dropping connection: {e}");
             return Some(Ended::Dropped);
         }
         if readable {
-            if let Some(ended) = self.read_available() {
+            if let Some(ended) = self.inner.read_available(wire) {
                 return Some(ended);
             }
         }
-        if self.clocks.silent(Instant::now()) {
+        if wire.clocks.silent(Instant::now()) {
             log::info!(
                 "no reply from server for {:?}, reconnecting",
-                self.clocks.read_timeout
+                wire.clocks.read_timeout
             );
             return Some(Ended::Dropped);
         }
@@ -1101,70 +1204,16 @@ impl Live {
         }
         None
     }
-
-    /// Moves what callers queued into the connection's write buffer, each
-    /// request given its xid now, so xids reach the server in order.
-    fn take_submitted(&mut self) {
-        let batch = {
-            let mut inbox = self.inner.inbox.lock();
-            inbox.scheduled = false;
-            std::mem::take(&mut inbox.queue)
-        };
-        if batch.is_empty() {
-            return;
-        }
-        let mut sent = 0;
-        for Submit { mut frame, reply } in batch {
-            if let Some((slot, watch)) = reply {
-                let xid = self.dialer.xids.take();
-                frame[4..8].copy_from_slice(&xid.to_be_bytes());
-                self.pending.push_back(Pending {
-                    xid,
-                    slot: Some(slot),
-                    watch,
-                });
-                sent += 1;
-            }
-            self.conn.queue(&frame);
-        }
-        self.clocks.last_send = Instant::now();
-        metrics::add(&self.inner.cfg.counters.requests_sent, sent);
-    }
-
-    /// Reads everything the socket has and dispatches every complete
-    /// frame; `Some` if the connection must end.
-    fn read_available(&mut self) -> Option<Ended> {
-        loop {
-            match self.conn.receive(&mut self.received) {
-                Ok(Received::Bytes(0)) => {}
-                Ok(Received::Bytes(_)) => {
-                    self.clocks.last_recv = Instant::now();
-                    match self
-                        .inner
-                        .dispatch_frames(&mut self.received, &mut self.pending)
-                    {
-                        Ok(None) => {}
-                        Ok(Some(ended)) => return Some(ended),
-                        Err(e) => {
-                            log::warn!("protocol error, reconnecting: {e}");
-                            return Some(Ended::Dropped);
-                        }
-                    }
-                }
-                Ok(Received::WouldBlock) => return None,
-                Ok(Received::Closed) => return Some(Ended::Dropped),
-                Err(e) => {
-                    log::debug!("read failed: {e}");
-                    return Some(Ended::Dropped);
-                }
-            }
-        }
-    }
 }
 
 impl Driven for Live {
-    fn source(&mut self) -> &mut mio::net::TcpStream {
-        self.conn.source()
+    fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        registry.register(self.wire.lock().conn.source(), token, interest)
+    }
+
+    fn deregister(&mut self, registry: &Registry) {
+        let _ = registry.deregister(self.wire.lock().conn.source());
     }
 
     fn attached(&mut self, token: Token) {
@@ -1178,6 +1227,7 @@ impl Driven for Live {
             if self.inner.closed.load(Ordering::Acquire) {
                 return; // served next, and ended
             }
+            inbox.wire = Some(Arc::clone(&self.wire));
             inbox.live = true;
         }
         self.inner.connected.notify_all();
@@ -1197,21 +1247,19 @@ impl Driven for Live {
     }
 
     fn next_wake(&self) -> Instant {
-        self.clocks.next_wake(self.conn.has_output())
+        let wire = self.wire.lock();
+        wire.clocks.next_wake(wire.conn.has_output())
     }
 
     fn finish(self: Box<Self>) {
         let Live {
             inner,
-            conn,
-            pending,
-            clocks,
+            wire,
             mut dialer,
             connected_at,
             ended,
             ..
         } = *self;
-        drop(conn);
         if let Ended::AuthFailed(why, _) = &ended {
             // What waits fails with the reason, and nothing reports a mere
             // disconnection first.
@@ -1219,7 +1267,14 @@ impl Driven for Live {
             *inner.ended_by.lock() = Some(ErrorCode::AuthFailed);
             inner.closed.store(true, Ordering::Release);
         }
+        // No caller reaches the wire from here on.
         inner.inbox.lock().close();
+        let (pending, last_recv) = {
+            let mut wire = wire.lock();
+            dialer.xids = wire.xids;
+            (std::mem::take(&mut wire.pending), wire.clocks.last_recv)
+        };
+        drop(wire);
         let error = || match &ended {
             Ended::AuthFailed(why, _) => Error::AuthFailed {
                 reason: why.clone(),
@@ -1233,7 +1288,7 @@ impl Driven for Live {
         let ending = inner.is_ending();
         if !ending {
             (inner.events)(WireEvent::Disconnected {
-                silent_for: clocks.last_recv.elapsed(),
+                silent_for: last_recv.elapsed(),
             });
         }
         match ended {
