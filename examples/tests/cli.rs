@@ -984,6 +984,19 @@ fn a_loss_with_zookeeper_down_says_where_the_node_goes() {
         "does not say the node waits for the session to expire:\n{}",
         done.stderr
     );
+    // The session's expiry is not bounded by when ZooKeeper last heard
+    // from it: a restarted server gives every session it restores a whole
+    // timeout again, and a server that is down expires nothing.
+    assert!(
+        !done.stderr.contains("at most"),
+        "promises a bound that a server restart breaks:\n{}",
+        done.stderr
+    );
+    assert!(
+        done.stderr.contains("if ZooKeeper restarts"),
+        "does not say what a server restart does to the expiry:\n{}",
+        done.stderr
+    );
     // ... which the server does.
     wait_until(QUICK, "the server expires the session", || {
         participants(&c, &path).is_empty()
@@ -1137,5 +1150,78 @@ fn at_a_terminal_the_command_reads_it_and_ctrl_z_stops_lock_too() {
         }
         thread::sleep(Duration::from_millis(20));
     }
+    c.close();
+}
+
+/// Kills `pids` that are still alive (cleanup before an assertion fails).
+fn kill_leftovers(pids: &[i32]) {
+    for &pid in pids {
+        if alive(pid) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+#[test]
+fn sigkill_of_lock_kills_the_command_within_a_second() {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    let gpidfile = scratch.file("gpid");
+    // The command (a shell) writes its pid, starts a background process in
+    // its group that writes its own, and waits.
+    let script = format!(
+        "sleep 30 </dev/null >/dev/null 2>&1 & echo $! > {}; echo $$ > {}; wait",
+        gpidfile.display(),
+        pidfile.display()
+    );
+    let mut proc = lock(&[
+        "--connect",
+        &cs,
+        "--session-timeout",
+        "2",
+        &path,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    wait_until(QUICK, "lock holds and the command runs", || {
+        participants(&c, &path).len() == 1
+            && read_pid(&pidfile).is_some()
+            && read_pid(&gpidfile).is_some()
+    });
+    let (pid, grandchild) = (read_pid(&pidfile).unwrap(), read_pid(&gpidfile).unwrap());
+    assert!(alive(pid) && alive(grandchild));
+
+    // SIGKILL: lock gets no chance to stop the command itself.
+    proc.child.kill().expect("SIGKILL lock");
+    let killed = Instant::now();
+    let _ = proc.child.wait();
+    let command_outlived = wait_for_exit(pid, Duration::from_secs(1));
+    let grandchild_outlived = wait_for_exit(grandchild, Duration::from_millis(100));
+    let after = killed.elapsed();
+    eprintln!("checked {after:?} after the SIGKILL");
+    kill_leftovers(&[pid, grandchild]);
+    assert!(
+        !command_outlived,
+        "the command {pid} still ran {after:?} after lock was SIGKILLed"
+    );
+    assert!(
+        !grandchild_outlived,
+        "the command's background process {grandchild} still ran {after:?} after lock was SIGKILLed"
+    );
+    // The node goes with the session; then another holder may come.
+    wait_until(QUICK, "the killed lock's session expires", || {
+        participants(&c, &path).is_empty()
+    });
+    lock(&["--connect", &cs, "--timeout", "0", &path, "--", "true"])
+        .wait(QUICK)
+        .expect_code(0);
     c.close();
 }

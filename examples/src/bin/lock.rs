@@ -27,6 +27,14 @@
 //! read from it, and a Ctrl-C typed there reaches it directly); a Ctrl-Z
 //! stops `lock` with the command, as a shell job, and `fg` resumes both.
 //!
+//! If `lock` itself dies without stopping the command (SIGKILL, the OOM
+//! killer, a crash), a watchdog process that `lock` starts beside the
+//! command kills the command's process group at once (see [`Watchdog`]), so
+//! that the command does not run on once the session expires and the next
+//! process takes the lock. A process that leaves the command's group
+//! (`setsid`, a daemon) is not followed, and nothing stops the command if
+//! the watchdog is killed too.
+//!
 //! If the ZooKeeper session is lost while the command runs (the client was
 //! cut off for the whole session timeout, or the server expired the
 //! session), another process may already hold the lock: by default the
@@ -52,9 +60,9 @@
 //! As with `flock`, a command may itself exit with one of these codes.
 
 use std::ffi::OsString;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -128,6 +136,11 @@ in its environment. CMD runs in a process group of its own, and lock signals
 the whole group: on Ctrl-C (SIGINT, SIGTERM, SIGHUP) SIGTERM, up to 2 s to
 exit, then SIGKILL; when CMD exits, the same for what it left running, before
 the release; when the lock is lost, SIGKILL at once (--on-lost kill).
+If lock itself dies without stopping CMD (SIGKILL, the OOM killer, a crash),
+a watchdog process it starts (\"lock (watchdog)\" in ps) kills CMD's process
+group at once, before the session can expire and another process can take the
+lock. Not covered: a process that leaves CMD's group (setsid, a daemon), and a
+watchdog that is killed itself (e.g. kill -9 of lock and the watchdog at once).
 
 Exit codes:
   CMD's own    CMD ran; 128+N if it died of signal N
@@ -215,6 +228,9 @@ fn interrupted() -> bool {
 
 fn main() {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == WATCHDOG_ARG) {
+        std::process::exit(watchdog());
+    }
     let env_connect = std::env::var("LATCHKEY_CONNECT").ok();
     let code = match parse_args(args, env_connect.as_deref()) {
         Ok(Parsed::Help) => {
@@ -761,6 +777,17 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
         return Err(Exit::new(EX_INTERRUPTED, "interrupted"));
     }
 
+    // Started before the command, so that the command never runs without it.
+    let mut watchdog = match Watchdog::start() {
+        Ok(watchdog) => watchdog,
+        Err(e) => {
+            close_and_release(&client, held, false, &progress, None);
+            return Err(Exit::new(
+                EX_SOFTWARE,
+                format!("cannot start the watchdog that stops the command if lock dies: {e}"),
+            ));
+        }
+    };
     let mut command = Command::new(&opts.command[0]);
     command
         .args(&opts.command[1..])
@@ -774,6 +801,7 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
     let child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
+            watchdog.disarm();
             close_and_release(&client, held, false, &progress, None);
             let code = if e.kind() == std::io::ErrorKind::NotFound {
                 EX_NOT_FOUND
@@ -788,6 +816,7 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
     };
 
     CHILD_GROUP.store(child.id(), Ordering::Release);
+    watchdog.arm(child.id());
     let terminal = Terminal::hand_to(child.id());
     let outcome = supervise(
         child,
@@ -798,6 +827,8 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
         &progress,
         terminal.as_ref(),
     );
+    // The command's group is gone (or killed) by now.
+    watchdog.disarm();
     CHILD_GROUP.store(0, Ordering::Release);
     drop(terminal);
     let lost = matches!(outcome, Outcome::Lost | Outcome::LostThenExited(_));
@@ -814,6 +845,114 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
             EX_SOFTWARE
         }
     })
+}
+
+// ---------------------------------------------------------------------------
+// The watchdog: the command must not outlive `lock`.
+
+/// The first argument that makes `lock` the watchdog of another `lock`.
+const WATCHDOG_ARG: &str = "--internal-watchdog";
+
+/// A second `lock` process that kills the command's process group when
+/// this `lock` dies without stopping it (SIGKILL, the OOM killer, a crash):
+/// else the command would run on without the lock once the session expires,
+/// beside the next holder. `flock` has no such gap because the command holds
+/// the lock's file descriptor itself; a ZooKeeper lock belongs to `lock`'s
+/// session.
+///
+/// `lock` holds the write end of a pipe that is the watchdog's stdin (the
+/// end is close-on-exec, so the command does not inherit it). The watchdog
+/// reads the command's process group, then waits: `done` (written by `lock`
+/// once the group is stopped) disarms it; end of file without `done` means
+/// that `lock` died, and the watchdog sends the group SIGKILL. It runs in a
+/// process group of its own, so that signals to `lock`'s job (or to the
+/// command's) do not reach it, and blocks the terminal's and the
+/// termination signals. (PR_SET_PDEATHSIG would need `unsafe` in
+/// `pre_exec`, which the workspace forbids, and kills one process, not the
+/// group.)
+struct Watchdog {
+    child: Child,
+    pipe: Option<std::process::ChildStdin>,
+}
+
+impl Watchdog {
+    fn start() -> std::io::Result<Watchdog> {
+        // /proc/self/exe runs this very binary even if its file was replaced
+        // or deleted since `lock` started.
+        let exe = if std::path::Path::new("/proc/self/exe").exists() {
+            std::path::PathBuf::from("/proc/self/exe")
+        } else {
+            std::env::current_exe()?
+        };
+        let mut child = Command::new(exe)
+            .arg0("lock (watchdog)")
+            .arg(WATCHDOG_ARG)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()?;
+        let pipe = child.stdin.take();
+        Ok(Watchdog { child, pipe })
+    }
+
+    /// Tells the watchdog the command's process group.
+    fn arm(&mut self, group: u32) {
+        let sent = self
+            .pipe
+            .as_mut()
+            .map(|p| p.write_all(format!("{group}\n").as_bytes()).and_then(|()| p.flush()));
+        if let Some(Err(e)) = sent {
+            eprintln!(
+                "lock: warning: the watchdog is gone ({e}); if lock is killed, the command runs on"
+            );
+        }
+    }
+
+    /// Once the command's group is stopped: the watchdog exits and is reaped.
+    fn disarm(&mut self) {
+        if let Some(mut pipe) = self.pipe.take() {
+            let _ = pipe.write_all(b"done\n");
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// `lock --internal-watchdog`: see [`Watchdog`]. Returns the exit code.
+fn watchdog() -> i32 {
+    let mut blocked = SigSet::empty();
+    for signal in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGTSTP,
+        Signal::SIGTTIN,
+        Signal::SIGTTOU,
+        Signal::SIGPIPE,
+    ] {
+        blocked.add(signal);
+    }
+    let _ = blocked.thread_block();
+    let mut said = Vec::new();
+    // Returns at end of file: `lock` closed the pipe, or died.
+    let _ = std::io::stdin().lock().read_to_end(&mut said);
+    let said = String::from_utf8_lossy(&said);
+    let mut lines = said.lines();
+    let group = lines
+        .next()
+        .and_then(|l| l.trim().parse::<i32>().ok())
+        .filter(|g| *g > 1);
+    if lines.any(|l| l == "done") {
+        return 0;
+    }
+    if let Some(group) = group {
+        if killpg(Pid::from_raw(group), Signal::SIGKILL).is_ok() {
+            eprintln!(
+                "lock: lock died while its command ran; killed the command's process group {group}"
+            );
+        }
+    }
+    0
 }
 
 /// How the command's run ended.
@@ -1151,9 +1290,13 @@ fn close_and_release(
 /// reach (on a new session) it looks; otherwise the node stays until the
 /// server expires the session that owns it.
 fn node_fate(client: &Client, node: &str) -> String {
+    // A server that restarts restores its sessions with a whole timeout
+    // ahead of each, counted from when it is back; one that is down expires
+    // nothing.
+    let timeout = human(client.negotiated_session_timeout());
     let expiry = format!(
-        "until ZooKeeper expires the session that owns it (at most {} after ZooKeeper last heard from it)",
-        human(client.negotiated_session_timeout())
+        "until ZooKeeper expires the session that owns it: {timeout} after ZooKeeper last heard \
+         from it, or, if ZooKeeper restarts meanwhile, {timeout} after it is back"
     );
     if !is_connected(client) {
         return format!("ZooKeeper is out of reach; the lock node {node} stays {expiry}");
@@ -1162,7 +1305,7 @@ fn node_fate(client: &Client, node: &str) -> String {
         Ok(None) => format!("the lock node {node} is gone with the session that owned it"),
         Ok(Some(_)) => format!("the lock node {node} stays {expiry}"),
         Err(e) => format!(
-            "cannot tell whether the lock node {node} is gone ({e}); it stays at most {expiry}"
+            "cannot tell whether the lock node {node} is gone ({e}); if not, it stays {expiry}"
         ),
     }
 }
