@@ -1225,3 +1225,89 @@ fn sigkill_of_lock_kills_the_command_within_a_second() {
         .expect_code(0);
     c.close();
 }
+
+/// `flock`'s own options mean the same to `lock`: -n, -w SECS, -c CMD, -s
+/// and -x, also bundled (`-xn`) and with the value attached (`-w1`).
+#[test]
+fn flock_options_work() {
+    let cs = server().connect_string();
+    let c = client();
+
+    // -c CMD runs CMD with `sh -c`, before or after PATH.
+    let path = unique();
+    lock(&["--connect", &cs, &path, "-c", "test x = x && exit 3"])
+        .wait(QUICK)
+        .expect_code(3);
+    lock(&["--connect", &cs, "-c", "exit 4", &path])
+        .wait(QUICK)
+        .expect_code(4);
+    // -c and a command as well: which one?
+    lock(&["--connect", &cs, &path, "-c", "true", "--", "true"])
+        .wait(QUICK)
+        .expect_code(64);
+
+    // -n: don't wait; -w SECS: wait that long.
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let guard = mutex.lock().unwrap();
+    let started = Instant::now();
+    let done = lock(&["--connect", &cs, "-n", &path, "true"]).wait(QUICK);
+    done.expect_code(75);
+    assert!(done.stderr.contains("the lock is held"), "{}", done.stderr);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let started = Instant::now();
+    lock(&["--connect", &cs, "-w", "1", &path, "true"])
+        .wait(QUICK)
+        .expect_code(75);
+    assert!(started.elapsed() >= Duration::from_secs(1), "gave up early");
+    lock(&["--connect", &cs, "-w0.5", &path, "-c", "true"])
+        .wait(QUICK)
+        .expect_code(75);
+    drop(guard);
+    lock(&["--connect", &cs, "-n", &path, "-c", "exit 0"])
+        .wait(QUICK)
+        .expect_code(0);
+
+    // -s: the read side of a read-write lock; -x: the write side.
+    let rw_path = unique();
+    let rw = InterProcessReadWriteLock::new(&c, &rw_path).unwrap();
+    let read = rw.read_lock().lock().unwrap();
+    lock(&["--connect", &cs, "-s", "-n", &rw_path, "true"])
+        .wait(QUICK)
+        .expect_code(0);
+    lock(&["--connect", &cs, "-sn", &rw_path, "-c", "exit 0"])
+        .wait(QUICK)
+        .expect_code(0);
+    lock(&["--connect", &cs, "-x", "-n", &rw_path, "true"])
+        .wait(QUICK)
+        .expect_code(75);
+    lock(&["--connect", &cs, "-xn", &rw_path, "true"])
+        .wait(QUICK)
+        .expect_code(75);
+    drop(read);
+    let write = rw.write_lock().lock().unwrap();
+    lock(&["--connect", &cs, "-s", "-n", &rw_path, "true"])
+        .wait(QUICK)
+        .expect_code(75);
+    lock(&["--connect", &cs, "-x", "-n", &rw_path, "true"])
+        .wait(QUICK)
+        .expect_code(75);
+    drop(write);
+    lock(&["--connect", &cs, "-x", "-n", &rw_path, "true"])
+        .wait(QUICK)
+        .expect_code(0);
+
+    // They go with the long options as before, and clash as those do.
+    for bad in [
+        &["-s", "-x", "/a", "true"][..],
+        &["-s", "--write", "/a", "true"],
+        &["-x", "--semaphore", "2", "/a", "true"],
+        &["-n", "--timeout", "3", "/a", "true"],
+        &["-w", "soon", "/a", "true"],
+        &["-c"],
+        &["-nq", "/a", "true"],
+    ] {
+        let done = lock(bad).wait(QUICK);
+        done.expect_code(64);
+    }
+    c.close();
+}

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! lock [OPTIONS] PATH [OPTIONS] [--] CMD [ARGS...]
+//! lock [OPTIONS] PATH [OPTIONS] -c CMD
 //! lock --list [OPTIONS] PATH
 //! ```
 //!
@@ -102,6 +103,7 @@ const MAX_NODE_DATA: usize = 256;
 
 const USAGE: &str = "\
 Usage: lock [OPTIONS] PATH [OPTIONS] [--] CMD [ARGS...]
+       lock [OPTIONS] PATH [OPTIONS] -c CMD
        lock --list [OPTIONS] PATH
 
 Runs CMD while holding a ZooKeeper lock on PATH (Curator-compatible), and
@@ -113,11 +115,14 @@ Options:
                             (default: $LATCHKEY_CONNECT, else 127.0.0.1:2181)
   --timeout SECS            give up (exit 75) if the lock is not taken within
                             SECS; 0 tries once; a year or more, or inf, waits as
-                            long as it takes (the default)
+                            long as it takes (the default); also -w, --wait
+  -n, --nonblock            don't wait: the same as --timeout 0
+  -c, --command CMD         run CMD with sh -c, instead of CMD [ARGS...]
   --session-timeout SECS    ZooKeeper session timeout (default 15)
   --connection-timeout SECS how long to wait for ZooKeeper (default 15)
-  --read                    take the read side of a read-write lock
-  --write                   take the write side of a read-write lock
+  -s, --read                take the read side of a read-write lock (shared)
+  -x, --write               take the write side of a read-write lock
+                            (exclusive; also -e, --exclusive, --shared for -s)
   --semaphore N             take one lease of a semaphore with N leases
                             (with --list: mark the first N leases as holders)
   --on-lost kill|warn       if the lock is lost while CMD runs: kill CMD and
@@ -130,6 +135,11 @@ Options:
   -v, --verbose             say what happens on stderr
   -h, --help                print this help
   -V, --version             print the version
+
+As with flock, -n, -w SECS, -c CMD, -s and -x may be bundled (-xn, -w5).
+Unlike flock, plain lock (no -s/-x) takes a mutex, which does not exclude
+-s or -x holders of the same PATH: processes that share a PATH use -s and -x
+alike (or all plain). Giving up under -n or -w exits 75, not flock's 1.
 
 CMD gets LATCHKEY_LOCK_PATH, LATCHKEY_LOCK_NODE and LATCHKEY_FENCING_TOKEN
 in its environment. CMD runs in a process group of its own, and lock signals
@@ -281,10 +291,13 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
     let mut data: Option<String> = None;
     let mut path: Option<String> = None;
     let mut timeout_given = false;
+    let mut nonblock = false;
+    // `-c CMD`: run CMD with `sh -c`.
+    let mut shell_command: Option<OsString> = None;
 
     let mut rest: Vec<OsString> = Vec::new();
-    let mut it = args.into_iter();
-    while let Some(raw) = it.next() {
+    let mut queue: std::collections::VecDeque<OsString> = args.into();
+    while let Some(raw) = queue.pop_front() {
         // After PATH, `--` or the first word that is not an option starts
         // the command; options may come before or after PATH.
         if path.is_some() && (raw == "--" || raw == "-" || !raw.to_string_lossy().starts_with('-'))
@@ -292,7 +305,7 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
             if raw != "--" {
                 rest.push(raw);
             }
-            rest.extend(it.by_ref());
+            rest.extend(queue.drain(..));
             break;
         }
         let Some(arg) = raw.to_str().map(str::to_owned) else {
@@ -307,6 +320,25 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
         if arg == "--" {
             return Err(Exit::usage("missing PATH before '--'"));
         }
+        // Bundled short options, as `flock` takes them: `-xn` is `-x -n`,
+        // and `-w5` or `-nw5` give -w its value.
+        if !arg.starts_with("--") && arg.chars().count() > 2 {
+            let mut split: Vec<OsString> = Vec::new();
+            for (i, c) in arg.char_indices().skip(1) {
+                split.push(format!("-{c}").into());
+                if SHORT_WITH_VALUE.contains(&c) {
+                    let value = &arg[i + c.len_utf8()..];
+                    if !value.is_empty() {
+                        split.push(value.into());
+                    }
+                    break;
+                }
+            }
+            for one in split.into_iter().rev() {
+                queue.push_front(one);
+            }
+            continue;
+        }
         let (name, inline) = match arg.split_once('=') {
             Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(v.to_owned())),
             _ => (arg.clone(), None),
@@ -315,7 +347,7 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
             if let Some(v) = inline.clone() {
                 return Ok(v);
             }
-            match it.next() {
+            match queue.pop_front() {
                 Some(v) => v
                     .into_string()
                     .map_err(|v| Exit::usage(format!("{name} {what}: {v:?} is not valid UTF-8"))),
@@ -325,7 +357,7 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
         let mut set_kind = |k: Kind| -> Result<(), Exit> {
             match kind {
                 Some(old) if old != k => Err(Exit::usage(
-                    "choose one of --read, --write and --semaphore N",
+                    "choose one of --read (-s), --write (-x) and --semaphore N",
                 )),
                 _ => {
                     kind = Some(k);
@@ -338,8 +370,22 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
             "-V" | "--version" => return Ok(Parsed::Version),
             "-v" | "--verbose" => verbose = true,
             "--list" => list = true,
-            "--read" => set_kind(Kind::Read)?,
-            "--write" => set_kind(Kind::Write)?,
+            // flock's -s and -x: the two sides of a read-write lock, which
+            // exclude each other (a mutex and a write lock do not).
+            "--read" | "-s" | "--shared" => set_kind(Kind::Read)?,
+            "--write" | "-x" | "-e" | "--exclusive" => set_kind(Kind::Write)?,
+            "-n" | "--nonblock" | "--nb" => nonblock = true,
+            "-c" | "--command" => {
+                let v = match inline.clone() {
+                    Some(v) => OsString::from(v),
+                    None => queue
+                        .pop_front()
+                        .ok_or_else(|| Exit::usage(format!("{name} needs a value (CMD)")))?,
+                };
+                if shell_command.replace(v).is_some() {
+                    return Err(Exit::usage("give -c CMD once"));
+                }
+            }
             "--connect" => {
                 let v = value("HOSTS")?;
                 if v.trim().is_empty() {
@@ -348,7 +394,7 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
                 connect = Some(v);
             }
             "--data" => data = Some(value("TEXT")?),
-            "--timeout" => {
+            "--timeout" | "-w" | "--wait" => {
                 // A timeout of a year or more is no timeout.
                 timeout = Some(seconds(&name, &value("SECS")?, true)?).filter(|t| *t < FOREVER);
                 timeout_given = true;
@@ -380,6 +426,8 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
                 "--connect"
                     | "--data"
                     | "--timeout"
+                    | "--wait"
+                    | "--command"
                     | "--session-timeout"
                     | "--connection-timeout"
                     | "--semaphore"
@@ -405,6 +453,26 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
         return Err(Exit::usage(
             "PATH cannot be the root: a lock needs its own node",
         ));
+    }
+    if nonblock {
+        if timeout_given {
+            return Err(Exit::usage(
+                "-n means --timeout 0; give -n or -w/--timeout, not both",
+            ));
+        }
+        timeout = Some(Duration::ZERO);
+        timeout_given = true;
+    }
+    if let Some(cmd) = shell_command {
+        if !rest.is_empty() {
+            return Err(Exit::usage(
+                "-c CMD runs CMD with sh -c; give no other command",
+            ));
+        }
+        if list {
+            return Err(Exit::usage("--list takes only PATH, no command"));
+        }
+        rest = vec!["sh".into(), "-c".into(), cmd];
     }
     if list {
         if !rest.is_empty() {
@@ -450,6 +518,9 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
         command: rest,
     }))
 }
+
+/// The short options that take a value (`-w5`, `-c CMD`).
+const SHORT_WITH_VALUE: [char; 2] = ['w', 'c'];
 
 /// A year: as long as `lock` ever waits. Longer durations, `inf` among them,
 /// are taken as this (for `--timeout`: no timeout at all).
@@ -897,10 +968,10 @@ impl Watchdog {
 
     /// Tells the watchdog the command's process group.
     fn arm(&mut self, group: u32) {
-        let sent = self
-            .pipe
-            .as_mut()
-            .map(|p| p.write_all(format!("{group}\n").as_bytes()).and_then(|()| p.flush()));
+        let sent = self.pipe.as_mut().map(|p| {
+            p.write_all(format!("{group}\n").as_bytes())
+                .and_then(|()| p.flush())
+        });
         if let Some(Err(e)) = sent {
             eprintln!(
                 "lock: warning: the watchdog is gone ({e}); if lock is killed, the command runs on"
