@@ -1216,6 +1216,8 @@ fn sigkill_of_lock_kills_the_command_within_a_second() {
         !grandchild_outlived,
         "the command's background process {grandchild} still ran {after:?} after lock was SIGKILLed"
     );
+    // The watchdog did it, and said so on lock's stderr.
+    proc.wait_stderr("killed the command's process group", QUICK);
     // The node goes with the session; then another holder may come.
     wait_until(QUICK, "the killed lock's session expires", || {
         participants(&c, &path).is_empty()

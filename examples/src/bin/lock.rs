@@ -1018,8 +1018,10 @@ fn watchdog() -> i32 {
     }
     if let Some(group) = group {
         if killpg(Pid::from_raw(group), Signal::SIGKILL).is_ok() {
-            eprintln!(
-                "lock: lock died while its command ran; killed the command's process group {group}"
+            // Not eprintln!, which panics when stderr is gone (a closed pipe).
+            let _ = writeln!(
+                std::io::stderr(),
+                "lock: lock ended while its command ran; killed the command's process group {group}"
             );
         }
     }
