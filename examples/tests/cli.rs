@@ -1313,3 +1313,85 @@ fn flock_options_work() {
     }
     c.close();
 }
+
+/// The message after a loss with ZooKeeper down holds across a restart: the
+/// node outlives "a session timeout after ZooKeeper last heard from it" (the
+/// old message's "at most" bound), and goes about a session timeout after
+/// the server is back.
+#[test]
+fn a_lost_node_outlives_a_server_restart_as_the_message_says() {
+    let mut zk = TestingServer::start().expect("start a ZooKeeper of its own");
+    let cs = zk.connect_string();
+    let path = unique();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    let script = format!("echo $$ > {}; exec sleep 30", pidfile.display());
+    // 4 s: the test server's largest session timeout (20 ticks of 200 ms).
+    let proc = lock(&[
+        "--connect",
+        &cs,
+        "--session-timeout",
+        "4",
+        "--connection-timeout",
+        "2",
+        "-v",
+        &path,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    // The command runs only once the lock is held.
+    wait_until(QUICK, "the command runs", || read_pid(&pidfile).is_some());
+    zk.stop().expect("stop ZooKeeper");
+    let stopped = Instant::now();
+    let done = proc.wait(Duration::from_secs(20));
+    done.expect_code(78);
+    assert!(
+        done.stderr
+            .contains("if ZooKeeper restarts meanwhile, 4 s after it is back"),
+        "{}",
+        done.stderr
+    );
+    // Past the old bound, then the server comes back.
+    thread::sleep(Duration::from_millis(4500).saturating_sub(stopped.elapsed()));
+    zk.restart().expect("restart ZooKeeper");
+    let back = Instant::now();
+    let c = Client::builder()
+        .connect_string(&cs)
+        .session_timeout(Duration::from_secs(4))
+        .connection_timeout(Duration::from_secs(5))
+        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10))
+        .build()
+        .expect("build client");
+    c.start().expect("start client");
+    assert!(c.block_until_connected(QUICK).unwrap(), "cannot reconnect");
+    let there = participants(&c, &path).len();
+    let looked = back.elapsed();
+    eprintln!(
+        "{there} node(s) {:?} after the server last heard from lock, {looked:?} after the restart",
+        stopped.elapsed()
+    );
+    // (Only while well within the new session timeout, so that a slow
+    // machine does not fail this.)
+    if looked < Duration::from_secs(3) {
+        assert_eq!(
+            there,
+            1,
+            "the node is gone {looked:?} after the restart, {:?} after the stop",
+            stopped.elapsed()
+        );
+    }
+    wait_until(
+        Duration::from_secs(12),
+        "the node expires after the restart",
+        || participants(&c, &path).is_empty(),
+    );
+    let gone = back.elapsed();
+    eprintln!("the node went {gone:?} after the restart");
+    assert!(
+        gone < Duration::from_secs(4) + Duration::from_secs(3),
+        "{gone:?}"
+    );
+    c.close();
+}
