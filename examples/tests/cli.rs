@@ -984,6 +984,19 @@ fn a_loss_with_zookeeper_down_says_where_the_node_goes() {
         "does not say the node waits for the session to expire:\n{}",
         done.stderr
     );
+    // The session's expiry is not bounded by when ZooKeeper last heard
+    // from it: a restarted server gives every session it restores a whole
+    // timeout again, and a server that is down expires nothing.
+    assert!(
+        !done.stderr.contains("at most"),
+        "promises a bound that a server restart breaks:\n{}",
+        done.stderr
+    );
+    assert!(
+        done.stderr.contains("if ZooKeeper restarts"),
+        "does not say what a server restart does to the expiry:\n{}",
+        done.stderr
+    );
     // ... which the server does.
     wait_until(QUICK, "the server expires the session", || {
         participants(&c, &path).is_empty()
@@ -1137,5 +1150,248 @@ fn at_a_terminal_the_command_reads_it_and_ctrl_z_stops_lock_too() {
         }
         thread::sleep(Duration::from_millis(20));
     }
+    c.close();
+}
+
+/// Kills `pids` that are still alive (cleanup before an assertion fails).
+fn kill_leftovers(pids: &[i32]) {
+    for &pid in pids {
+        if alive(pid) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+#[test]
+fn sigkill_of_lock_kills_the_command_within_a_second() {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    let gpidfile = scratch.file("gpid");
+    // The command (a shell) writes its pid, starts a background process in
+    // its group that writes its own, and waits.
+    let script = format!(
+        "sleep 30 </dev/null >/dev/null 2>&1 & echo $! > {}; echo $$ > {}; wait",
+        gpidfile.display(),
+        pidfile.display()
+    );
+    let mut proc = lock(&[
+        "--connect",
+        &cs,
+        "--session-timeout",
+        "2",
+        &path,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    wait_until(QUICK, "lock holds and the command runs", || {
+        participants(&c, &path).len() == 1
+            && read_pid(&pidfile).is_some()
+            && read_pid(&gpidfile).is_some()
+    });
+    let (pid, grandchild) = (read_pid(&pidfile).unwrap(), read_pid(&gpidfile).unwrap());
+    assert!(alive(pid) && alive(grandchild));
+
+    // SIGKILL: lock gets no chance to stop the command itself.
+    proc.child.kill().expect("SIGKILL lock");
+    let killed = Instant::now();
+    let _ = proc.child.wait();
+    let command_outlived = wait_for_exit(pid, Duration::from_secs(1));
+    let grandchild_outlived = wait_for_exit(grandchild, Duration::from_millis(100));
+    let after = killed.elapsed();
+    eprintln!("checked {after:?} after the SIGKILL");
+    kill_leftovers(&[pid, grandchild]);
+    assert!(
+        !command_outlived,
+        "the command {pid} still ran {after:?} after lock was SIGKILLed"
+    );
+    assert!(
+        !grandchild_outlived,
+        "the command's background process {grandchild} still ran {after:?} after lock was SIGKILLed"
+    );
+    // The watchdog did it, and said so on lock's stderr.
+    proc.wait_stderr("killed the command's process group", QUICK);
+    // The node goes with the session; then another holder may come.
+    wait_until(QUICK, "the killed lock's session expires", || {
+        participants(&c, &path).is_empty()
+    });
+    lock(&["--connect", &cs, "--timeout", "0", &path, "--", "true"])
+        .wait(QUICK)
+        .expect_code(0);
+    c.close();
+}
+
+/// `flock`'s own options mean the same to `lock`: -n, -w SECS, -c CMD, -s
+/// and -x, also bundled (`-xn`) and with the value attached (`-w1`).
+#[test]
+fn flock_options_work() {
+    let cs = server().connect_string();
+    let c = client();
+
+    // -c CMD runs CMD with `sh -c`, before or after PATH.
+    let path = unique();
+    lock(&["--connect", &cs, &path, "-c", "test x = x && exit 3"])
+        .wait(QUICK)
+        .expect_code(3);
+    lock(&["--connect", &cs, "-c", "exit 4", &path])
+        .wait(QUICK)
+        .expect_code(4);
+    // -c and a command as well: which one?
+    lock(&["--connect", &cs, &path, "-c", "true", "--", "true"])
+        .wait(QUICK)
+        .expect_code(64);
+
+    // -n: don't wait; -w SECS: wait that long.
+    let mutex = InterProcessMutex::new(&c, &path).unwrap();
+    let guard = mutex.lock().unwrap();
+    let started = Instant::now();
+    let done = lock(&["--connect", &cs, "-n", &path, "true"]).wait(QUICK);
+    done.expect_code(75);
+    assert!(done.stderr.contains("the lock is held"), "{}", done.stderr);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let started = Instant::now();
+    lock(&["--connect", &cs, "-w", "1", &path, "true"])
+        .wait(QUICK)
+        .expect_code(75);
+    assert!(started.elapsed() >= Duration::from_secs(1), "gave up early");
+    lock(&["--connect", &cs, "-w0.5", &path, "-c", "true"])
+        .wait(QUICK)
+        .expect_code(75);
+    drop(guard);
+    lock(&["--connect", &cs, "-n", &path, "-c", "exit 0"])
+        .wait(QUICK)
+        .expect_code(0);
+
+    // -s: the read side of a read-write lock; -x: the write side.
+    let rw_path = unique();
+    let rw = InterProcessReadWriteLock::new(&c, &rw_path).unwrap();
+    let read = rw.read_lock().lock().unwrap();
+    lock(&["--connect", &cs, "-s", "-n", &rw_path, "true"])
+        .wait(QUICK)
+        .expect_code(0);
+    lock(&["--connect", &cs, "-sn", &rw_path, "-c", "exit 0"])
+        .wait(QUICK)
+        .expect_code(0);
+    lock(&["--connect", &cs, "-x", "-n", &rw_path, "true"])
+        .wait(QUICK)
+        .expect_code(75);
+    lock(&["--connect", &cs, "-xn", &rw_path, "true"])
+        .wait(QUICK)
+        .expect_code(75);
+    drop(read);
+    let write = rw.write_lock().lock().unwrap();
+    lock(&["--connect", &cs, "-s", "-n", &rw_path, "true"])
+        .wait(QUICK)
+        .expect_code(75);
+    lock(&["--connect", &cs, "-x", "-n", &rw_path, "true"])
+        .wait(QUICK)
+        .expect_code(75);
+    drop(write);
+    lock(&["--connect", &cs, "-x", "-n", &rw_path, "true"])
+        .wait(QUICK)
+        .expect_code(0);
+
+    // They go with the long options as before, and clash as those do.
+    for bad in [
+        &["-s", "-x", "/a", "true"][..],
+        &["-s", "--write", "/a", "true"],
+        &["-x", "--semaphore", "2", "/a", "true"],
+        &["-n", "--timeout", "3", "/a", "true"],
+        &["-w", "soon", "/a", "true"],
+        &["-c"],
+        &["-nq", "/a", "true"],
+    ] {
+        let done = lock(bad).wait(QUICK);
+        done.expect_code(64);
+    }
+    c.close();
+}
+
+/// The message after a loss with ZooKeeper down holds across a restart: the
+/// node outlives "a session timeout after ZooKeeper last heard from it" (the
+/// old message's "at most" bound), and goes about a session timeout after
+/// the server is back.
+#[test]
+fn a_lost_node_outlives_a_server_restart_as_the_message_says() {
+    let mut zk = TestingServer::start().expect("start a ZooKeeper of its own");
+    let cs = zk.connect_string();
+    let path = unique();
+    let scratch = Scratch::new();
+    let pidfile = scratch.file("pid");
+    let script = format!("echo $$ > {}; exec sleep 30", pidfile.display());
+    // 4 s: the test server's largest session timeout (20 ticks of 200 ms).
+    let proc = lock(&[
+        "--connect",
+        &cs,
+        "--session-timeout",
+        "4",
+        "--connection-timeout",
+        "2",
+        "-v",
+        &path,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    // The command runs only once the lock is held.
+    wait_until(QUICK, "the command runs", || read_pid(&pidfile).is_some());
+    zk.stop().expect("stop ZooKeeper");
+    let stopped = Instant::now();
+    let done = proc.wait(Duration::from_secs(20));
+    done.expect_code(78);
+    assert!(
+        done.stderr
+            .contains("if ZooKeeper restarts meanwhile, 4 s after it is back"),
+        "{}",
+        done.stderr
+    );
+    // Past the old bound, then the server comes back.
+    thread::sleep(Duration::from_millis(4500).saturating_sub(stopped.elapsed()));
+    zk.restart().expect("restart ZooKeeper");
+    let back = Instant::now();
+    let c = Client::builder()
+        .connect_string(&cs)
+        .session_timeout(Duration::from_secs(4))
+        .connection_timeout(Duration::from_secs(5))
+        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10))
+        .build()
+        .expect("build client");
+    c.start().expect("start client");
+    assert!(c.block_until_connected(QUICK).unwrap(), "cannot reconnect");
+    let there = participants(&c, &path).len();
+    let looked = back.elapsed();
+    eprintln!(
+        "{there} node(s) {:?} after the server last heard from lock, {looked:?} after the restart",
+        stopped.elapsed()
+    );
+    // (Only while well within the new session timeout, so that a slow
+    // machine does not fail this.)
+    if looked < Duration::from_secs(3) {
+        assert_eq!(
+            there,
+            1,
+            "the node is gone {looked:?} after the restart, {:?} after the stop",
+            stopped.elapsed()
+        );
+    }
+    wait_until(
+        Duration::from_secs(12),
+        "the node expires after the restart",
+        || participants(&c, &path).is_empty(),
+    );
+    let gone = back.elapsed();
+    eprintln!("the node went {gone:?} after the restart");
+    assert!(
+        gone < Duration::from_secs(4) + Duration::from_secs(3),
+        "{gone:?}"
+    );
     c.close();
 }

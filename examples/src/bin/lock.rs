@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! lock [OPTIONS] PATH [OPTIONS] [--] CMD [ARGS...]
+//! lock [OPTIONS] PATH [OPTIONS] -c CMD
 //! lock --list [OPTIONS] PATH
 //! ```
 //!
@@ -26,6 +27,14 @@
 //! a terminal, the command's group gets the terminal while it runs (it can
 //! read from it, and a Ctrl-C typed there reaches it directly); a Ctrl-Z
 //! stops `lock` with the command, as a shell job, and `fg` resumes both.
+//!
+//! If `lock` itself dies without stopping the command (SIGKILL, the OOM
+//! killer, a crash), a watchdog process that `lock` starts beside the
+//! command kills the command's process group at once (see [`Watchdog`]), so
+//! that the command does not run on once the session expires and the next
+//! process takes the lock. A process that leaves the command's group
+//! (`setsid`, a daemon) is not followed, and nothing stops the command if
+//! the watchdog is killed too.
 //!
 //! If the ZooKeeper session is lost while the command runs (the client was
 //! cut off for the whole session timeout, or the server expired the
@@ -52,9 +61,9 @@
 //! As with `flock`, a command may itself exit with one of these codes.
 
 use std::ffi::OsString;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -94,6 +103,7 @@ const MAX_NODE_DATA: usize = 256;
 
 const USAGE: &str = "\
 Usage: lock [OPTIONS] PATH [OPTIONS] [--] CMD [ARGS...]
+       lock [OPTIONS] PATH [OPTIONS] -c CMD
        lock --list [OPTIONS] PATH
 
 Runs CMD while holding a ZooKeeper lock on PATH (Curator-compatible), and
@@ -105,11 +115,14 @@ Options:
                             (default: $LATCHKEY_CONNECT, else 127.0.0.1:2181)
   --timeout SECS            give up (exit 75) if the lock is not taken within
                             SECS; 0 tries once; a year or more, or inf, waits as
-                            long as it takes (the default)
+                            long as it takes (the default); also -w, --wait
+  -n, --nonblock            don't wait: the same as --timeout 0
+  -c, --command CMD         run CMD with sh -c, instead of CMD [ARGS...]
   --session-timeout SECS    ZooKeeper session timeout (default 15)
   --connection-timeout SECS how long to wait for ZooKeeper (default 15)
-  --read                    take the read side of a read-write lock
-  --write                   take the write side of a read-write lock
+  -s, --read                take the read side of a read-write lock (shared)
+  -x, --write               take the write side of a read-write lock
+                            (exclusive; also -e, --exclusive, --shared for -s)
   --semaphore N             take one lease of a semaphore with N leases
                             (with --list: mark the first N leases as holders)
   --on-lost kill|warn       if the lock is lost while CMD runs: kill CMD and
@@ -123,11 +136,21 @@ Options:
   -h, --help                print this help
   -V, --version             print the version
 
+As with flock, -n, -w SECS, -c CMD, -s and -x may be bundled (-xn, -w5).
+Unlike flock, plain lock (no -s/-x) takes a mutex, which does not exclude
+-s or -x holders of the same PATH: processes that share a PATH use -s and -x
+alike (or all plain). Giving up under -n or -w exits 75, not flock's 1.
+
 CMD gets LATCHKEY_LOCK_PATH, LATCHKEY_LOCK_NODE and LATCHKEY_FENCING_TOKEN
 in its environment. CMD runs in a process group of its own, and lock signals
 the whole group: on Ctrl-C (SIGINT, SIGTERM, SIGHUP) SIGTERM, up to 2 s to
 exit, then SIGKILL; when CMD exits, the same for what it left running, before
 the release; when the lock is lost, SIGKILL at once (--on-lost kill).
+If lock itself dies without stopping CMD (SIGKILL, the OOM killer, a crash),
+a watchdog process it starts (\"lock (watchdog)\" in ps) kills CMD's process
+group at once, before the session can expire and another process can take the
+lock. Not covered: a process that leaves CMD's group (setsid, a daemon), and a
+watchdog that is killed itself (e.g. kill -9 of lock and the watchdog at once).
 
 Exit codes:
   CMD's own    CMD ran; 128+N if it died of signal N
@@ -215,6 +238,9 @@ fn interrupted() -> bool {
 
 fn main() {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == WATCHDOG_ARG) {
+        std::process::exit(watchdog());
+    }
     let env_connect = std::env::var("LATCHKEY_CONNECT").ok();
     let code = match parse_args(args, env_connect.as_deref()) {
         Ok(Parsed::Help) => {
@@ -265,10 +291,13 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
     let mut data: Option<String> = None;
     let mut path: Option<String> = None;
     let mut timeout_given = false;
+    let mut nonblock = false;
+    // `-c CMD`: run CMD with `sh -c`.
+    let mut shell_command: Option<OsString> = None;
 
     let mut rest: Vec<OsString> = Vec::new();
-    let mut it = args.into_iter();
-    while let Some(raw) = it.next() {
+    let mut queue: std::collections::VecDeque<OsString> = args.into();
+    while let Some(raw) = queue.pop_front() {
         // After PATH, `--` or the first word that is not an option starts
         // the command; options may come before or after PATH.
         if path.is_some() && (raw == "--" || raw == "-" || !raw.to_string_lossy().starts_with('-'))
@@ -276,7 +305,7 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
             if raw != "--" {
                 rest.push(raw);
             }
-            rest.extend(it.by_ref());
+            rest.extend(queue.drain(..));
             break;
         }
         let Some(arg) = raw.to_str().map(str::to_owned) else {
@@ -291,6 +320,25 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
         if arg == "--" {
             return Err(Exit::usage("missing PATH before '--'"));
         }
+        // Bundled short options, as `flock` takes them: `-xn` is `-x -n`,
+        // and `-w5` or `-nw5` give -w its value.
+        if !arg.starts_with("--") && arg.chars().count() > 2 {
+            let mut split: Vec<OsString> = Vec::new();
+            for (i, c) in arg.char_indices().skip(1) {
+                split.push(format!("-{c}").into());
+                if SHORT_WITH_VALUE.contains(&c) {
+                    let value = &arg[i + c.len_utf8()..];
+                    if !value.is_empty() {
+                        split.push(value.into());
+                    }
+                    break;
+                }
+            }
+            for one in split.into_iter().rev() {
+                queue.push_front(one);
+            }
+            continue;
+        }
         let (name, inline) = match arg.split_once('=') {
             Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(v.to_owned())),
             _ => (arg.clone(), None),
@@ -299,7 +347,7 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
             if let Some(v) = inline.clone() {
                 return Ok(v);
             }
-            match it.next() {
+            match queue.pop_front() {
                 Some(v) => v
                     .into_string()
                     .map_err(|v| Exit::usage(format!("{name} {what}: {v:?} is not valid UTF-8"))),
@@ -309,7 +357,7 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
         let mut set_kind = |k: Kind| -> Result<(), Exit> {
             match kind {
                 Some(old) if old != k => Err(Exit::usage(
-                    "choose one of --read, --write and --semaphore N",
+                    "choose one of --read (-s), --write (-x) and --semaphore N",
                 )),
                 _ => {
                     kind = Some(k);
@@ -322,8 +370,22 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
             "-V" | "--version" => return Ok(Parsed::Version),
             "-v" | "--verbose" => verbose = true,
             "--list" => list = true,
-            "--read" => set_kind(Kind::Read)?,
-            "--write" => set_kind(Kind::Write)?,
+            // flock's -s and -x: the two sides of a read-write lock, which
+            // exclude each other (a mutex and a write lock do not).
+            "--read" | "-s" | "--shared" => set_kind(Kind::Read)?,
+            "--write" | "-x" | "-e" | "--exclusive" => set_kind(Kind::Write)?,
+            "-n" | "--nonblock" | "--nb" => nonblock = true,
+            "-c" | "--command" => {
+                let v = match inline.clone() {
+                    Some(v) => OsString::from(v),
+                    None => queue
+                        .pop_front()
+                        .ok_or_else(|| Exit::usage(format!("{name} needs a value (CMD)")))?,
+                };
+                if shell_command.replace(v).is_some() {
+                    return Err(Exit::usage("give -c CMD once"));
+                }
+            }
             "--connect" => {
                 let v = value("HOSTS")?;
                 if v.trim().is_empty() {
@@ -332,7 +394,7 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
                 connect = Some(v);
             }
             "--data" => data = Some(value("TEXT")?),
-            "--timeout" => {
+            "--timeout" | "-w" | "--wait" => {
                 // A timeout of a year or more is no timeout.
                 timeout = Some(seconds(&name, &value("SECS")?, true)?).filter(|t| *t < FOREVER);
                 timeout_given = true;
@@ -364,6 +426,8 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
                 "--connect"
                     | "--data"
                     | "--timeout"
+                    | "--wait"
+                    | "--command"
                     | "--session-timeout"
                     | "--connection-timeout"
                     | "--semaphore"
@@ -389,6 +453,26 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
         return Err(Exit::usage(
             "PATH cannot be the root: a lock needs its own node",
         ));
+    }
+    if nonblock {
+        if timeout_given {
+            return Err(Exit::usage(
+                "-n means --timeout 0; give -n or -w/--timeout, not both",
+            ));
+        }
+        timeout = Some(Duration::ZERO);
+        timeout_given = true;
+    }
+    if let Some(cmd) = shell_command {
+        if !rest.is_empty() {
+            return Err(Exit::usage(
+                "-c CMD runs CMD with sh -c; give no other command",
+            ));
+        }
+        if list {
+            return Err(Exit::usage("--list takes only PATH, no command"));
+        }
+        rest = vec!["sh".into(), "-c".into(), cmd];
     }
     if list {
         if !rest.is_empty() {
@@ -434,6 +518,9 @@ fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, 
         command: rest,
     }))
 }
+
+/// The short options that take a value (`-w5`, `-c CMD`).
+const SHORT_WITH_VALUE: [char; 2] = ['w', 'c'];
 
 /// A year: as long as `lock` ever waits. Longer durations, `inf` among them,
 /// are taken as this (for `--timeout`: no timeout at all).
@@ -761,6 +848,17 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
         return Err(Exit::new(EX_INTERRUPTED, "interrupted"));
     }
 
+    // Started before the command, so that the command never runs without it.
+    let mut watchdog = match Watchdog::start() {
+        Ok(watchdog) => watchdog,
+        Err(e) => {
+            close_and_release(&client, held, false, &progress, None);
+            return Err(Exit::new(
+                EX_SOFTWARE,
+                format!("cannot start the watchdog that stops the command if lock dies: {e}"),
+            ));
+        }
+    };
     let mut command = Command::new(&opts.command[0]);
     command
         .args(&opts.command[1..])
@@ -774,6 +872,7 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
     let child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
+            watchdog.disarm();
             close_and_release(&client, held, false, &progress, None);
             let code = if e.kind() == std::io::ErrorKind::NotFound {
                 EX_NOT_FOUND
@@ -788,6 +887,7 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
     };
 
     CHILD_GROUP.store(child.id(), Ordering::Release);
+    watchdog.arm(child.id());
     let terminal = Terminal::hand_to(child.id());
     let outcome = supervise(
         child,
@@ -798,6 +898,8 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
         &progress,
         terminal.as_ref(),
     );
+    // The command's group is gone (or killed) by now.
+    watchdog.disarm();
     CHILD_GROUP.store(0, Ordering::Release);
     drop(terminal);
     let lost = matches!(outcome, Outcome::Lost | Outcome::LostThenExited(_));
@@ -814,6 +916,116 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
             EX_SOFTWARE
         }
     })
+}
+
+// ---------------------------------------------------------------------------
+// The watchdog: the command must not outlive `lock`.
+
+/// The first argument that makes `lock` the watchdog of another `lock`.
+const WATCHDOG_ARG: &str = "--internal-watchdog";
+
+/// A second `lock` process that kills the command's process group when
+/// this `lock` dies without stopping it (SIGKILL, the OOM killer, a crash):
+/// else the command would run on without the lock once the session expires,
+/// beside the next holder. `flock` has no such gap because the command holds
+/// the lock's file descriptor itself; a ZooKeeper lock belongs to `lock`'s
+/// session.
+///
+/// `lock` holds the write end of a pipe that is the watchdog's stdin (the
+/// end is close-on-exec, so the command does not inherit it). The watchdog
+/// reads the command's process group, then waits: `done` (written by `lock`
+/// once the group is stopped) disarms it; end of file without `done` means
+/// that `lock` died, and the watchdog sends the group SIGKILL. It runs in a
+/// process group of its own, so that signals to `lock`'s job (or to the
+/// command's) do not reach it, and blocks the terminal's and the
+/// termination signals. (PR_SET_PDEATHSIG would need `unsafe` in
+/// `pre_exec`, which the workspace forbids, and kills one process, not the
+/// group.)
+struct Watchdog {
+    child: Child,
+    pipe: Option<std::process::ChildStdin>,
+}
+
+impl Watchdog {
+    fn start() -> std::io::Result<Watchdog> {
+        // /proc/self/exe runs this very binary even if its file was replaced
+        // or deleted since `lock` started.
+        let exe = if std::path::Path::new("/proc/self/exe").exists() {
+            std::path::PathBuf::from("/proc/self/exe")
+        } else {
+            std::env::current_exe()?
+        };
+        let mut child = Command::new(exe)
+            .arg0("lock (watchdog)")
+            .arg(WATCHDOG_ARG)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()?;
+        let pipe = child.stdin.take();
+        Ok(Watchdog { child, pipe })
+    }
+
+    /// Tells the watchdog the command's process group.
+    fn arm(&mut self, group: u32) {
+        let sent = self.pipe.as_mut().map(|p| {
+            p.write_all(format!("{group}\n").as_bytes())
+                .and_then(|()| p.flush())
+        });
+        if let Some(Err(e)) = sent {
+            eprintln!(
+                "lock: warning: the watchdog is gone ({e}); if lock is killed, the command runs on"
+            );
+        }
+    }
+
+    /// Once the command's group is stopped: the watchdog exits and is reaped.
+    fn disarm(&mut self) {
+        if let Some(mut pipe) = self.pipe.take() {
+            let _ = pipe.write_all(b"done\n");
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// `lock --internal-watchdog`: see [`Watchdog`]. Returns the exit code.
+fn watchdog() -> i32 {
+    let mut blocked = SigSet::empty();
+    for signal in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGTSTP,
+        Signal::SIGTTIN,
+        Signal::SIGTTOU,
+        Signal::SIGPIPE,
+    ] {
+        blocked.add(signal);
+    }
+    let _ = blocked.thread_block();
+    let mut said = Vec::new();
+    // Returns at end of file: `lock` closed the pipe, or died.
+    let _ = std::io::stdin().lock().read_to_end(&mut said);
+    let said = String::from_utf8_lossy(&said);
+    let mut lines = said.lines();
+    let group = lines
+        .next()
+        .and_then(|l| l.trim().parse::<i32>().ok())
+        .filter(|g| *g > 1);
+    if lines.any(|l| l == "done") {
+        return 0;
+    }
+    if let Some(group) = group {
+        if killpg(Pid::from_raw(group), Signal::SIGKILL).is_ok() {
+            // Not eprintln!, which panics when stderr is gone (a closed pipe).
+            let _ = writeln!(
+                std::io::stderr(),
+                "lock: lock ended while its command ran; killed the command's process group {group}"
+            );
+        }
+    }
+    0
 }
 
 /// How the command's run ended.
@@ -1151,9 +1363,13 @@ fn close_and_release(
 /// reach (on a new session) it looks; otherwise the node stays until the
 /// server expires the session that owns it.
 fn node_fate(client: &Client, node: &str) -> String {
+    // A server that restarts restores its sessions with a whole timeout
+    // ahead of each, counted from when it is back; one that is down expires
+    // nothing.
+    let timeout = human(client.negotiated_session_timeout());
     let expiry = format!(
-        "until ZooKeeper expires the session that owns it (at most {} after ZooKeeper last heard from it)",
-        human(client.negotiated_session_timeout())
+        "until ZooKeeper expires the session that owns it: {timeout} after ZooKeeper last heard \
+         from it, or, if ZooKeeper restarts meanwhile, {timeout} after it is back"
     );
     if !is_connected(client) {
         return format!("ZooKeeper is out of reach; the lock node {node} stays {expiry}");
@@ -1162,7 +1378,7 @@ fn node_fate(client: &Client, node: &str) -> String {
         Ok(None) => format!("the lock node {node} is gone with the session that owned it"),
         Ok(Some(_)) => format!("the lock node {node} stays {expiry}"),
         Err(e) => format!(
-            "cannot tell whether the lock node {node} is gone ({e}); it stays at most {expiry}"
+            "cannot tell whether the lock node {node} is gone ({e}); if not, it stays {expiry}"
         ),
     }
 }
