@@ -992,6 +992,99 @@ mod selector {
         );
     }
 
+    /// A term tells its lock node and fencing token (the node's czxid),
+    /// and its writes through `Leadership::bound_client` and
+    /// `Leadership::transaction` fail once it is interrupted (here by an
+    /// expired session) instead of being applied. Before, a leader had
+    /// only the selector's client: a create after the session expired was
+    /// retried into the next session and applied.
+    #[test]
+    fn a_term_s_bound_writes_fail_once_it_is_interrupted() {
+        let server = shared_server();
+        let c = connect(&server.connect_string(), SESSION);
+        let other = &clients(1, SESSION)[0];
+        let ctx = Ctx::new(server, &c);
+        let path = unique("selector-fenced");
+        let base = unique("/selector-fenced-writes");
+        other.create().for_path(&base, b"").unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (after_tx, after_rx) = crossbeam_channel::unbounded();
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+        let b = base.clone();
+        let s = LeaderSelector::new(&c, &path, "fenced", move |l| {
+            let during = l
+                .transaction()
+                .create(&format!("{b}/txn-during"), b"")
+                .commit()
+                .map(|r| r.len());
+            let begun = (
+                l.bound_client().clone(),
+                l.node_path().to_owned(),
+                l.fencing_token(),
+                during,
+            );
+            let _ = tx.send(begun);
+            let valid = l.wait(Duration::from_secs(60));
+            let after = l
+                .transaction()
+                .create(&format!("{b}/txn-after"), b"")
+                .commit()
+                .map(|r| r.len());
+            let _ = after_tx.send((valid, l.is_interrupted(), after));
+            // The term goes on until told: what fails, fails because it
+            // was interrupted, not because it is over.
+            let _ = done_rx.recv_timeout(Duration::from_secs(30));
+        })
+        .unwrap();
+        s.start().unwrap();
+        let (bound, node, token, during) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("no term within 10 s");
+        assert_eq!(during.unwrap(), 2, "the check, then the create");
+        assert!(
+            node.starts_with(&format!("{path}/")),
+            "{node} is not under {path}"
+        );
+        let stat = other.exists(&node).unwrap().expect("the term's lock node");
+        assert_eq!(stat.czxid, token, "the fencing token is the node's czxid");
+        bound
+            .create()
+            .for_path(&format!("{base}/during"), b"")
+            .unwrap();
+
+        c.expire_session_for_testing().unwrap();
+        let (valid, interrupted, txn_after) = after_rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("the term was not interrupted\n{}", ctx.dump()));
+        assert!(!valid && interrupted);
+        assert!(!s.has_leadership());
+        let after = bound.create().for_path(&format!("{base}/after"), b"");
+        // Once the client has its new session, calls through it go on, but
+        // not those bound to the old term.
+        wait_until(
+            Duration::from_secs(30),
+            || c.exists(&base).is_ok(),
+            || format!("no new session\n{}", ctx.dump()),
+        );
+        let late = bound.create().for_path(&format!("{base}/late"), b"");
+        for (what, result) in [
+            ("bound create", after.map(|_| 0)),
+            ("transaction", txn_after),
+            ("bound create in the new session", late.map(|_| 0)),
+        ] {
+            assert!(
+                matches!(result, Err(Error::Cancelled)),
+                "{what} after the interruption: {result:?}"
+            );
+        }
+        let _ = done_tx.send(());
+        assert_eq!(
+            sorted_children(other, &base),
+            ["during", "txn-during"],
+            "only the writes made during the term were applied"
+        );
+    }
+
     #[test]
     fn never_two_selector_leaders_through_leader_kills() {
         let mut cluster = TestingCluster::start(3).unwrap();
