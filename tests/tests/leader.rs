@@ -1085,6 +1085,90 @@ mod selector {
         );
     }
 
+    /// The case: a leader's create, sent while the term was
+    /// valid, waits out an outage (its requests held at a proxy); the
+    /// connection is suspended, which interrupts the term. Through the
+    /// term's bound handle the create returns `Cancelled` at once and is
+    /// never applied, also once the client reconnects in the same session.
+    /// Before (the selector's client, what a leader had), the create went
+    /// on waiting through the interruption and was retried after the
+    /// reconnection.
+    #[test]
+    fn a_bound_create_waiting_out_an_outage_fails_when_the_term_is_interrupted() {
+        let server = shared_server();
+        let proxy = latchkey_test::FaultProxy::start(server.addr()).expect("start the proxy");
+        let c = connect(&proxy.connect_string(), SESSION);
+        let other = &clients(1, SESSION)[0];
+        let ctx = Ctx::new(server, &c);
+        let path = unique("selector-outage");
+        let base = unique("/selector-outage-writes");
+        other.create().for_path(&base, b"").unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (ended_tx, ended_rx) = crossbeam_channel::unbounded();
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+        let s = LeaderSelector::new(&c, &path, "outage", move |l| {
+            let _ = tx.send(l.bound_client().clone());
+            l.wait(Duration::from_secs(60));
+            let _ = ended_tx.send((Instant::now(), l.is_interrupted()));
+            let _ = done_rx.recv_timeout(Duration::from_secs(60));
+        })
+        .unwrap();
+        s.start().unwrap();
+        let bound = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("no term within 10 s");
+        let target = format!("{base}/in-flight");
+        proxy.pause_requests_at(&request_path(&target));
+        let (result_tx, result_rx) = crossbeam_channel::bounded(1);
+        let t = target.clone();
+        thread::spawn(move || {
+            let result = bound.create().for_path(&t, b"");
+            let _ = result_tx.send((Instant::now(), result));
+        });
+        wait_until(
+            Duration::from_secs(10),
+            || proxy.requests_paused(),
+            || format!("the create did not reach the proxy\n{}", ctx.dump()),
+        );
+        // No reply, no ping: the connection is suspended, the term ends.
+        let (ended, interrupted) = ended_rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("the term was not interrupted\n{}", ctx.dump()));
+        assert!(interrupted);
+        let (returned, result) = result_rx
+            .recv_timeout(Duration::from_secs(2))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "the create did not return within 2 s of the interruption\n{}",
+                    ctx.dump()
+                )
+            });
+        println!(
+            "the create returned {:?} after the interruption",
+            returned.saturating_duration_since(ended)
+        );
+        assert!(
+            matches!(result, Err(Error::Cancelled)),
+            "the create in flight: {result:?}"
+        );
+        // The held request is dropped with its connection; the client
+        // reconnects (same session) and its calls go through again.
+        proxy.cut();
+        proxy.resume();
+        wait_until(
+            Duration::from_secs(30),
+            || c.exists(&base).is_ok(),
+            || format!("no reconnection\n{}", ctx.dump()),
+        );
+        let _ = done_tx.send(());
+        assert_eq!(
+            other.exists(&target).unwrap(),
+            None,
+            "the create of the interrupted term was applied\n{}",
+            ctx.dump()
+        );
+    }
+
     #[test]
     fn never_two_selector_leaders_through_leader_kills() {
         let mut cluster = TestingCluster::start(3).unwrap();
