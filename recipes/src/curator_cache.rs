@@ -156,7 +156,12 @@ impl CuratorCache {
     /// Starts keeping the copy on the cache's thread without reading it
     /// first: returns at once, the copy filling in as the thread reads.
     pub(crate) fn start_in_background(&self) -> Result<()> {
-        Keeper::start(&self.inner, "latchkey-curator-cache", &self.inner.client, None)
+        Keeper::start(
+            &self.inner,
+            "latchkey-curator-cache",
+            &self.inner.client,
+            None,
+        )
     }
 
     /// The node at `path` as last seen, if it is in the subtree.

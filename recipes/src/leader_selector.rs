@@ -161,6 +161,21 @@ impl Leadership {
     /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)).
     /// Stores written to outside ZooKeeper can refuse writes carrying a
     /// token smaller than the largest they have seen.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use latchkey_recipes::LeaderSelector;
+    ///
+    /// # fn write_plan(_token: i64, _plan: &str) {}
+    /// let selector = LeaderSelector::new(client, "/services/scheduler/leader", "host-a", |leadership| {
+    ///     println!("leading with lock node {}", leadership.node_path());
+    ///     // The store keeps the largest token seen and refuses smaller ones,
+    ///     // so a write of an earlier leader that arrives late is refused.
+    ///     write_plan(leadership.fencing_token(), "plan v2");
+    /// })?;
+    /// selector.start()?;
+    /// # Ok(()) }
+    /// ```
     pub fn fencing_token(&self) -> i64 {
         self.fencing_token
     }

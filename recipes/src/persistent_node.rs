@@ -470,8 +470,8 @@ impl GroupMember {
     /// with its own data (the latest [`set_this_data`](Self::set_this_data)),
     /// also before it is started or its node exists. Others show up and go
     /// as the cache's watches tell (within a round trip or so while
-    /// connected); while the client is disconnected, the members last
-    /// seen.
+    /// connected); while the client is disconnected, and after
+    /// [`close`](Self::close), the members last seen.
     pub fn current_members(&self) -> BTreeMap<String, Vec<u8>> {
         let prefix = if self.group.ends_with('/') {
             self.group.clone()

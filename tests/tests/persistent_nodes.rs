@@ -547,10 +547,7 @@ fn a_node_deleted_before_its_watch_is_set_comes_back() {
         );
         println!("{kind}: back {:?} after the delete", deleted.elapsed());
         if let Some(m) = &member {
-            assert_eq!(
-                members_now(m).into_keys().collect::<Vec<_>>(),
-                ["m1"]
-            );
+            assert_eq!(members_now(m).into_keys().collect::<Vec<_>>(), ["m1"]);
         }
         drop((node, member));
         wait_until(
