@@ -1169,6 +1169,57 @@ mod selector {
         );
     }
 
+    /// `Leadership::transaction` is applied only while the term's lock
+    /// node exists: once it is gone (here deleted by someone else, which
+    /// does not end the term), the transaction fails on its check
+    /// (operation 0, `NoNode`) and its create is not applied, where a
+    /// plain create through the bound handle still is.
+    #[test]
+    fn a_term_s_transaction_is_not_applied_once_its_lock_node_is_gone() {
+        use latchkey_framework::ErrorCode;
+        let c = connect(&shared_server().connect_string(), SESSION);
+        let other = &clients(1, SESSION)[0];
+        let path = unique("selector-txn");
+        let base = unique("/selector-txn-writes");
+        other.create().for_path(&base, b"").unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(1);
+        let (result_tx, result_rx) = crossbeam_channel::unbounded();
+        let b = base.clone();
+        let s = LeaderSelector::new(&c, &path, "txn", move |l| {
+            let _ = tx.send(l.node_path().to_owned());
+            if go_rx.recv_timeout(Duration::from_secs(30)).is_err() {
+                return;
+            }
+            let txn = l
+                .transaction()
+                .create(&format!("{b}/txn"), b"")
+                .commit()
+                .map(|r| r.len());
+            let plain = l
+                .bound_client()
+                .create()
+                .for_path(&format!("{b}/plain"), b"")
+                .map(|_| ());
+            let _ = result_tx.send((txn, plain, l.is_valid()));
+        })
+        .unwrap();
+        s.start().unwrap();
+        let node = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("no term within 10 s");
+        other.delete().for_path(&node).unwrap();
+        go_tx.send(()).unwrap();
+        let (txn, plain, valid) = result_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the writes did not return within 10 s");
+        assert!(valid, "the term is not ended by the delete");
+        let err = txn.expect_err("the transaction without its lock node");
+        assert!(err.is(ErrorCode::NoNode), "{err:?}");
+        plain.unwrap();
+        assert_eq!(sorted_children(other, &base), ["plain"]);
+    }
+
     #[test]
     fn never_two_selector_leaders_through_leader_kills() {
         let mut cluster = TestingCluster::start(3).unwrap();
