@@ -153,6 +153,17 @@ impl CuratorCache {
         Keeper::start(inner, "latchkey-curator-cache", &inner.client, Some(&first))
     }
 
+    /// Starts keeping the copy on the cache's thread without reading it
+    /// first: returns at once, the copy filling in as the thread reads.
+    pub(crate) fn start_in_background(&self) -> Result<()> {
+        Keeper::start(
+            &self.inner,
+            "latchkey-curator-cache",
+            &self.inner.client,
+            None,
+        )
+    }
+
     /// The node at `path` as last seen, if it is in the subtree.
     pub fn get(&self, path: &str) -> Option<ChildData> {
         self.inner.nodes.lock().get(path).cloned()

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use latchkey_framework::{Client, ConnectionState, Error, ListenerHandle, Result};
+use latchkey_framework::{Client, ConnectionState, Error, ListenerHandle, Result, Transaction};
 use parking_lot::{Condvar, Mutex};
 
 use crate::cancel::CancelToken;
@@ -36,10 +36,23 @@ type TakeLeadership = dyn Fn(&Leadership) + Send + Sync;
 /// Rust cannot interrupt a running closure; it checks
 /// [`is_valid`](Leadership::is_valid) or sleeps with
 /// [`wait`](Leadership::wait), which returns early when the term ends.
+///
+/// A check of `is_valid` cannot fence a write that follows it: the write
+/// may wait out an outage and be applied after the term ended. Write
+/// through [`bound_client`](Leadership::bound_client) (its calls fail once
+/// the term is interrupted or over) and, where a write must not land once
+/// the lock is gone, through [`transaction`](Leadership::transaction)
+/// (applied only while this term's lock node exists), or carry
+/// [`fencing_token`](Leadership::fencing_token) to the store written to.
 pub struct Leadership {
     client: Client,
+    /// `client` bound to the term: cancelled when it ends.
+    bound: Client,
     /// The session that owns the lock node.
     owner: i64,
+    /// The lock node of this term, and its czxid.
+    node_path: String,
+    fencing_token: i64,
     term: Arc<Term>,
 }
 
@@ -47,6 +60,9 @@ struct Term {
     /// The session that owns the lock node.
     owner: i64,
     interrupted: AtomicBool,
+    /// Cancelled when the term is interrupted or over: ends the calls of
+    /// [`Leadership::bound_client`].
+    cancel: CancelToken,
     /// Wakes [`Leadership::wait`] when the term is interrupted.
     lock: Mutex<()>,
     changed: Condvar,
@@ -58,6 +74,7 @@ impl Term {
         Term {
             owner,
             interrupted: AtomicBool::new(false),
+            cancel: CancelToken::new(),
             lock: Mutex::new(()),
             changed: Condvar::new(),
             subscriptions: Mutex::new(Vec::new()),
@@ -72,6 +89,7 @@ impl Term {
 
     fn interrupt(&self) {
         self.interrupted.store(true, Ordering::Release);
+        self.cancel.cancel();
         let _guard = self.lock.lock();
         self.changed.notify_all();
     }
@@ -131,6 +149,101 @@ impl Leadership {
         self.term.subscriptions.lock().push(handle);
         rx
     }
+
+    /// The path of this term's lock node (as
+    /// [`MutexGuard::node_path`](crate::MutexGuard::node_path)).
+    pub fn node_path(&self) -> &str {
+        &self.node_path
+    }
+
+    /// This term's fencing token: the czxid of its lock node, larger for
+    /// every later term of this election (as
+    /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)).
+    /// Stores written to outside ZooKeeper can refuse writes carrying a
+    /// token smaller than the largest they have seen.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use latchkey_recipes::LeaderSelector;
+    ///
+    /// # fn write_plan(_token: i64, _plan: &str) {}
+    /// let selector = LeaderSelector::new(client, "/services/scheduler/leader", "host-a", |leadership| {
+    ///     println!("leading with lock node {}", leadership.node_path());
+    ///     // The store keeps the largest token seen and refuses smaller ones,
+    ///     // so a write of an earlier leader that arrives late is refused.
+    ///     write_plan(leadership.fencing_token(), "plan v2");
+    /// })?;
+    /// selector.start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_token(&self) -> i64 {
+        self.fencing_token
+    }
+
+    /// A handle on the selector's client bound to this term: once the term
+    /// is interrupted (by a `Suspended` or `Lost` connection,
+    /// [`LeaderSelector::interrupt_leadership`] or closing the selector) or
+    /// over (`take_leadership` returned), its calls fail with
+    /// [`Error::Cancelled`] without being sent, and a call waiting on
+    /// ZooKeeper then (for a reply, a reconnection, a retry's pause)
+    /// returns so at once instead of being sent again in a later
+    /// connection or session. Clones, also on other threads, are bound the
+    /// same way.
+    ///
+    /// A request already sent when the term ends may still reach the
+    /// server and be applied, as with any connection loss: for writes that
+    /// must not land once the lock is gone use
+    /// [`transaction`](Self::transaction).
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use latchkey_recipes::LeaderSelector;
+    ///
+    /// let selector = LeaderSelector::new(client, "/services/scheduler/leader", "host-a", |leadership| {
+    ///     let zk = leadership.bound_client();
+    ///     while leadership.is_valid() {
+    ///         // Fails (Error::Cancelled) instead of being applied later if
+    ///         // the term ends while this waits out an outage.
+    ///         if zk.create().for_path("/jobs/job-", b"").is_err() {
+    ///             return;
+    ///         }
+    /// #       break;
+    ///     }
+    /// })?;
+    /// selector.start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn bound_client(&self) -> &Client {
+        &self.bound
+    }
+
+    /// A transaction through [`bound_client`](Self::bound_client) that
+    /// begins with a check that this term's lock node still exists: the
+    /// server applies it only while this process holds the lock, so a
+    /// write delayed by an outage cannot land after another process took
+    /// over (ZooKeeper orders it before the lock node's deletion, or fails
+    /// it with `NoNode` on the check, operation 0). Add the writes and
+    /// commit; the results start with the check's.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use latchkey_recipes::LeaderSelector;
+    ///
+    /// let selector = LeaderSelector::new(client, "/services/scheduler/leader", "host-a", |leadership| {
+    ///     let written = leadership
+    ///         .transaction()
+    ///         .set_data("/services/scheduler/plan", b"v2")
+    ///         .commit();
+    ///     if written.is_err() {
+    ///         return; // not applied: the term ended, or the write failed
+    ///     }
+    /// })?;
+    /// selector.start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn transaction(&self) -> Transaction<'_> {
+        self.bound.transaction().check_exists(&self.node_path)
+    }
 }
 
 impl std::fmt::Debug for Leadership {
@@ -139,6 +252,8 @@ impl std::fmt::Debug for Leadership {
             .field("valid", &self.is_valid())
             .field("interrupted", &self.is_interrupted())
             .field("lost", &self.is_lost())
+            .field("node_path", &self.node_path)
+            .field("fencing_token", &self.fencing_token)
             .finish()
     }
 }
@@ -415,7 +530,7 @@ impl Inner {
         let owner = self.client.session_id();
         let term = Arc::new(Term::new(owner));
         if self.mutex.is_lost() {
-            term.interrupted.store(true, Ordering::Release);
+            term.interrupt();
         }
         // Curator's adapter: Suspended or Lost interrupts the term.
         let weak = Arc::downgrade(&term);
@@ -434,9 +549,13 @@ impl Inner {
             }
             s.term = Some(Arc::clone(&term));
         }
+        // This thread holds the mutex: its hold is this term's.
         let leadership = Leadership {
             client: self.client.clone(),
+            bound: self.client.with_cancel(Some(&term.cancel)),
             owner,
+            node_path: self.mutex.lock_node_path().unwrap_or_default(),
+            fencing_token: self.mutex.fencing_token().unwrap_or_default(),
             term: Arc::clone(&term),
         };
         if !self
@@ -465,6 +584,8 @@ impl Inner {
             );
         }
         drop(listener);
+        // The term is over: its bound calls end before the lock goes.
+        term.cancel.cancel();
         term.subscriptions.lock().clear();
         {
             // In one step with the end of the term, so that a `requeue`

@@ -12,6 +12,7 @@ use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result};
 use parking_lot::{Condvar, Mutex};
 
 use crate::armed::{read_watched, waking, WatchArms};
+use crate::curator_cache::CuratorCache;
 use crate::keeper::{Keeper, Kept};
 use crate::lock_internals::deadline_after;
 
@@ -387,7 +388,13 @@ impl Inner {
 
 /// Membership of a group (Curator's `GroupMember`): an ephemeral
 /// [`PersistentNode`] named by this member's id under the group's path,
-/// holding its payload, and the current members read from ZooKeeper.
+/// holding its payload, and the current members from a [`CuratorCache`]
+/// of the group, kept by watches.
+///
+/// As in Curator, [`current_members`](Self::current_members) answers from
+/// the cache: it never waits on ZooKeeper (also while partitioned, when it
+/// tells the members last seen), and always lists this member, with its
+/// own data, also before its node exists.
 ///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
@@ -395,16 +402,17 @@ impl Inner {
 ///
 /// let me = GroupMember::new(client, "/groups/workers", "worker-1", b"10.0.0.1")?;
 /// me.start()?;
-/// for (id, payload) in me.current_members()? {
+/// // At once, without a round trip: this member, and the others seen so far.
+/// for (id, payload) in me.current_members() {
 ///     println!("{id}: {}", String::from_utf8_lossy(&payload));
 /// }
 /// # Ok(()) }
 /// ```
 pub struct GroupMember {
-    client: Client,
     group: String,
     id: String,
     node: PersistentNode,
+    cache: CuratorCache,
 }
 
 impl GroupMember {
@@ -423,19 +431,22 @@ impl GroupMember {
             &paths::make_path(group_path, id),
             payload,
         )?;
+        let cache = CuratorCache::new(client, group_path)?;
         Ok(GroupMember {
-            client: client.clone(),
             group: group_path.to_owned(),
             id: id.to_owned(),
             node,
+            cache,
         })
     }
 
-    /// Joins the group (in the background; see
-    /// [`PersistentNode::wait_for_initial_create`] through
-    /// [`wait_joined`](Self::wait_joined)).
+    /// Joins the group and starts watching it, both in the background
+    /// (see [`PersistentNode::wait_for_initial_create`] through
+    /// [`wait_joined`](Self::wait_joined)): returns without waiting on
+    /// ZooKeeper.
     pub fn start(&self) -> Result<()> {
-        self.node.start()
+        self.node.start()?;
+        self.cache.start_in_background()
     }
 
     /// Waits at most `timeout` until this member's node was created once.
@@ -453,28 +464,37 @@ impl GroupMember {
         self.node.set_data(payload)
     }
 
-    /// The members now, by id, with their payloads (read from ZooKeeper:
-    /// a member whose node goes while being read is left out).
-    pub fn current_members(&self) -> Result<BTreeMap<String, Vec<u8>>> {
-        let children = match self.client.get_children(&self.group) {
-            Err(e) if e.is(ErrorCode::NoNode) => Vec::new(),
-            other => other?,
+    /// The members, by id, with their payloads, as this member's cache of
+    /// the group last saw them (Curator's `getCurrentMembers`): never
+    /// waits on ZooKeeper and never fails. This member is always listed,
+    /// with its own data (the latest [`set_this_data`](Self::set_this_data)),
+    /// also before it is started or its node exists. Others show up and go
+    /// as the cache's watches tell (within a round trip or so while
+    /// connected); while the client is disconnected, and after
+    /// [`close`](Self::close), the members last seen.
+    pub fn current_members(&self) -> BTreeMap<String, Vec<u8>> {
+        let prefix = if self.group.ends_with('/') {
+            self.group.clone()
+        } else {
+            format!("{}/", self.group)
         };
-        let mut members = BTreeMap::new();
-        for child in children {
-            match self.client.get_data(&paths::make_path(&self.group, &child)) {
-                Ok((data, _)) => {
-                    members.insert(child, data);
-                }
-                Err(e) if e.is(ErrorCode::NoNode) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(members)
+        let mut members: BTreeMap<String, Vec<u8>> = self
+            .cache
+            .entries()
+            .into_iter()
+            .filter_map(|node| {
+                let id = node.path.strip_prefix(&prefix)?;
+                (!id.is_empty() && !id.contains('/')).then(|| (id.to_owned(), node.data))
+            })
+            .collect();
+        members.insert(self.id.clone(), self.node.data());
+        members
     }
 
-    /// Leaves the group (deletes this member's node). Dropping does the same.
+    /// Leaves the group (deletes this member's node) and stops watching
+    /// it. Dropping does the same.
     pub fn close(&self) {
+        self.cache.close();
         self.node.close();
     }
 }

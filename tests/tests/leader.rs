@@ -992,6 +992,234 @@ mod selector {
         );
     }
 
+    /// A term tells its lock node and fencing token (the node's czxid),
+    /// and its writes through `Leadership::bound_client` and
+    /// `Leadership::transaction` fail once it is interrupted (here by an
+    /// expired session) instead of being applied. Before, a leader had
+    /// only the selector's client: a create after the session expired was
+    /// retried into the next session and applied.
+    #[test]
+    fn a_term_s_bound_writes_fail_once_it_is_interrupted() {
+        let server = shared_server();
+        let c = connect(&server.connect_string(), SESSION);
+        let other = &clients(1, SESSION)[0];
+        let ctx = Ctx::new(server, &c);
+        let path = unique("selector-fenced");
+        let base = unique("/selector-fenced-writes");
+        other.create().for_path(&base, b"").unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (after_tx, after_rx) = crossbeam_channel::unbounded();
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+        let b = base.clone();
+        let s = LeaderSelector::new(&c, &path, "fenced", move |l| {
+            let during = l
+                .transaction()
+                .create(&format!("{b}/txn-during"), b"")
+                .commit()
+                .map(|r| r.len());
+            let begun = (
+                l.bound_client().clone(),
+                l.node_path().to_owned(),
+                l.fencing_token(),
+                during,
+            );
+            let _ = tx.send(begun);
+            let valid = l.wait(Duration::from_secs(60));
+            let after = l
+                .transaction()
+                .create(&format!("{b}/txn-after"), b"")
+                .commit()
+                .map(|r| r.len());
+            let _ = after_tx.send((valid, l.is_interrupted(), after));
+            // The term goes on until told: what fails, fails because it
+            // was interrupted, not because it is over.
+            let _ = done_rx.recv_timeout(Duration::from_secs(30));
+        })
+        .unwrap();
+        s.start().unwrap();
+        let (bound, node, token, during) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("no term within 10 s");
+        assert_eq!(during.unwrap(), 2, "the check, then the create");
+        assert!(
+            node.starts_with(&format!("{path}/")),
+            "{node} is not under {path}"
+        );
+        let stat = other.exists(&node).unwrap().expect("the term's lock node");
+        assert_eq!(stat.czxid, token, "the fencing token is the node's czxid");
+        bound
+            .create()
+            .for_path(&format!("{base}/during"), b"")
+            .unwrap();
+
+        c.expire_session_for_testing().unwrap();
+        let (valid, interrupted, txn_after) = after_rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("the term was not interrupted\n{}", ctx.dump()));
+        assert!(!valid && interrupted);
+        assert!(!s.has_leadership());
+        let after = bound.create().for_path(&format!("{base}/after"), b"");
+        // Once the client has its new session, calls through it go on, but
+        // not those bound to the old term.
+        wait_until(
+            Duration::from_secs(30),
+            || c.exists(&base).is_ok(),
+            || format!("no new session\n{}", ctx.dump()),
+        );
+        let late = bound.create().for_path(&format!("{base}/late"), b"");
+        for (what, result) in [
+            ("bound create", after.map(|_| 0)),
+            ("transaction", txn_after),
+            ("bound create in the new session", late.map(|_| 0)),
+        ] {
+            assert!(
+                matches!(result, Err(Error::Cancelled)),
+                "{what} after the interruption: {result:?}"
+            );
+        }
+        let _ = done_tx.send(());
+        assert_eq!(
+            sorted_children(other, &base),
+            ["during", "txn-during"],
+            "only the writes made during the term were applied"
+        );
+    }
+
+    /// The case: a leader's create, sent while the term was
+    /// valid, waits out an outage (its requests held at a proxy); the
+    /// connection is suspended, which interrupts the term. Through the
+    /// term's bound handle the create returns `Cancelled` at once and is
+    /// never applied, also once the client reconnects in the same session.
+    /// Before (the selector's client, what a leader had), the create went
+    /// on waiting through the interruption and was retried after the
+    /// reconnection.
+    #[test]
+    fn a_bound_create_waiting_out_an_outage_fails_when_the_term_is_interrupted() {
+        let server = shared_server();
+        let proxy = latchkey_test::FaultProxy::start(server.addr()).expect("start the proxy");
+        let c = connect(&proxy.connect_string(), SESSION);
+        let other = &clients(1, SESSION)[0];
+        let ctx = Ctx::new(server, &c);
+        let path = unique("selector-outage");
+        let base = unique("/selector-outage-writes");
+        other.create().for_path(&base, b"").unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (ended_tx, ended_rx) = crossbeam_channel::unbounded();
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+        let s = LeaderSelector::new(&c, &path, "outage", move |l| {
+            let _ = tx.send(l.bound_client().clone());
+            l.wait(Duration::from_secs(60));
+            let _ = ended_tx.send((Instant::now(), l.is_interrupted()));
+            let _ = done_rx.recv_timeout(Duration::from_secs(60));
+        })
+        .unwrap();
+        s.start().unwrap();
+        let bound = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("no term within 10 s");
+        let target = format!("{base}/in-flight");
+        proxy.pause_requests_at(&request_path(&target));
+        let (result_tx, result_rx) = crossbeam_channel::bounded(1);
+        let t = target.clone();
+        thread::spawn(move || {
+            let result = bound.create().for_path(&t, b"");
+            let _ = result_tx.send((Instant::now(), result));
+        });
+        wait_until(
+            Duration::from_secs(10),
+            || proxy.requests_paused(),
+            || format!("the create did not reach the proxy\n{}", ctx.dump()),
+        );
+        // No reply, no ping: the connection is suspended, the term ends.
+        let (ended, interrupted) = ended_rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("the term was not interrupted\n{}", ctx.dump()));
+        assert!(interrupted);
+        let (returned, result) = result_rx
+            .recv_timeout(Duration::from_secs(2))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "the create did not return within 2 s of the interruption\n{}",
+                    ctx.dump()
+                )
+            });
+        println!(
+            "the create returned {:?} after the interruption",
+            returned.saturating_duration_since(ended)
+        );
+        assert!(
+            matches!(result, Err(Error::Cancelled)),
+            "the create in flight: {result:?}"
+        );
+        // The held request is dropped with its connection; the client
+        // reconnects (same session) and its calls go through again.
+        proxy.cut();
+        proxy.resume();
+        wait_until(
+            Duration::from_secs(30),
+            || c.exists(&base).is_ok(),
+            || format!("no reconnection\n{}", ctx.dump()),
+        );
+        let _ = done_tx.send(());
+        assert_eq!(
+            other.exists(&target).unwrap(),
+            None,
+            "the create of the interrupted term was applied\n{}",
+            ctx.dump()
+        );
+    }
+
+    /// `Leadership::transaction` is applied only while the term's lock
+    /// node exists: once it is gone (here deleted by someone else, which
+    /// does not end the term), the transaction fails on its check
+    /// (operation 0, `NoNode`) and its create is not applied, where a
+    /// plain create through the bound handle still is.
+    #[test]
+    fn a_term_s_transaction_is_not_applied_once_its_lock_node_is_gone() {
+        use latchkey_framework::ErrorCode;
+        let c = connect(&shared_server().connect_string(), SESSION);
+        let other = &clients(1, SESSION)[0];
+        let path = unique("selector-txn");
+        let base = unique("/selector-txn-writes");
+        other.create().for_path(&base, b"").unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(1);
+        let (result_tx, result_rx) = crossbeam_channel::unbounded();
+        let b = base.clone();
+        let s = LeaderSelector::new(&c, &path, "txn", move |l| {
+            let _ = tx.send(l.node_path().to_owned());
+            if go_rx.recv_timeout(Duration::from_secs(30)).is_err() {
+                return;
+            }
+            let txn = l
+                .transaction()
+                .create(&format!("{b}/txn"), b"")
+                .commit()
+                .map(|r| r.len());
+            let plain = l
+                .bound_client()
+                .create()
+                .for_path(&format!("{b}/plain"), b"")
+                .map(|_| ());
+            let _ = result_tx.send((txn, plain, l.is_valid()));
+        })
+        .unwrap();
+        s.start().unwrap();
+        let node = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("no term within 10 s");
+        other.delete().for_path(&node).unwrap();
+        go_tx.send(()).unwrap();
+        let (txn, plain, valid) = result_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the writes did not return within 10 s");
+        assert!(valid, "the term is not ended by the delete");
+        let err = txn.expect_err("the transaction without its lock node");
+        assert!(err.is(ErrorCode::NoNode), "{err:?}");
+        plain.unwrap();
+        assert_eq!(sorted_children(other, &base), ["plain"]);
+    }
+
     #[test]
     fn never_two_selector_leaders_through_leader_kills() {
         let mut cluster = TestingCluster::start(3).unwrap();

@@ -317,27 +317,122 @@ fn group_members_see_each_other_join_change_and_leave() {
             m
         })
         .collect();
-    let ids =
-        |m: &GroupMember| -> Vec<String> { m.current_members().unwrap().into_keys().collect() };
+    let ids = |m: &GroupMember| -> Vec<String> { members_now(m).into_keys().collect() };
+    // The members come from each one's cache, kept by watches: all are
+    // there within a few seconds.
     for m in &members {
-        assert_eq!(ids(m), ["m0", "m1", "m2"]);
+        wait_until(
+            Duration::from_secs(10),
+            || ids(m) == ["m0", "m1", "m2"],
+            || format!("{} sees {:?}\n{}", m.id(), ids(m), ctx.dump()),
+        );
     }
     members[1].set_this_data(b"changed").unwrap();
     wait_until(
         Duration::from_secs(10),
-        || {
-            members[0]
-                .current_members()
-                .unwrap()
-                .get("m1")
-                .map(Vec::as_slice)
-                == Some(&b"changed"[..])
-        },
+        || members_now(&members[0]).get("m1").map(Vec::as_slice) == Some(&b"changed"[..]),
         || ctx.dump(),
     );
     members[2].close();
-    assert_eq!(ids(&members[0]), ["m0", "m1"]);
+    wait_until(
+        Duration::from_secs(10),
+        || ids(&members[0]) == ["m0", "m1"],
+        || format!("m0 sees {:?}\n{}", ids(&members[0]), ctx.dump()),
+    );
     assert_eq!(members[0].id(), "m0");
+}
+
+/// `current_members`, which must answer from the member's cache at once:
+/// fails the test if it takes 100 ms or more.
+fn members_now(m: &GroupMember) -> std::collections::BTreeMap<String, Vec<u8>> {
+    // A call that blocks on the network fails the binary within 10 s.
+    let _dog = Watchdog::new("GroupMember::current_members", Duration::from_secs(10));
+    let began = Instant::now();
+    let members = m.current_members();
+    let took = began.elapsed();
+    assert!(
+        took < Duration::from_millis(100),
+        "current_members of {} took {took:?}",
+        m.id()
+    );
+    members
+}
+
+/// `GroupMember::current_members` is Curator's: a cache of the group,
+/// kept by watches, that never waits on ZooKeeper and always lists this
+/// member with its own data. It lists itself before it has started and
+/// while its node cannot be created yet (requests paused), sees other
+/// members join and leave within seconds, and while partitioned answers
+/// at once with the members it knew. Before, it read ZooKeeper on every
+/// call: before its node existed it left itself out, and partitioned it
+/// waited on the network (Watchdog: no answer within 10 s).
+#[test]
+fn group_members_come_from_a_cache_that_always_lists_this_member() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let c = connect(&proxy.connect_string(), Duration::from_secs(30));
+    let others = clients(2, Duration::from_secs(20));
+    let ctx = Ctx::new(server, &c);
+    let group = unique("/persistent/cached-group");
+    let m0 = GroupMember::new(&others[0], &group, "m0", b"p0").unwrap();
+    m0.start().unwrap();
+    assert!(m0.wait_joined(Duration::from_secs(10)).unwrap());
+
+    let me = GroupMember::new(&c, &group, "me", b"mine").unwrap();
+    let only_me = std::collections::BTreeMap::from([("me".to_owned(), b"mine".to_vec())]);
+    assert_eq!(members_now(&me), only_me, "before start");
+    // Its node cannot be created until the requests go through.
+    proxy.pause_requests();
+    me.start().unwrap();
+    assert_eq!(members_now(&me), only_me, "started, its node not created");
+    me.set_this_data(b"mine2").unwrap();
+    assert_eq!(
+        members_now(&me).get("me").map(Vec::as_slice),
+        Some(&b"mine2"[..]),
+        "its own data, as set"
+    );
+    proxy.resume();
+    let ids = |m: &GroupMember| -> Vec<String> { members_now(m).into_keys().collect() };
+    wait_until(
+        Duration::from_secs(10),
+        || ids(&me) == ["m0", "me"],
+        || format!("me sees {:?}\n{}", ids(&me), ctx.dump()),
+    );
+
+    // Another member joins, and leaves.
+    let m1 = GroupMember::new(&others[1], &group, "m1", b"p1").unwrap();
+    m1.start().unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        || ids(&me) == ["m0", "m1", "me"],
+        || format!("m1 joined; me sees {:?}\n{}", ids(&me), ctx.dump()),
+    );
+    m1.close();
+    wait_until(
+        Duration::from_secs(5),
+        || ids(&me) == ["m0", "me"],
+        || format!("m1 left; me sees {:?}\n{}", ids(&me), ctx.dump()),
+    );
+
+    // Partitioned: at once, what it knew and itself.
+    proxy.pause();
+    let partitioned = members_now(&me);
+    assert_eq!(
+        partitioned,
+        std::collections::BTreeMap::from([
+            ("m0".to_owned(), b"p0".to_vec()),
+            ("me".to_owned(), b"mine2".to_vec()),
+        ]),
+        "partitioned"
+    );
+    // Still at once after the connection is suspended.
+    wait_until(
+        Duration::from_secs(30),
+        || c.state() == Some(ConnectionState::Suspended),
+        || format!("not suspended\n{}", ctx.dump()),
+    );
+    assert_eq!(members_now(&me), partitioned, "suspended");
+    proxy.resume();
 }
 
 /// Spins until `c` has sent more than `before` requests; fails the test
@@ -452,10 +547,7 @@ fn a_node_deleted_before_its_watch_is_set_comes_back() {
         );
         println!("{kind}: back {:?} after the delete", deleted.elapsed());
         if let Some(m) = &member {
-            assert_eq!(
-                m.current_members().unwrap().into_keys().collect::<Vec<_>>(),
-                ["m1"]
-            );
+            assert_eq!(members_now(m).into_keys().collect::<Vec<_>>(), ["m1"]);
         }
         drop((node, member));
         wait_until(

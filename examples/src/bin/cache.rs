@@ -45,11 +45,15 @@ fn run(connect: &str) -> Result<(), String> {
             Ok(member)
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let ids: Vec<String> = members[0]
-        .current_members()
-        .map_err(err)?
-        .into_keys()
-        .collect();
+    // Answered from the member's cache of the group: the other member
+    // shows up as soon as its watch tells (5 s at most here).
+    let seen = std::time::Instant::now();
+    while members[0].current_members().len() < members.len()
+        && seen.elapsed() < Duration::from_secs(5)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ids: Vec<String> = members[0].current_members().into_keys().collect();
     println!("members of {GROUP}: {ids:?}");
 
     let cache = CuratorCache::new(&reader, PATH).map_err(err)?;
