@@ -280,9 +280,22 @@ pub(crate) fn open_stream(
     tls: Option<&TlsSettings>,
     timeout: Duration,
 ) -> Result<Stream, ConnectFailure> {
+    open_stream_with(host, addr, tls, timeout, |_| {})
+}
+
+/// [`open_stream`], handing the TCP socket to `connected` as soon as it is
+/// connected, before any TLS handshake (so that a close can cut that short).
+pub(crate) fn open_stream_with(
+    host: &str,
+    addr: SocketAddr,
+    tls: Option<&TlsSettings>,
+    timeout: Duration,
+    connected: impl FnOnce(&TcpStream),
+) -> Result<Stream, ConnectFailure> {
     let deadline = instant_after(timeout);
     let connecting = |e: io::Error| ConnectFailure::connecting(addr, &e);
     let sock = TcpStream::connect_timeout(&addr, timeout).map_err(connecting)?;
+    connected(&sock);
     sock.set_nodelay(true).map_err(connecting)?;
     sock.set_write_timeout(Some(timeout)).map_err(connecting)?;
     let s = match tls {

@@ -25,6 +25,16 @@ use parking_lot::Mutex;
 /// The waker's token; connections get the others, never reused.
 const WAKE: Token = Token(0);
 
+thread_local! {
+    static ON_ENGINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this is the engine's thread (a waker running there), where
+/// nothing may wait for a reply: the engine itself would have to read it.
+pub(crate) fn on_engine_thread() -> bool {
+    ON_ENGINE.with(std::cell::Cell::get)
+}
+
 /// A live connection, as the engine sees it.
 pub(crate) trait Driven: Send {
     /// Registers the socket with the engine's poll, edge-triggered.
@@ -114,6 +124,7 @@ impl Engine {
     }
 
     fn run(&self, mut poll: Poll) {
+        ON_ENGINE.with(|on| on.set(true));
         let mut conns: HashMap<Token, Box<dyn Driven>> = HashMap::new();
         let mut events = Events::with_capacity(256);
         let mut due: Vec<(Token, bool)> = Vec::new();

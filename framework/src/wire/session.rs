@@ -33,10 +33,10 @@ use parking_lot::{Condvar, Mutex};
 
 use super::conn::{Conn, Received};
 use super::connect::{
-    self, open_stream, read_frame, resolve_one, ConnectFailure, HostList, RwProbe, RwSearch,
+    self, open_stream_with, read_frame, resolve_one, ConnectFailure, HostList, RwProbe, RwSearch,
     SharedHosts,
 };
-use super::engine::{Driven, Engine};
+use super::engine::{self, Driven, Engine};
 use super::jute::{Reader, Writer};
 use super::proto::{self, op, xid, ConnectRequest, ConnectResponse, ReplyHeader, WatcherEvent};
 use super::sasl::{self, LoginError, SaslDigest};
@@ -434,6 +434,13 @@ impl WireSession {
             return;
         }
         self.inner.closing.store(true, Ordering::Release);
+        // On the engine thread (a waker dropped the last handle) nothing
+        // may wait for a reply the engine itself must read: the close is
+        // sent if the connection takes it now, and not waited for.
+        let timeout = match engine::on_engine_thread() {
+            true => Duration::ZERO,
+            false => timeout,
+        };
         if let Ok(slot) = self.send(op::CLOSE_SESSION, |_| {}, None) {
             let _ = slot.wait_until(instant_after(timeout));
         }
@@ -821,9 +828,18 @@ impl Inner {
             |e: io::Error| HandshakeError::Failed(ConnectFailure::connecting(addr, &e));
         let handshaking =
             |e: io::Error| HandshakeError::Failed(ConnectFailure::handshaking(host, addr, &e));
-        let mut s = open_stream(host, addr, self.cfg.tls.as_ref(), per_host)
+        // The socket is kept where a close can shut it down, from the
+        // moment it connects: a TLS handshake or a silent server then ends
+        // at once, not at the connection timeout.
+        let keep = |sock: &TcpStream| {
+            *self.connecting.lock() = sock.try_clone().ok();
+            // A close that came first found nothing to shut down.
+            if self.is_ending() {
+                let _ = sock.shutdown(std::net::Shutdown::Both);
+            }
+        };
+        let mut s = open_stream_with(host, addr, self.cfg.tls.as_ref(), per_host, keep)
             .map_err(HandshakeError::Failed)?;
-        *self.connecting.lock() = Some(s.killer().map_err(connecting)?);
         if self.is_ending() {
             return Err(HandshakeError::Failed(ConnectFailure::Io {
                 addr,

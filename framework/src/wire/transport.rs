@@ -107,12 +107,6 @@ impl Stream {
         })
     }
 
-    /// A second handle on the raw socket, to shut the connection down from
-    /// another thread (a close during a login).
-    pub(crate) fn killer(&self) -> io::Result<TcpStream> {
-        self.sock.try_clone()
-    }
-
     /// Sets the socket's read timeout.
     pub(crate) fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
         self.sock
