@@ -45,13 +45,25 @@ impl log::Log for StderrLog {
 }
 
 fn serial() -> MutexGuard<'static, ()> {
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if std::env::var_os("ENGINE_REVIEW_THREADS").is_some() {
+        let mut names: Vec<String> = thread_names()
+            .into_iter()
+            .filter(|n| n.starts_with("latchkey-"))
+            .collect();
+        names.sort();
+        eprintln!(
+            "{:?} starts with threads {names:?}",
+            thread::current().name()
+        );
+    }
     if std::env::var_os("ENGINE_REVIEW_LOG").is_some() {
         static LOGGER: StderrLog = StderrLog;
         if log::set_logger(&LOGGER).is_ok() {
             log::set_max_level(log::LevelFilter::Debug);
         }
     }
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    guard
 }
 
 fn thread_names() -> Vec<String> {
@@ -86,7 +98,7 @@ fn close_during_a_tls_handshake_ends_the_connect_thread() {
     });
     let before = count_named("latchkey-connect");
     let c = Client::builder()
-        .connect_string(&addr.to_string())
+        .connect_string(addr.to_string())
         .session_timeout(Duration::from_secs(10))
         .connection_timeout(Duration::from_secs(120))
         .tls(TlsConfig::new(certs.ca_file()))
@@ -100,16 +112,32 @@ fn close_during_a_tls_handshake_ends_the_connect_thread() {
     acceptor.join().unwrap();
     let closing = c.clone();
     call_within("close", Duration::from_secs(10), move || closing.close());
+    // The client's end of the handshake connection must close: read what
+    // it sent (its ClientHello) until the end of the stream.
+    let mut held = held;
+    held.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while count_named("latchkey-connect") > before && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
-    let left = count_named("latchkey-connect") - before;
-    drop(held);
-    assert_eq!(
-        left, 0,
-        "5 s after close() a latchkey-connect thread still waits in the TLS \
-         handshake (it only ends with the 120 s connection timeout)"
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        match std::io::Read::read(&mut held, &mut buf) {
+            Ok(0) => break true,
+            Ok(_) => {}
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => break true, // reset
+        }
+        if Instant::now() >= deadline {
+            break false;
+        }
+    };
+    let connect_threads = count_named("latchkey-connect");
+    assert!(
+        closed,
+        "5 s after close() the client still holds its TLS handshake \
+         connection open ({connect_threads} latchkey-connect threads, {before} \
+         before the client): its connect thread waits out the 120 s connection timeout"
     );
 }
 
@@ -130,7 +158,7 @@ fn close_during_a_plain_handshake_ends_the_connect_thread() {
     });
     let before = count_named("latchkey-connect");
     let c = Client::builder()
-        .connect_string(&addr.to_string())
+        .connect_string(addr.to_string())
         .session_timeout(Duration::from_secs(10))
         .connection_timeout(Duration::from_secs(120))
         .retry_policy(RetryNTimes::new(0, Duration::ZERO))
@@ -159,7 +187,7 @@ fn a_stalled_session_does_not_delay_another() {
     let fake = FakeServer::start(Script::default().after_handshake(AfterHandshake::Stall)).unwrap();
     let stalled = start_connected(
         Client::builder()
-            .connect_string(&fake.connect_string())
+            .connect_string(fake.connect_string())
             .session_timeout(Duration::from_secs(30))
             .connection_timeout(Duration::from_secs(5))
             .max_request_size(8 << 20)
@@ -225,7 +253,7 @@ fn calls_racing_cuts_each_get_one_answer() {
     let proxy = FaultProxy::start(server.addr()).unwrap();
     let c = start_connected(
         Client::builder()
-            .connect_string(&proxy.connect_string())
+            .connect_string(proxy.connect_string())
             .session_timeout(Duration::from_secs(20))
             .connection_timeout(Duration::from_secs(5))
             .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
@@ -316,7 +344,7 @@ fn read_only_search_ends_with_its_connection() {
     let before = count_named("latchkey-rw-probe");
     let c = start_connected(
         Client::builder()
-            .connect_string(&fake.connect_string())
+            .connect_string(fake.connect_string())
             .session_timeout(Duration::from_secs(3))
             .connection_timeout(Duration::from_secs(2))
             .can_be_read_only(true)
@@ -370,7 +398,7 @@ fn concurrent_closes_during_pending_calls() {
         let proxy = FaultProxy::start(server.addr()).unwrap();
         let c = start_connected(
             Client::builder()
-                .connect_string(&proxy.connect_string())
+                .connect_string(proxy.connect_string())
                 .session_timeout(Duration::from_secs(10))
                 .connection_timeout(Duration::from_secs(2))
                 .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(10), 3)),
@@ -490,11 +518,14 @@ fn many_sessions_at_once() {
     assert!(took < Duration::from_secs(120), "took {took:?}");
 }
 
-/// Threads other than the engine: every `latchkey-*` one.
+/// The client's threads other than the engine: every `latchkey-*` one
+/// but the test proxy's (`latchkey-proxy-conn-*`).
 fn client_threads() -> Vec<String> {
     thread_names()
         .into_iter()
-        .filter(|n| n.starts_with("latchkey-") && n != "latchkey-engine")
+        .filter(|n| {
+            n.starts_with("latchkey-") && n != "latchkey-engine" && !n.starts_with("latchkey-proxy")
+        })
         .collect()
 }
 
@@ -630,7 +661,7 @@ fn an_oversize_reply_fails_only_its_call() {
         .unwrap();
     let small = start_connected(
         Client::builder()
-            .connect_string(&proxy.connect_string())
+            .connect_string(proxy.connect_string())
             .session_timeout(Duration::from_secs(10))
             .connection_timeout(Duration::from_secs(5))
             .max_reply_size(64 * 1024)
@@ -670,7 +701,7 @@ fn two_hundred_sessions_beside_a_stalled_one() {
     let fake = FakeServer::start(Script::default().after_handshake(AfterHandshake::Stall)).unwrap();
     let stalled = start_connected(
         Client::builder()
-            .connect_string(&fake.connect_string())
+            .connect_string(fake.connect_string())
             .session_timeout(Duration::from_secs(60))
             .connection_timeout(Duration::from_secs(5))
             .max_request_size(8 << 20)
@@ -753,7 +784,7 @@ fn thousands_of_watches_rearmed_while_calls_queue() {
     let proxy = FaultProxy::start(server.addr()).unwrap();
     let c = start_connected(
         Client::builder()
-            .connect_string(&proxy.connect_string())
+            .connect_string(proxy.connect_string())
             .session_timeout(Duration::from_secs(20))
             .connection_timeout(Duration::from_secs(5))
             .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(20), 20)),
@@ -912,7 +943,7 @@ fn close_during_the_reconnect_back_off() {
     let mut worst = Duration::ZERO;
     for _ in 0..5 {
         let c = Client::builder()
-            .connect_string(&fake.connect_string())
+            .connect_string(fake.connect_string())
             .session_timeout(Duration::from_secs(10))
             .connection_timeout(Duration::from_secs(2))
             .retry_policy(RetryNTimes::new(0, Duration::ZERO))
@@ -1021,7 +1052,7 @@ fn tls_with_unbounded_timeouts() {
     let before = client_threads().len();
     let c = start_connected(
         Client::builder()
-            .connect_string(&proxy.connect_string())
+            .connect_string(proxy.connect_string())
             .session_timeout(Duration::MAX)
             .connection_timeout(Duration::MAX)
             .tls(TlsConfig::new(certs.ca_file()))
@@ -1072,7 +1103,7 @@ fn close_at_every_moment_of_a_connect() {
     let mut slowest = Duration::ZERO;
     for i in 0..150u64 {
         let c = Client::builder()
-            .connect_string(&server.connect_string())
+            .connect_string(server.connect_string())
             .session_timeout(Duration::from_secs(10))
             .connection_timeout(Duration::from_secs(5))
             .retry_policy(RetryNTimes::new(0, Duration::ZERO))
@@ -1140,7 +1171,7 @@ fn read_only_moves_to_a_read_write_server() {
     let before = count_named("latchkey-rw-probe");
     let c = start_connected(
         Client::builder()
-            .connect_string(&format!(
+            .connect_string(format!(
                 "{},{}",
                 fake.connect_string(),
                 proxy.connect_string()
@@ -1230,5 +1261,150 @@ fn read_only_moves_to_a_read_write_server() {
         },
     );
     writer.close();
+    c.close();
+}
+
+/// After a close at any moment of a connect, how long the client's
+/// connect thread lives on; each client is waited for before the next.
+#[test]
+fn connect_thread_ends_soon_after_a_close_at_any_moment() {
+    let _s = serial();
+    let _dog = Watchdog::new("connect_thread_ends_soon", Duration::from_secs(240));
+    let server = shared_server();
+    // Earlier tests' threads end first.
+    wait_until(
+        Duration::from_secs(10),
+        || count_named("latchkey-connect") == 0,
+        || format!("threads: {:?}", thread_names()),
+    );
+    let mut worst = (Duration::ZERO, 0);
+    for i in 0..60u64 {
+        let c = Client::builder()
+            .connect_string(server.connect_string())
+            .session_timeout(Duration::from_secs(10))
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+            .build()
+            .unwrap();
+        c.start().unwrap();
+        let spin = Instant::now();
+        let wait = Duration::from_micros((i * 53) % 3000);
+        while spin.elapsed() < wait {
+            std::hint::spin_loop();
+        }
+        c.close();
+        let t = Instant::now();
+        while count_named("latchkey-connect") > 0 && t.elapsed() < Duration::from_secs(20) {
+            thread::sleep(Duration::from_millis(5));
+        }
+        if std::env::var_os("ENGINE_REVIEW_THREADS").is_some() {
+            eprintln!(
+                "close {} us after start: connect thread ended after {:?}",
+                wait.as_micros(),
+                t.elapsed()
+            );
+        }
+        if t.elapsed() > worst.0 {
+            worst = (t.elapsed(), wait.as_micros() as u64);
+        }
+    }
+    eprintln!("worst: {worst:?}");
+    assert!(
+        worst.0 < Duration::from_secs(2),
+        "a connect thread lived {:?} after its client's close (closed {} us after start)",
+        worst.0,
+        worst.1
+    );
+}
+
+/// The reconnect back-off starts at 20 ms (±50 % jitter), growing to 1 s
+/// (session.rs `Dialer::new`): after the first failed round through the
+/// hosts, the next attempt comes within a few tens of milliseconds.
+#[test]
+fn the_first_reconnect_pause_is_the_initial_interval() {
+    let _s = serial();
+    let _dog = Watchdog::new("the_first_reconnect_pause", Duration::from_secs(60));
+    let mut gaps = Vec::new();
+    for _ in 0..5 {
+        // Accepts and closes at once: each attempt fails its handshake.
+        let fake = FakeServer::start(Script::default().refuse(true)).unwrap();
+        let c = Client::builder()
+            .connect_string(fake.connect_string())
+            .session_timeout(Duration::from_secs(10))
+            .connection_timeout(Duration::from_secs(2))
+            .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+            .build()
+            .unwrap();
+        c.start().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut first = None;
+        while Instant::now() < deadline {
+            let n = fake.seen().connections;
+            if n >= 1 && first.is_none() {
+                first = Some(Instant::now());
+            }
+            if n >= 2 {
+                break;
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        let first = first.expect("no connection attempt");
+        assert!(fake.seen().connections >= 2, "no second attempt");
+        gaps.push(first.elapsed());
+        c.close();
+    }
+    gaps.sort();
+    assert!(
+        gaps[0] < Duration::from_millis(150),
+        "the pause between the first two attempts was {gaps:?} (want about \
+         20 ms ± 50 %): the back-off starts from the backoff crate's default \
+         current_interval (500 ms ± 50 %), not from initial_interval"
+    );
+}
+
+/// A request at exactly the size limit (the default, ZooKeeper's
+/// jute.maxbuffer): the largest payload the client agrees to send, the
+/// server takes; one byte more fails alone, unsent.
+#[test]
+fn a_request_at_the_size_limit() {
+    let _s = serial();
+    let _dog = Watchdog::new("a_request_at_the_size_limit", Duration::from_secs(120));
+    let c = start_connected(
+        Client::builder()
+            .connect_string(shared_server().connect_string())
+            .session_timeout(Duration::from_secs(10))
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(RetryNTimes::new(2, Duration::from_millis(10))),
+    );
+    let path = unique("/engine-review-limit");
+    c.create().for_path(&path, b"").unwrap();
+    let too_large = |r: &latchkey_framework::Result<_>| matches!(r, Err(e) if format!("{e:?}").contains("RequestTooLarge"));
+    // The largest set_data the client sends: search down from 1 MiB.
+    let mut lo = 0usize; // sent
+    let mut hi = 1 << 20; // refused unsent
+    let probe = unique("/engine-review-limit-probe");
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        let r = c
+            .with_timeout(Duration::from_secs(10))
+            .set_data(&probe, &vec![0u8; mid], None);
+        if too_large(&r) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    let sessions = c.metrics().sessions_started;
+    let reconnects = c.metrics().reconnects;
+    let r = c
+        .with_timeout(Duration::from_secs(10))
+        .set_data(&path, &vec![5u8; lo], None);
+    assert!(
+        r.is_ok(),
+        "set_data of {lo} bytes (the largest the client sends) failed: {r:?}"
+    );
+    assert_eq!(c.get_data(&path).unwrap().0.len(), lo);
+    assert_eq!(c.metrics().reconnects, reconnects);
+    assert_eq!(c.metrics().sessions_started, sessions);
     c.close();
 }
