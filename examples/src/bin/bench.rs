@@ -1966,8 +1966,8 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
     line(
         "- latchkey and Curator both send five requests per handoff: create, list the children, \
           watch the predecessor, list again when it goes, delete. latchkey sends the create and \
-          the first listing in one round trip and wakes the waiter from the session's I/O \
-          thread. (Until this build a waiter next in line also watched its own node and took the \
+          the first listing in one round trip and wakes the waiter from the engine thread as \
+          the event is read. (Until this build a waiter next in line also watched its own node and took the \
           lock on its predecessor's deletion without listing again; a session closed on the \
           server deletes its nodes in one transaction whose events come in no fixed order, so \
           that shortcut could grant a lock whose node was already gone. It lists again now, as \
