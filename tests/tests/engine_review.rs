@@ -1090,6 +1090,25 @@ fn tls_with_unbounded_timeouts() {
     );
 }
 
+/// A client of `server`, started `micros` ago: spinning that long spreads
+/// a close over the moments of a connect (jitter, not synchronisation).
+fn started_for(server: &latchkey_test::TestingServer, micros: u64) -> (Client, Duration) {
+    let c = Client::builder()
+        .connect_string(server.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .connection_timeout(Duration::from_secs(5))
+        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
+        .build()
+        .unwrap();
+    c.start().unwrap();
+    let spin = Instant::now();
+    let wait = Duration::from_micros(micros);
+    while spin.elapsed() < wait {
+        std::hint::spin_loop();
+    }
+    (c, wait)
+}
+
 /// Closes (and drops without close) at every moment of a connect: before
 /// the connect thread gets going, during the handshake, as the connection
 /// is handed to the engine, just after; from one thread or several. Every
@@ -1102,20 +1121,7 @@ fn close_at_every_moment_of_a_connect() {
     let before = client_threads().len();
     let mut slowest = Duration::ZERO;
     for i in 0..150u64 {
-        let c = Client::builder()
-            .connect_string(server.connect_string())
-            .session_timeout(Duration::from_secs(10))
-            .connection_timeout(Duration::from_secs(5))
-            .retry_policy(RetryNTimes::new(0, Duration::ZERO))
-            .build()
-            .unwrap();
-        c.start().unwrap();
-        // Spread the close over the connect (jitter, not synchronisation).
-        let spin = Instant::now();
-        let wait = Duration::from_micros((i * 37) % 3000);
-        while spin.elapsed() < wait {
-            std::hint::spin_loop();
-        }
+        let (c, _) = started_for(server, (i * 37) % 3000);
         let t = Instant::now();
         match i % 3 {
             0 => c.close(),
@@ -1279,19 +1285,7 @@ fn connect_thread_ends_soon_after_a_close_at_any_moment() {
     );
     let mut worst = (Duration::ZERO, 0);
     for i in 0..60u64 {
-        let c = Client::builder()
-            .connect_string(server.connect_string())
-            .session_timeout(Duration::from_secs(10))
-            .connection_timeout(Duration::from_secs(5))
-            .retry_policy(RetryNTimes::new(0, Duration::ZERO))
-            .build()
-            .unwrap();
-        c.start().unwrap();
-        let spin = Instant::now();
-        let wait = Duration::from_micros((i * 53) % 3000);
-        while spin.elapsed() < wait {
-            std::hint::spin_loop();
-        }
+        let (c, wait) = started_for(server, (i * 53) % 3000);
         c.close();
         let t = Instant::now();
         while count_named("latchkey-connect") > 0 && t.elapsed() < Duration::from_secs(20) {
