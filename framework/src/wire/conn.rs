@@ -144,3 +144,107 @@ impl Conn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+    use crate::wire::transport::{Stream, TlsSettings};
+
+    /// A CA and a server certificate for 127.0.0.1 it signs: (CA, chain, key).
+    fn certs() -> (
+        CertificateDer<'static>,
+        CertificateDer<'static>,
+        PrivateKeyDer<'static>,
+    ) {
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        (ca_cert.der().clone(), leaf.der().clone(), key)
+    }
+
+    /// A record the live connection cannot decrypt ends it with an error,
+    /// and rustls's alert saying why goes to the server first (TLS 1.2,
+    /// where an alert's record type is in the clear).
+    #[test]
+    fn an_undecryptable_record_is_answered_with_an_alert() {
+        let (ca, leaf, key) = certs();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server_config = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_protocol_versions(&[&rustls::version::TLS12])
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![leaf], key)
+            .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut sock, _) = listener.accept().unwrap();
+            let mut tls = rustls::ServerConnection::new(Arc::new(server_config)).unwrap();
+            while tls.is_handshaking() {
+                tls.complete_io(&mut sock).unwrap();
+            }
+            // An application-data record of garbage: its MAC cannot check out.
+            let mut record = vec![0x17, 0x03, 0x03, 0x00, 0x40];
+            record.extend(std::iter::repeat_n(0x5a, 0x40));
+            sock.write_all(&record).unwrap();
+            // What the client sends back before it closes.
+            sock.set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            let mut answer = Vec::new();
+            let _ = sock.read_to_end(&mut answer);
+            answer
+        });
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca).unwrap();
+        let client_config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let settings = TlsSettings {
+            config: Arc::new(client_config),
+            server_name: None,
+        };
+        let sock = std::net::TcpStream::connect(addr).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let stream = Stream::tls(sock, &settings, "127.0.0.1", deadline)
+            .map_err(|e| format!("{e:?}"))
+            .unwrap();
+        let mut conn = stream.into_conn().unwrap();
+        let mut received = Vec::new();
+        let failed = loop {
+            assert!(
+                Instant::now() < deadline,
+                "the garbage record was never refused"
+            );
+            match conn.receive(&mut received) {
+                Err(e) => break e,
+                Ok(Received::Closed) => panic!("the connection closed without an error"),
+                Ok(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        };
+        assert_eq!(failed.kind(), io::ErrorKind::InvalidData, "{failed}");
+        drop(conn);
+        let answer = server.join().unwrap();
+        assert_eq!(
+            answer.first(),
+            Some(&0x15),
+            "the client closed without an alert: it sent {answer:02x?}"
+        );
+    }
+}
