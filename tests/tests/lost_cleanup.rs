@@ -1,0 +1,99 @@
+//! Issue 27, item 8: a hold lost with its session leaves its node behind.
+//! After a ZooKeeper restart the server restores the sessions the clients
+//! have already declared `Lost`, with their ephemeral nodes; unless the
+//! client removes the nodes of its lost holds, everyone else waits for the
+//! server to expire the old session (a whole session timeout after the
+//! restart). Each test starts its own server, which it stops and restarts.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use latchkey_framework::{Client, ConnectionState};
+use latchkey_recipes::{InterProcessMutex, InterProcessSemaphoreV2};
+use latchkey_test::TestingServer;
+
+/// The holder's session timeout: the server restores its old session with
+/// this much life left after the restart.
+const SESSION: Duration = Duration::from_secs(6);
+
+/// How soon after ZooKeeper serves again another client must get the hold.
+const RESUME_WITHIN: Duration = Duration::from_secs(2);
+
+/// The whole test, server stop and restart included, ends within this.
+const TEST_BOUND: Duration = Duration::from_secs(120);
+
+/// Stops `server` until `holder` has declared its session lost, restarts
+/// it, and returns when the server serves again.
+fn lose_the_session_over_a_restart(server: &mut TestingServer, holder: &Client, ctx: &Ctx) {
+    let states = holder.listen();
+    server.stop().unwrap();
+    ctx.expect(&states, ConnectionState::Lost, Duration::from_secs(20));
+    server.restart().unwrap();
+}
+
+/// A fresh client that acquires with `acquire`, and how long after `since`
+/// it got the hold.
+fn resumed_after(server: &TestingServer, since: Instant, acquire: impl FnOnce(&Client) -> bool) -> Duration {
+    let other = connect(&server.connect_string(), SESSION);
+    assert!(acquire(&other), "no hold within 20 s");
+    let after = since.elapsed();
+    other.close();
+    after
+}
+
+#[test]
+fn a_lost_mutex_hold_does_not_block_others_after_a_restart() {
+    let _watchdog = Watchdog::new("lost mutex cleanup", TEST_BOUND);
+    let mut server = TestingServer::start().unwrap();
+    let path = unique("/lost-cleanup-mutex");
+    let holder = connect(&server.connect_string(), SESSION);
+    let ctx = Ctx::new(&server, &holder);
+    let lock = InterProcessMutex::new(&holder, &path).unwrap();
+    lock.acquire().unwrap();
+    lose_the_session_over_a_restart(&mut server, &holder, &ctx);
+    let serving = Instant::now();
+    let after = resumed_after(&server, serving, |other| {
+        InterProcessMutex::new(other, &path)
+            .unwrap()
+            .acquire_timeout(Duration::from_secs(20))
+            .unwrap()
+    });
+    assert!(
+        after <= RESUME_WITHIN,
+        "another client got the lock {after:?} after ZooKeeper served again \
+         (want at most {RESUME_WITHIN:?})\n{}",
+        ctx.dump()
+    );
+    holder.close();
+}
+
+#[test]
+fn a_lost_lease_does_not_block_others_after_a_restart() {
+    let _watchdog = Watchdog::new("lost lease cleanup", TEST_BOUND);
+    let mut server = TestingServer::start().unwrap();
+    let path = unique("/lost-cleanup-semaphore");
+    let holder = connect(&server.connect_string(), SESSION);
+    let ctx = Ctx::new(&server, &holder);
+    let semaphore = InterProcessSemaphoreV2::new(&holder, &path, 1).unwrap();
+    let lease = semaphore.acquire().unwrap();
+    lose_the_session_over_a_restart(&mut server, &holder, &ctx);
+    let serving = Instant::now();
+    let after = resumed_after(&server, serving, |other| {
+        InterProcessSemaphoreV2::new(other, &path, 1)
+            .unwrap()
+            .acquire_timeout(Duration::from_secs(20))
+            .unwrap()
+            .is_some()
+    });
+    assert!(
+        after <= RESUME_WITHIN,
+        "another client got the lease {after:?} after ZooKeeper served again \
+         (want at most {RESUME_WITHIN:?})\n{}",
+        ctx.dump()
+    );
+    assert!(lease.is_lost());
+    drop(lease);
+    holder.close();
+}
