@@ -1,7 +1,10 @@
 //! Work the client finishes on its own after a caller has moved on:
 //! guaranteed deletes, and removal of protected nodes whose create was
-//! given up (Curator's `FailedDeleteManager` and protected-node cleanup).
+//! given up (Curator's `FailedDeleteManager` and protected-node cleanup),
+//! and removal of the ephemeral nodes of a session declared lost (which
+//! Curator leaves to the server's expiry).
 
+use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -28,6 +31,10 @@ pub(crate) enum Job {
     Delete { path: String, version: Option<i32> },
     /// Delete any child of `parent` whose name starts with `prefix`.
     DeleteProtected { parent: String, prefix: String },
+    /// Delete this node only while it is still the ephemeral node of
+    /// session `owner` (its `ephemeral_owner`), with the version read
+    /// (NoNode, or a node of another owner, counts as done).
+    DeleteOwned { path: String, owner: i64 },
 }
 
 /// Starts the thread that runs [`run`]; kept until it has worked once.
@@ -39,6 +46,18 @@ pub(crate) struct Background {
     wake: Condvar,
     /// Most clients never queue a job: the thread starts with the first.
     starter: Mutex<Option<Starter>>,
+    /// Ephemeral nodes to delete once their session is declared lost.
+    owned: Mutex<OwnedNodes>,
+}
+
+/// Nodes registered with [`Background::delete_when_lost`].
+#[derive(Default)]
+struct OwnedNodes {
+    /// Server path and owning session of each node.
+    nodes: HashSet<(String, i64)>,
+    /// Sessions declared lost: a node of one registered late is deleted
+    /// at once.
+    lost: HashSet<i64>,
 }
 
 #[derive(Default)]
@@ -77,6 +96,45 @@ impl Background {
             Ok(()) => *starter = None,
             // The job waits; the next one tries the thread again.
             Err(e) => log::error!("cannot start the background cleanup thread: {e}"),
+        }
+    }
+
+    /// Deletes the ephemeral node at `path` (a server path) if session
+    /// `owner` is declared lost while the node is registered, and it is then
+    /// still that session's node: once a session is connected, only if its
+    /// `ephemeral_owner` is `owner`, with the version read.
+    pub(crate) fn delete_when_lost(&self, path: String, owner: i64) {
+        let mut owned = self.owned.lock();
+        if owned.lost.contains(&owner) {
+            drop(owned);
+            self.push(Job::DeleteOwned { path, owner });
+        } else {
+            owned.nodes.insert((path, owner));
+        }
+    }
+
+    /// Forgets the node at `path` (a server path) registered with
+    /// [`Background::delete_when_lost`], whatever its owner.
+    pub(crate) fn forget_owned(&self, path: &str) {
+        self.owned.lock().nodes.retain(|(p, _)| p != path);
+    }
+
+    /// Session `owner` was declared lost: queues the deletion of its
+    /// registered nodes.
+    pub(crate) fn session_lost(&self, owner: i64) {
+        let jobs: Vec<Job> = {
+            let mut owned = self.owned.lock();
+            owned.lost.insert(owner);
+            let (lost, kept) = std::mem::take(&mut owned.nodes)
+                .into_iter()
+                .partition(|(_, o)| *o == owner);
+            owned.nodes = kept;
+            lost.into_iter()
+                .map(|(path, owner)| Job::DeleteOwned { path, owner })
+                .collect()
+        };
+        for job in jobs {
+            self.push(job);
         }
     }
 
@@ -172,5 +230,29 @@ fn attempt(owner: &dyn Owner, job: &Job) -> Result<()> {
             }
             Ok(())
         }
+        Job::DeleteOwned { path, owner } => loop {
+            let Some(stat) = ops::wire_exists(&session, path, None, deadline)? else {
+                return Ok(());
+            };
+            if stat.ephemeral_owner != *owner {
+                log::debug!(
+                    "{path} is no longer the node of session {owner:#x} \
+                     (owner {:#x}): kept",
+                    stat.ephemeral_owner
+                );
+                return Ok(());
+            }
+            match ops::wire_delete(&session, path, Some(stat.version), deadline) {
+                Err(e) if e.is(ErrorCode::NoNode) => return Ok(()),
+                // Changed since it was read: read it again.
+                Err(e) if e.is(ErrorCode::BadVersion) => {}
+                other => {
+                    if other.is_ok() {
+                        log::info!("deleted {path}, left by lost session {owner:#x}");
+                    }
+                    return other;
+                }
+            }
+        },
     }
 }

@@ -710,6 +710,34 @@ impl Client {
         self.shared.session().map_or(0, |s| s.session_id())
     }
 
+    /// Registers the ephemeral node at `path` (which session `owner`
+    /// created) for removal if that session is declared lost: the client
+    /// then deletes it in the background from its next session, once
+    /// connected, and only if the node is still that session's (its
+    /// `ephemeral_owner` is `owner`; it is deleted with the version read).
+    /// A node of any other session is never touched. If `owner` was
+    /// declared lost already, the deletion is queued at once.
+    ///
+    /// This is how the recipes give up the nodes of lost holds without
+    /// waiting for the server to expire the old session, which it may
+    /// have kept alive (a server restarted within the session timeout
+    /// restores its sessions); Curator leaves them to the server's expiry.
+    /// Unregister the node with [`Client::keep_when_session_lost`] when
+    /// it is deleted or handed on.
+    pub fn delete_when_session_lost(&self, path: &str, owner: i64) -> Result<()> {
+        let server_path = self.shared.server_path(path)?;
+        self.shared.background.delete_when_lost(server_path, owner);
+        Ok(())
+    }
+
+    /// Forgets a node registered with [`Client::delete_when_session_lost`]
+    /// (any owner); a deletion already queued goes on.
+    pub fn keep_when_session_lost(&self, path: &str) {
+        if let Ok(server_path) = self.shared.server_path(path) {
+            self.shared.background.forget_owned(&server_path);
+        }
+    }
+
     /// The session timeout the server granted to the current session,
     /// clamped to the requested one (the client times its pings and
     /// silence detection by it).
@@ -1095,6 +1123,8 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
                     if current != Some(next) {
                         shared.post(next);
                     }
+                    // Cleanup waiting for a connection goes now.
+                    shared.background.wake();
                 }
                 WireEvent::Disconnected { silent_for } => {
                     if current.is_some_and(ConnectionState::is_connected) {
@@ -1211,7 +1241,13 @@ impl Shared {
     }
 
     fn lose_session(&self) {
+        let lost = self.session().map_or(0, |s| s.session_id());
         self.post(ConnectionState::Lost);
+        if lost != 0 {
+            // Deleted from the next session (the server may have kept this
+            // one: restored after a restart, or not expired yet).
+            self.background.session_lost(lost);
+        }
         self.start_new_session();
     }
 

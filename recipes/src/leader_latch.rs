@@ -66,6 +66,15 @@ pub enum LatchState {
 /// election (nodes `<path>/_c_<uuid>-latch-<seq>`, holding the participant
 /// id as UTF-8).
 ///
+/// Unlike Curator, a latch node whose session the client declares lost
+/// (suspended for the whole session timeout) is deleted from the next
+/// session once it connects, if it is still the old session's node
+/// (its `ephemeral_owner`; see [`Client::delete_when_session_lost`]).
+/// The server may keep the old session alive for a while (a server
+/// restarted within the session timeout restores its sessions for a
+/// whole timeout more); Curator's nodes wait for that expiry, and so
+/// does everyone queued behind them.
+///
 /// Leadership follows Curator's rule for connection states: when the
 /// connection is `Suspended` the latch stops leading (another process may
 /// lead soon), and leads again only once `Reconnected` within the same
@@ -400,6 +409,7 @@ impl Inner {
     /// Deletes a node of ours; the background makes sure of it if
     /// ZooKeeper cannot be reached now.
     fn delete_node(&self, path: &str) -> Result<()> {
+        self.client.keep_when_session_lost(path);
         match self.client.delete().in_background().for_path(path) {
             Err(Error::Closed) => Ok(()), // the session's end removes it
             other => other,
@@ -496,6 +506,7 @@ impl Inner {
                 &paths::make_path(&self.path, LATCH_NAME),
                 self.id.as_bytes(),
             )?;
+        crate::lock_internals::delete_if_lost(&self.client, &path, stat.ephemeral_owner);
         let mut s = self.shared.lock();
         if s.state != LatchState::Started {
             drop(s);

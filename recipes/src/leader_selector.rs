@@ -263,6 +263,15 @@ impl std::fmt::Debug for Leadership {
 /// `_c_<uuid>-lock-<seq>` holding the participant id), so Java and Rust
 /// processes take part in the same election.
 ///
+/// Unlike Curator, a lock node whose session the client declares lost
+/// (suspended for the whole session timeout) is deleted from the next
+/// session once it connects, if it is still the old session's node
+/// (its `ephemeral_owner`; see [`Client::delete_when_session_lost`]).
+/// The server may keep the old session alive for a while (a server
+/// restarted within the session timeout restores its sessions for a
+/// whole timeout more); Curator's nodes wait for that expiry, and so
+/// does everyone queued behind them.
+///
 /// The holder of the lock leads: `take_leadership` runs on the selector's
 /// thread with a [`Leadership`] handle, and leadership ends (the lock is
 /// released) when it returns. With [`auto_requeue`](Self::auto_requeue)

@@ -386,9 +386,20 @@ fn wake_all(watched: Option<Watched>) {
     }
 }
 
+/// Registers a recipe's new ephemeral node of session `owner` for removal
+/// if that session is declared lost (see
+/// [`Client::delete_when_session_lost`]); [`delete_ephemeral`] forgets it.
+pub(crate) fn delete_if_lost(client: &Client, path: &str, owner: i64) {
+    if let Err(e) = client.delete_when_session_lost(path, owner) {
+        log::warn!("cannot register {path} for removal with a lost session: {e}");
+    }
+}
+
 /// Deletes an ephemeral node of session `owner` (see
-/// [`LockInternals::delete_node`]).
+/// [`LockInternals::delete_node`]); a node of a session already declared
+/// lost is deleted from the next session, if still that session's.
 pub(crate) fn delete_ephemeral(client: &Client, path: &str, owner: i64) -> Result<()> {
+    client.keep_when_session_lost(path);
     if client.session_id() != owner {
         log::debug!("{path} ended with its session");
         return Ok(());
@@ -761,6 +772,7 @@ impl LockInternals {
                 Err(e) if out_of_time(&e, deadline) => return Ok(None),
                 other => other?,
             };
+            delete_if_lost(&self.client, &path, stat.ephemeral_owner);
             let waited = self.run_node_hook(&asking, &path).and_then(|()| {
                 self.wait_for_lock(
                     &asking,

@@ -40,6 +40,15 @@ pub(crate) struct MutexInner {
 /// A distributed mutex, reentrant per thread, that queues with Curator's
 /// `InterProcessMutex` on the same path (nodes `_c_<uuid>-lock-<seq>`).
 ///
+/// Unlike Curator, a lock node whose session the client declares lost
+/// (suspended for the whole session timeout) is deleted from the next
+/// session once it connects, if it is still the old session's node
+/// (its `ephemeral_owner`; see [`Client::delete_when_session_lost`]).
+/// The server may keep the old session alive for a while (a server
+/// restarted within the session timeout restores its sessions for a
+/// whole timeout more); Curator's nodes wait for that expiry, and so
+/// does everyone queued behind them.
+///
 /// Threads of one process contend with each other as processes do; a thread
 /// that holds the lock may take it again (each acquire needs a release).
 /// Clones share the same lock object.

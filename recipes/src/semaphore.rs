@@ -13,8 +13,8 @@ use parking_lot::Mutex;
 use crate::cancel::{self, CancelToken};
 use crate::hold::{self, HoldEvent};
 use crate::lock_internals::{
-    bounded, deadline_after, delete_ephemeral, giving_up, node_data_or_who, out_of_time,
-    validate_node_size, validate_recipe_path, NodeWatches, Signal,
+    bounded, deadline_after, delete_ephemeral, delete_if_lost, giving_up, node_data_or_who,
+    out_of_time, validate_node_size, validate_recipe_path, NodeWatches, Signal,
 };
 use crate::metrics::{self, Held};
 use crate::multi_lock::InterProcessLock;
@@ -26,6 +26,15 @@ pub const LEASE_NAME: &str = "lease-";
 
 /// A counting semaphore across processes, sharing its maximum with Curator's
 /// `InterProcessSemaphoreV2` on the same path.
+///
+/// Unlike Curator, a lease node whose session the client declares lost
+/// (suspended for the whole session timeout) is deleted from the next
+/// session once it connects, if it is still the old session's node
+/// (its `ephemeral_owner`; see [`Client::delete_when_session_lost`]).
+/// The server may keep the old session alive for a while (a server
+/// restarted within the session timeout restores its sessions for a
+/// whole timeout more); Curator's nodes wait for that expiry, and so
+/// does everyone queued behind them.
 ///
 /// The maximum is fixed ([`new`](Self::new)) or follows a [`SharedCount`]
 /// ([`with_shared_count`](Self::with_shared_count)).
@@ -413,6 +422,7 @@ impl InterProcessSemaphoreV2 {
             Err(e) if out_of_time(&e, deadline) => return Ok(Attempt::TimedOut),
             other => other?,
         };
+        delete_if_lost(&self.client, &path, stat.ephemeral_owner);
         let mut lease = Lease::new(client, &self.leases_path, path, stat.ephemeral_owner);
         let name = paths::get_node_from_path(&lease.path).to_owned();
         let signal = Arc::new(Signal::default());

@@ -10,7 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use latchkey_framework::{Client, ConnectionState};
+use latchkey_framework::{Client, ConnectionState, CreateMode};
 use latchkey_recipes::{InterProcessMutex, InterProcessSemaphoreV2};
 use latchkey_test::TestingServer;
 
@@ -35,10 +35,15 @@ fn lose_the_session_over_a_restart(server: &mut TestingServer, holder: &Client, 
 
 /// A fresh client that acquires with `acquire`, and how long after `since`
 /// it got the hold.
-fn resumed_after(server: &TestingServer, since: Instant, acquire: impl FnOnce(&Client) -> bool) -> Duration {
+fn resumed_after(
+    server: &TestingServer,
+    since: Instant,
+    acquire: impl FnOnce(&Client) -> bool,
+) -> Duration {
     let other = connect(&server.connect_string(), SESSION);
     assert!(acquire(&other), "no hold within 20 s");
     let after = since.elapsed();
+    eprintln!("another client got the hold {after:?} after ZooKeeper served again");
     other.close();
     after
 }
@@ -96,4 +101,55 @@ fn a_lost_lease_does_not_block_others_after_a_restart() {
     assert!(lease.is_lost());
     drop(lease);
     holder.close();
+}
+
+#[test]
+fn a_node_of_another_live_session_is_never_deleted() {
+    let _watchdog = Watchdog::new("owned-node cleanup", TEST_BOUND);
+    let mut server = TestingServer::start().unwrap();
+    let base = unique("/lost-cleanup-owner");
+    let holder = connect(&server.connect_string(), SESSION);
+    let ctx = Ctx::new(&server, &holder);
+    // Keeps its session over the restart: its timeout outlasts the outage.
+    let other = connect(&server.connect_string(), Duration::from_secs(40));
+    let (ours, theirs) = (format!("{base}/ours"), format!("{base}/theirs"));
+    holder.create().for_path(&base, b"").unwrap();
+    let mine = |c: &Client, path: &str| {
+        c.create()
+            .mode(CreateMode::Ephemeral)
+            .for_path(path, b"")
+            .unwrap();
+        c.exists(path).unwrap().unwrap().ephemeral_owner
+    };
+    let owner = mine(&holder, &ours);
+    let their_owner = mine(&other, &theirs);
+    assert_ne!(owner, their_owner);
+    // Registered as the holder's, but the node there is the other
+    // session's (as when the holder's node went and another took the path).
+    holder.delete_when_session_lost(&ours, owner).unwrap();
+    holder.delete_when_session_lost(&theirs, owner).unwrap();
+    // Registered with its true owner, the other, live session: not the
+    // holder's session, which is the one declared lost.
+    holder
+        .delete_when_session_lost(&theirs, their_owner)
+        .unwrap();
+    lose_the_session_over_a_restart(&mut server, &holder, &ctx);
+    // The holder's own node goes: the cleanup ran.
+    wait_until(
+        Duration::from_secs(20),
+        || other.exists(&ours).is_ok_and(|s| s.is_none()),
+        || ctx.dump(),
+    );
+    // And has had time to touch the rest.
+    std::thread::sleep(Duration::from_secs(2));
+    let stat = other.exists(&theirs).unwrap();
+    assert_eq!(
+        stat.map(|s| s.ephemeral_owner),
+        Some(their_owner),
+        "{}",
+        ctx.dump()
+    );
+    assert_eq!(other.session_id(), their_owner, "{}", ctx.dump());
+    holder.close();
+    other.close();
 }
