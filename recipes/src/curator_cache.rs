@@ -36,6 +36,12 @@ pub enum CacheEvent {
     },
     /// A node went (as last seen).
     Deleted(ChildData),
+    /// The first read of the subtree is done (Curator's
+    /// `CuratorCacheListener.initialized()`): told once, after the
+    /// `Created` events of the nodes there were when the cache started
+    /// and before any event of a later change. A channel from
+    /// [`CuratorCache::listen`] called after that never gets it.
+    Initialized,
 }
 
 /// How long [`CuratorCache::close`] waits to remove its persistent watch.
@@ -81,6 +87,7 @@ const REMOVE_WITHIN: Duration = Duration::from_secs(2);
 ///         CacheEvent::Created(n) => println!("+ {}", n.path),
 ///         CacheEvent::Changed { new, .. } => println!("~ {}", new.path),
 ///         CacheEvent::Deleted(n) => println!("- {}", n.path),
+///         CacheEvent::Initialized => println!("(the first read is done)"),
 ///     }
 /// }
 /// # Ok(()) }
@@ -113,6 +120,8 @@ struct Inner {
     recursive: Arc<WatchArms<()>>,
     /// The client's reconnections when the copy was last read in full.
     reconnects: AtomicU64,
+    /// [`CacheEvent::Initialized`] was told.
+    initialized: AtomicBool,
     keeper: Keeper,
 }
 
@@ -136,6 +145,7 @@ impl CuratorCache {
                 classic: AtomicBool::new(false),
                 recursive: Arc::default(),
                 reconnects: AtomicU64::new(0),
+                initialized: AtomicBool::new(false),
                 keeper,
             }),
         })
@@ -275,6 +285,9 @@ impl Inner {
             }
             let next = self.dirty.lock().pop_first();
             let Some((path, what)) = next else {
+                if !self.initialized.swap(true, Ordering::AcqRel) {
+                    self.tell(CacheEvent::Initialized);
+                }
                 return Ok(true);
             };
             let read = match what {

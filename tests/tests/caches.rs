@@ -389,7 +389,88 @@ fn short(event: &CacheEvent) -> String {
         CacheEvent::Created(n) => format!("+{}", n.path.rsplit('/').next().unwrap()),
         CacheEvent::Changed { new, .. } => format!("~{}", new.path.rsplit('/').next().unwrap()),
         CacheEvent::Deleted(n) => format!("-{}", n.path.rsplit('/').next().unwrap()),
+        CacheEvent::Initialized => "initialized".into(),
     }
+}
+
+/// `Initialized` comes once, after the `Created` events of the nodes there
+/// were at the start and before the events of later changes; a full
+/// re-read after a reconnection tells no second one. A cache of a root
+/// that does not exist tells it too, with nothing before it.
+#[test]
+fn a_curator_cache_tells_initialized_once_after_its_first_read() {
+    let proxy = FaultProxy::start(shared_server().addr()).expect("start the proxy");
+    let cache_client = connect(&proxy.connect_string(), Duration::from_secs(20));
+    let writer = connect(&shared_server().connect_string(), Duration::from_secs(20));
+    let ctx = Ctx::new(shared_server(), &cache_client);
+    let root = unique("/caches/initialized");
+    let name = root.rsplit('/').next().unwrap().to_string();
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&format!("{root}/a/b"), b"b")
+        .unwrap();
+    writer
+        .create()
+        .for_path(&format!("{root}/c"), b"c")
+        .unwrap();
+    let cache = CuratorCache::new(&cache_client, &root).unwrap();
+    let events = cache.listen();
+    {
+        let _dog = Watchdog::new("CuratorCache::start", Duration::from_secs(30));
+        cache.start().unwrap();
+    }
+    // A reconnection: the cache reads the whole subtree again.
+    let reconnects = cache_client.metrics().reconnects;
+    proxy.cut();
+    wait_until(
+        Duration::from_secs(10),
+        || {
+            cache_client.metrics().reconnects > reconnects
+                && cache_client.state().is_some_and(|s| s.is_connected())
+        },
+        || ctx.dump(),
+    );
+    writer
+        .create()
+        .for_path(&format!("{root}/d"), b"d")
+        .unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || cache.get(&format!("{root}/d")).is_some(),
+        || format!("{:?}\n{}", tree(&cache), ctx.dump()),
+    );
+    let told: Vec<String> = events.try_iter().map(|e| short(&e)).collect();
+    assert_eq!(
+        told,
+        [
+            format!("+{name}"),
+            "+a".into(),
+            "+b".into(),
+            "+c".into(),
+            "initialized".into(),
+            "+d".into(),
+        ],
+        "the first read's nodes, initialized, then the later change"
+    );
+
+    // No root yet: initialized alone, then the root's creation.
+    let missing = unique("/caches/initialized-missing");
+    let cache = CuratorCache::new(&cache_client, &missing).unwrap();
+    let events = cache.listen();
+    {
+        let _dog = Watchdog::new("CuratorCache::start", Duration::from_secs(30));
+        cache.start().unwrap();
+    }
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&missing, b"")
+        .unwrap();
+    wait_until(Duration::from_secs(10), || cache.size() == 1, || ctx.dump());
+    let told: Vec<String> = events.try_iter().map(|e| short(&e)).collect();
+    let name = missing.rsplit('/').next().unwrap();
+    assert_eq!(told, ["initialized".to_string(), format!("+{name}")]);
 }
 
 #[test]

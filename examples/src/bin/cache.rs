@@ -70,6 +70,7 @@ fn run(connect: &str) -> Result<(), String> {
                     text(&new.data)
                 ),
                 CacheEvent::Deleted(n) => println!("deleted {}", n.path),
+                CacheEvent::Initialized => {}
             }
         }
     });
