@@ -461,24 +461,31 @@ impl Inner {
             .collect()
     }
 
-    /// Records a node as read, telling what changed.
+    /// Records a node as read, telling what changed. A node whose czxid is
+    /// not the copy's was deleted and created again since the last read:
+    /// the old one and its subtree are told deleted, the new one created.
     fn seen(&self, node: ChildData) {
-        let event = {
+        let events = {
             let mut nodes = self.nodes.lock();
-            match nodes.insert(node.path.clone(), node.clone()) {
-                None => Some(CacheEvent::Created(node)),
-                Some(old)
-                    if old.stat.mzxid != node.stat.mzxid || old.stat.czxid != node.stat.czxid =>
-                {
-                    Some(CacheEvent::Changed { old, new: node })
+            let mut events = Vec::new();
+            match nodes.get(&node.path) {
+                Some(old) if old.stat.czxid != node.stat.czxid => {
+                    events.extend(remove_subtree(&mut nodes, &node.path).map(CacheEvent::Deleted));
                 }
-                Some(_) => None,
+                Some(old) if old.stat.mzxid == node.stat.mzxid => return,
+                _ => {}
             }
+            match nodes.insert(node.path.clone(), node.clone()) {
+                None => events.push(CacheEvent::Created(node)),
+                Some(old) => events.push(CacheEvent::Changed { old, new: node }),
+            }
+            events
         };
-        if let Some(event) = event {
+        for event in events {
             if let CacheEvent::Created(node) = &event {
                 // A node new to the copy: its children are to be read too
-                // (a root that appears, or a child whose listing failed).
+                // (a root that appears, a child whose listing failed, a
+                // node created again).
                 self.dirty
                     .lock()
                     .insert((node.path.clone(), Watch::Children));
@@ -489,21 +496,7 @@ impl Inner {
 
     /// Removes a node and its subtree from the copy, deepest first.
     fn gone(&self, path: &str) {
-        let removed: Vec<ChildData> = {
-            let mut nodes = self.nodes.lock();
-            // The node, then its subtree (contiguous: one prefix).
-            let prefix = format!("{}/", path.trim_end_matches('/'));
-            let under: Vec<String> = std::iter::once(path.to_owned())
-                .filter(|p| nodes.contains_key(p))
-                .chain(
-                    nodes
-                        .range(prefix.clone()..)
-                        .take_while(|(p, _)| p.starts_with(&prefix))
-                        .map(|(p, _)| p.clone()),
-                )
-                .collect();
-            under.iter().rev().filter_map(|p| nodes.remove(p)).collect()
-        };
+        let removed: Vec<ChildData> = remove_subtree(&mut self.nodes.lock(), path).collect();
         for node in removed {
             self.tell(CacheEvent::Deleted(node));
         }
@@ -514,4 +507,24 @@ impl Inner {
             .lock()
             .retain(|tx| tx.send(event.clone()).is_ok());
     }
+}
+
+/// Takes `path` and its subtree out of `nodes`, deepest first.
+fn remove_subtree(
+    nodes: &mut BTreeMap<String, ChildData>,
+    path: &str,
+) -> impl Iterator<Item = ChildData> {
+    // The node, then its subtree (contiguous: one prefix).
+    let prefix = format!("{}/", path.trim_end_matches('/'));
+    let under: Vec<String> = std::iter::once(path.to_owned())
+        .filter(|p| nodes.contains_key(p))
+        .chain(
+            nodes
+                .range(prefix.clone()..)
+                .take_while(|(p, _)| p.starts_with(&prefix))
+                .map(|(p, _)| p.clone()),
+        )
+        .collect();
+    let removed: Vec<ChildData> = under.iter().rev().filter_map(|p| nodes.remove(p)).collect();
+    removed.into_iter()
 }

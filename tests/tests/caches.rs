@@ -913,3 +913,48 @@ fn a_curator_cache_falls_back_to_classic_watches_without_add_watch() {
         client.close();
     }
 }
+
+/// A node deleted and created again between two reads of the cache (its
+/// connection paused meanwhile, so both events come to one read) is told
+/// as deleted, subtree first, then created: a new czxid is a new node,
+/// not a change. The copy holds the new nodes.
+#[test]
+fn a_curator_cache_tells_a_node_deleted_and_created_again_as_such() {
+    let proxy = FaultProxy::start(shared_server().addr()).expect("start the proxy");
+    let cache_client = connect(&proxy.connect_string(), Duration::from_secs(20));
+    let writer = connect(&shared_server().connect_string(), Duration::from_secs(20));
+    let ctx = Ctx::new(shared_server(), &cache_client);
+    let root = unique("/caches/recreated");
+    let (x, y) = (format!("{root}/x"), format!("{root}/x/y"));
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&y, b"old y")
+        .unwrap();
+    writer.set_data(&x, b"old x", None).unwrap();
+    let cache = started_cache(&cache_client, &root);
+    let events = cache.listen();
+
+    proxy.pause();
+    writer
+        .delete()
+        .deleting_children_if_needed()
+        .for_path(&x)
+        .unwrap();
+    writer.create().for_path(&x, b"new x").unwrap();
+    writer.create().for_path(&y, b"new y").unwrap();
+    proxy.resume();
+    wait_until(
+        Duration::from_secs(10),
+        || tree(&cache) == server_tree(&writer, &root),
+        || format!("{:?}\n{}", tree(&cache), ctx.dump()),
+    );
+    let told: Vec<String> = events.try_iter().map(|e| short(&e)).collect();
+    assert_eq!(told, ["-y", "-x", "+x", "+y"], "{}", ctx.dump());
+    assert_eq!(
+        cache.get(&x).unwrap().stat,
+        writer.exists(&x).unwrap().unwrap(),
+        "the new node's stat"
+    );
+    assert_eq!(cache.get(&y).unwrap().data, b"new y");
+}
