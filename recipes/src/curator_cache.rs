@@ -44,6 +44,97 @@ pub enum CacheEvent {
     Initialized,
 }
 
+/// How a [`CuratorCache`] is made (Curator's `CuratorCache.builder` and
+/// its `Options`): from [`CuratorCache::builder`], then
+/// [`build`](Self::build). By default the cache holds the whole subtree
+/// with the nodes' data, and keeps its copy when it closes.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use latchkey_recipes::CuratorCache;
+///
+/// // The root alone, its stat but not its data; emptied on close.
+/// let cache = CuratorCache::builder(client, "/config")
+///     .single_node()
+///     .data_not_cached()
+///     .clear_on_close()
+///     .build()?;
+/// cache.start()?;
+/// if let Some(node) = cache.get("/config") {
+///     assert!(node.data.is_empty());
+///     println!("version {}", node.stat.version);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `build`"]
+pub struct CuratorCacheBuilder {
+    client: Client,
+    root: String,
+    single: bool,
+    cache_data: bool,
+    clear_on_close: bool,
+}
+
+impl CuratorCacheBuilder {
+    /// Caches the root node alone, not its children (Curator's
+    /// `Options.SINGLE_NODE_CACHE`): it is watched with a persistent,
+    /// not recursive, watch (or a classic data watch), and only its
+    /// creation, changes and deletion are told.
+    pub fn single_node(mut self) -> Self {
+        self.single = true;
+        self
+    }
+
+    /// Keeps the nodes' stats but not their data (Curator's
+    /// `CuratorCacheBuilder.withDataNotCached()`): in the copy (and so in
+    /// [`CuratorCache::get`], [`CuratorCache::entries`], and the `old`
+    /// node of a [`CacheEvent::Changed`] and the node of a
+    /// [`CacheEvent::Deleted`]) every node's `data` is empty. As in
+    /// Curator, the data is still read, and a `Created` event and the
+    /// `new` node of a `Changed` one carry the data read.
+    pub fn data_not_cached(mut self) -> Self {
+        self.cache_data = false;
+        self
+    }
+
+    /// Empties the copy when the cache closes, as Curator's does unless
+    /// given `Options.DO_NOT_CLEAR_ON_CLOSE`. Without it (the default
+    /// here, unlike Curator) a closed cache keeps its copy as last seen.
+    pub fn clear_on_close(mut self) -> Self {
+        self.clear_on_close = true;
+        self
+    }
+
+    /// The cache, not started. Fails if the root is not a valid path.
+    pub fn build(self) -> Result<CuratorCache> {
+        paths::validate_path(&self.root).map_err(|e| Error::InvalidPath {
+            path: self.root.chars().take(200).collect(),
+            reason: e.kind().to_string(),
+        })?;
+        let keeper = Keeper::default();
+        Ok(CuratorCache {
+            inner: Arc::new(Inner {
+                client: self.client.with_cancel(Some(keeper.cancel_token())),
+                root: self.root,
+                single: self.single,
+                cache_data: self.cache_data,
+                clear_on_close: self.clear_on_close,
+                nodes: Mutex::new(BTreeMap::new()),
+                subscribers: Mutex::new(Vec::new()),
+                dirty: Arc::default(),
+                armed: Arc::default(),
+                session: AtomicI64::new(0),
+                classic: AtomicBool::new(false),
+                recursive: Arc::default(),
+                reconnects: AtomicU64::new(0),
+                initialized: AtomicBool::new(false),
+                keeper,
+            }),
+        })
+    }
+}
+
 /// How long [`CuratorCache::close`] waits to remove its persistent watch.
 const REMOVE_WITHIN: Duration = Duration::from_secs(2);
 
@@ -106,6 +197,12 @@ enum Watch {
 struct Inner {
     client: Client,
     root: String,
+    /// The root alone ([`CuratorCacheBuilder::single_node`]).
+    single: bool,
+    /// Data kept in the copy (not [`CuratorCacheBuilder::data_not_cached`]).
+    cache_data: bool,
+    /// [`CuratorCacheBuilder::clear_on_close`].
+    clear_on_close: bool,
     nodes: Mutex<BTreeMap<String, ChildData>>,
     subscribers: Mutex<Vec<Sender<CacheEvent>>>,
     /// What to read again: a watch fired, or the copy is being built.
@@ -126,29 +223,21 @@ struct Inner {
 }
 
 impl CuratorCache {
-    /// A cache of `root` and its subtree through `client`, not started.
+    /// A cache of `root` and its subtree through `client`, not started,
+    /// with the default options (see [`builder`](Self::builder)).
     pub fn new(client: &Client, root: &str) -> Result<CuratorCache> {
-        paths::validate_path(root).map_err(|e| Error::InvalidPath {
-            path: root.chars().take(200).collect(),
-            reason: e.kind().to_string(),
-        })?;
-        let keeper = Keeper::default();
-        Ok(CuratorCache {
-            inner: Arc::new(Inner {
-                client: client.with_cancel(Some(keeper.cancel_token())),
-                root: root.to_owned(),
-                nodes: Mutex::new(BTreeMap::new()),
-                subscribers: Mutex::new(Vec::new()),
-                dirty: Arc::default(),
-                armed: Arc::default(),
-                session: AtomicI64::new(0),
-                classic: AtomicBool::new(false),
-                recursive: Arc::default(),
-                reconnects: AtomicU64::new(0),
-                initialized: AtomicBool::new(false),
-                keeper,
-            }),
-        })
+        Self::builder(client, root).build()
+    }
+
+    /// A builder of a cache of `root` through `client`, to set options.
+    pub fn builder(client: &Client, root: &str) -> CuratorCacheBuilder {
+        CuratorCacheBuilder {
+            client: client.clone(),
+            root: root.to_owned(),
+            single: false,
+            cache_data: true,
+            clear_on_close: false,
+        }
     }
 
     /// Reads the subtree (waiting for a connection as the client's retry
@@ -199,21 +288,29 @@ impl CuratorCache {
 
     /// Stops the cache: its requests end at once, its thread ends, its
     /// channels disconnect, its persistent watch is removed (waiting 2 s
-    /// at most); the copy stays as last seen. Idempotent; dropping the
-    /// cache does the same.
+    /// at most); the copy stays as last seen, unless built with
+    /// [`clear_on_close`](CuratorCacheBuilder::clear_on_close).
+    /// Idempotent; dropping the cache does the same.
     pub fn close(&self) {
         let inner = &self.inner;
         if !inner.keeper.close() {
             return;
         }
         inner.subscribers.lock().clear();
+        if inner.clear_on_close {
+            inner.nodes.lock().clear();
+        }
         let client = inner
             .client
             .with_cancel(None)
             .with_deadline(Some(Instant::now() + REMOVE_WITHIN));
         let connected = client.state().is_some_and(|s| s.is_connected());
         if connected && inner.recursive.is_armed(&(), client.session_id()) {
-            if let Err(e) = client.remove_watches(&inner.root, WatcherType::PersistentRecursive) {
+            let kind = match inner.single {
+                true => WatcherType::Persistent,
+                false => WatcherType::PersistentRecursive,
+            };
+            if let Err(e) = client.remove_watches(&inner.root, kind) {
                 log::debug!("{}: removing its watch: {e}", inner.what());
             }
         }
@@ -292,6 +389,8 @@ impl Inner {
             };
             let read = match what {
                 Watch::Data => self.read_data(&path, session),
+                // The root alone: no children are read or watched.
+                Watch::Children if self.single => continue,
                 Watch::Children => self.read_children(&path),
             };
             if let Err(e) = read {
@@ -312,8 +411,12 @@ impl Inner {
             Arc::downgrade(&self.dirty),
             Arc::downgrade(self.keeper.signal()),
         );
+        let single = self.single;
         let watcher = move |event: WatchedEvent| {
             match event.event_type {
+                // The root's own persistent watch tells its children's
+                // changes too: not cached.
+                EventType::NodeChildrenChanged if single => return,
                 EventType::SessionExpired | EventType::PersistentWatchRemoved => {
                     if let Some(arms) = arms.upgrade() {
                         arms.fired(&(), token);
@@ -329,9 +432,11 @@ impl Inner {
                 wake.notify();
             }
         };
-        let added = self
-            .client
-            .add_watch(&self.root, AddWatchMode::PersistentRecursive, watcher);
+        let mode = match self.single {
+            true => AddWatchMode::Persistent,
+            false => AddWatchMode::PersistentRecursive,
+        };
+        let added = self.client.add_watch(&self.root, mode, watcher);
         match added {
             Ok(()) => {
                 self.recursive.confirm(&(), token, self.client.session_id());
@@ -475,7 +580,14 @@ impl Inner {
                 Some(old) if old.stat.mzxid == node.stat.mzxid => return,
                 _ => {}
             }
-            match nodes.insert(node.path.clone(), node.clone()) {
+            let stored = match self.cache_data {
+                true => node.clone(),
+                false => ChildData {
+                    data: Vec::new(),
+                    ..node.clone()
+                },
+            };
+            match nodes.insert(node.path.clone(), stored) {
                 None => events.push(CacheEvent::Created(node)),
                 Some(old) => events.push(CacheEvent::Changed { old, new: node }),
             }

@@ -145,7 +145,7 @@ pub use atomic::{
 };
 pub use barrier::{DistributedBarrier, DistributedDoubleBarrier, READY_NODE};
 pub use cancel::CancelToken;
-pub use curator_cache::{CacheEvent, CuratorCache};
+pub use curator_cache::{CacheEvent, CuratorCache, CuratorCacheBuilder};
 pub use hold::HoldEvent;
 pub use leader_latch::{CloseMode, LatchEvent, LatchState, LeaderLatch, LATCH_NAME};
 pub use leader_selector::{LeaderSelector, Leadership};

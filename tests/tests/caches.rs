@@ -958,3 +958,159 @@ fn a_curator_cache_tells_a_node_deleted_and_created_again_as_such() {
     );
     assert_eq!(cache.get(&y).unwrap().data, b"new y");
 }
+
+/// Built with `single_node`, a cache holds the root alone: its creation,
+/// changes and deletion are told, its children are not cached, and it
+/// holds one watch on the server.
+#[test]
+fn a_single_node_curator_cache_holds_the_root_alone() {
+    let server = shared_server();
+    let (cache_client, writer, ctx) = cache_and_writer();
+    let root = unique("/caches/single");
+    let name = root.rsplit('/').next().unwrap().to_string();
+    let cache = CuratorCache::builder(&cache_client, &root)
+        .single_node()
+        .build()
+        .unwrap();
+    let events = cache.listen();
+    {
+        let _dog = Watchdog::new("CuratorCache::start", Duration::from_secs(30));
+        cache.start().unwrap();
+    }
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&format!("{root}/a/b"), b"b")
+        .unwrap();
+    writer.set_data(&root, b"one", None).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || cache.get(&root).is_some_and(|n| n.data == b"one"),
+        || format!("{:?}\n{}", tree(&cache), ctx.dump()),
+    );
+    // A child created after the root's change, whose event comes first.
+    writer
+        .create()
+        .for_path(&format!("{root}/c"), b"c")
+        .unwrap();
+    writer.set_data(&root, b"two", None).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || cache.get(&root).is_some_and(|n| n.data == b"two"),
+        || format!("{:?}\n{}", tree(&cache), ctx.dump()),
+    );
+    assert_eq!(tree(&cache), [(root.clone(), b"two".to_vec())]);
+    expect_watches(server, &cache_client, &root, 1, "one watch", &ctx);
+    writer
+        .delete()
+        .deleting_children_if_needed()
+        .for_path(&root)
+        .unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || cache.size() == 0,
+        || format!("{:?}\n{}", tree(&cache), ctx.dump()),
+    );
+    let told: Vec<String> = events.try_iter().map(|e| short(&e)).collect();
+    assert_eq!(
+        told,
+        [
+            "initialized".to_string(),
+            format!("+{name}"),
+            format!("~{name}"),
+            format!("~{name}"),
+            format!("-{name}"),
+        ]
+    );
+    cache.close();
+    expect_watches(server, &cache_client, &root, 0, "no watch", &ctx);
+}
+
+/// Built with `data_not_cached`, a cache keeps the nodes' stats without
+/// their data; as in Curator, a created node and the new side of a change
+/// are told with the data read.
+#[test]
+fn a_curator_cache_without_data_keeps_stats_only() {
+    let (cache_client, writer, ctx) = cache_and_writer();
+    let root = unique("/caches/no-data");
+    let a = format!("{root}/a");
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&a, b"a1")
+        .unwrap();
+    let cache = CuratorCache::builder(&cache_client, &root)
+        .data_not_cached()
+        .build()
+        .unwrap();
+    let events = cache.listen();
+    {
+        let _dog = Watchdog::new("CuratorCache::start", Duration::from_secs(30));
+        cache.start().unwrap();
+    }
+    assert_eq!(cache.size(), 2);
+    writer.set_data(&a, b"a2", None).unwrap();
+    let stat = writer.exists(&a).unwrap().unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || cache.get(&a).is_some_and(|n| n.stat == stat),
+        || format!("{:?}\n{}", cache.entries(), ctx.dump()),
+    );
+    for node in cache.entries() {
+        assert!(node.data.is_empty(), "{node:?} keeps its data");
+    }
+    writer.delete().for_path(&a).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || cache.get(&a).is_none(),
+        || format!("{:?}\n{}", cache.entries(), ctx.dump()),
+    );
+    let told: Vec<CacheEvent> = events.try_iter().collect();
+    let a_events: Vec<&CacheEvent> = told
+        .iter()
+        .filter(|e| match e {
+            CacheEvent::Created(n) | CacheEvent::Deleted(n) => n.path == a,
+            CacheEvent::Changed { new, .. } => new.path == a,
+            CacheEvent::Initialized => false,
+        })
+        .collect();
+    match a_events[..] {
+        [CacheEvent::Created(created), CacheEvent::Changed { old, new }, CacheEvent::Deleted(deleted)] =>
+        {
+            assert_eq!(created.data, b"a1");
+            assert_eq!((old.data.as_slice(), old.stat.version), (&b""[..], 0));
+            assert_eq!((new.data.as_slice(), &new.stat), (&b"a2"[..], &stat));
+            assert_eq!((deleted.data.as_slice(), &deleted.stat), (&b""[..], &stat));
+        }
+        _ => panic!("events of {a}: {a_events:?}"),
+    }
+}
+
+/// Built with `clear_on_close`, a closed cache is empty; by default it
+/// keeps its copy as last seen.
+#[test]
+fn a_curator_cache_cleared_on_close_is_empty_once_closed() {
+    let (cache_client, writer, _ctx) = cache_and_writer();
+    let root = unique("/caches/cleared");
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&format!("{root}/a"), b"a")
+        .unwrap();
+    for clear in [false, true] {
+        let mut builder = CuratorCache::builder(&cache_client, &root);
+        if clear {
+            builder = builder.clear_on_close();
+        }
+        let cache = builder.build().unwrap();
+        {
+            let _dog = Watchdog::new("CuratorCache::start", Duration::from_secs(30));
+            cache.start().unwrap();
+        }
+        assert_eq!(cache.size(), 2);
+        cache.close();
+        let want = if clear { 0 } else { 2 };
+        assert_eq!(cache.size(), want, "clear_on_close: {clear}");
+        assert_eq!(cache.entries().len(), want, "clear_on_close: {clear}");
+    }
+}
