@@ -234,22 +234,32 @@ impl LeaderLatch {
 
     /// Waits until this latch leads: `Ok(true)` as soon as it does,
     /// `Ok(false)` when `timeout` (a deadline from now; `Duration::MAX`
-    /// waits without limit) passes first. Fails with
-    /// [`Error::IllegalState`] if the latch is not started or is closed
-    /// (also while waiting).
+    /// waits without limit) passes first. As Curator's `await`, it is
+    /// `Ok(false)` at once, whatever the timeout, if the latch is not
+    /// started or is closed, and a close while waiting ends the wait with
+    /// `Ok(false)`: a latch that is not started never leads.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use std::time::Duration;
+    /// use latchkey_recipes::LeaderLatch;
+    ///
+    /// let latch = LeaderLatch::new(client, "/services/indexer/leader")?;
+    /// // Not started yet: false at once, not an error.
+    /// assert!(!latch.await_leadership(Duration::from_secs(10))?);
+    /// latch.start()?;
+    /// let leads = latch.await_leadership(Duration::from_secs(10))?;
+    /// latch.close()?;
+    /// // Closed: false at once.
+    /// assert!(!latch.await_leadership(Duration::MAX)?);
+    /// # let _ = leads; Ok(()) }
+    /// ```
     pub fn await_leadership(&self, timeout: Duration) -> Result<bool> {
         let deadline = deadline_after(timeout);
         let mut s = self.inner.shared.lock();
         loop {
             if s.state != LatchState::Started {
-                return Err(Error::IllegalState(format!(
-                    "the leader latch at {} is {}",
-                    self.inner.path,
-                    match s.state {
-                        LatchState::Latent => "not started",
-                        _ => "closed",
-                    }
-                )));
+                return Ok(false);
             }
             if self.inner.leads(&s) {
                 return Ok(true);

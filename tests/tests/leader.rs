@@ -329,15 +329,18 @@ fn participants_leave_out_a_node_gone_since_the_listing_but_report_a_failed_read
 }
 
 #[test]
-fn await_leadership_is_a_deadline_and_misuse_is_an_error() {
+fn await_leadership_is_a_deadline_and_false_unless_started() {
     let cs = clients(2, SESSION);
     let path = unique("latch-await");
     let leader = LeaderLatch::new(&cs[0], &path).unwrap();
     let waiting = LeaderLatch::new(&cs[1], &path).unwrap();
-    assert!(matches!(
-        waiting.await_leadership(Duration::ZERO),
-        Err(Error::IllegalState(_))
-    ));
+    // Not started: false at once, whatever the timeout (Curator's `await`).
+    for timeout in [Duration::ZERO, Duration::from_secs(30), Duration::MAX] {
+        let t = Instant::now();
+        let got = waiting.await_leadership(timeout);
+        assert!(matches!(got, Ok(false)), "before start: {got:?}");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    }
     leader.start().unwrap();
     assert!(leader.await_leadership(Duration::from_secs(10)).unwrap());
     waiting.start().unwrap();
@@ -367,14 +370,31 @@ fn await_leadership_is_a_deadline_and_misuse_is_an_error() {
         "the unbounded wait, 20 s after the leader closed: {got:?}"
     );
     assert!(matches!(leader.close(), Err(Error::IllegalState(_))));
-    // A close while another thread waits ends its wait with an error.
+    // Closed (after leading): false at once.
+    for timeout in [Duration::ZERO, Duration::from_secs(30), Duration::MAX] {
+        let t = Instant::now();
+        let got = leader.await_leadership(timeout);
+        assert!(matches!(got, Ok(false)), "after close: {got:?}");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    }
+    // A close while another thread waits ends its wait with false, at once.
     let third = LeaderLatch::new(&cs[0], &path).unwrap();
     third.start().unwrap();
     thread::scope(|s| {
-        let w = s.spawn(|| third.await_leadership(Duration::from_secs(10)));
+        let w = s.spawn(|| {
+            let got = third.await_leadership(Duration::from_secs(30));
+            (got, Instant::now())
+        });
         thread::sleep(Duration::from_millis(200));
         third.close().unwrap();
-        assert!(matches!(w.join().unwrap(), Err(Error::IllegalState(_))));
+        let closed = Instant::now();
+        let (got, at) = w.join().unwrap();
+        assert!(matches!(got, Ok(false)), "closed while waiting: {got:?}");
+        assert!(
+            at.saturating_duration_since(closed) < Duration::from_secs(1),
+            "returned {:?} after the close",
+            at.saturating_duration_since(closed)
+        );
     });
 }
 
