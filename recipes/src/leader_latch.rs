@@ -131,6 +131,8 @@ struct Shared {
     leader: bool,
     /// Our node and the session that owns it.
     node: Option<(String, i64)>,
+    /// Our node when we last became (or were confirmed) leader.
+    last_leader_path: Option<String>,
     listeners: Vec<Sender<LatchEvent>>,
 }
 
@@ -176,6 +178,7 @@ impl LeaderLatch {
                     state: LatchState::Latent,
                     leader: false,
                     node: None,
+                    last_leader_path: None,
                     listeners: Vec::new(),
                 }),
                 changed: Condvar::new(),
@@ -339,6 +342,34 @@ impl LeaderLatch {
             .as_ref()
             .map(|(p, _)| p.clone())
     }
+
+    /// The full path of this latch's node the last time it became leader
+    /// (Curator's `getLastPathIsLeader`): `None` until it first leads.
+    /// It stays after leadership ends (the latch closed, its session was
+    /// lost, it queued again) until the latch leads with another node, so
+    /// it names the node under which this latch last led, which may no
+    /// longer exist.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use std::time::Duration;
+    /// use latchkey_recipes::LeaderLatch;
+    ///
+    /// let latch = LeaderLatch::new(client, "/services/indexer/leader")?;
+    /// assert_eq!(latch.last_path_is_leader(), None); // never led
+    /// latch.start()?;
+    /// if latch.await_leadership(Duration::from_secs(10))? {
+    ///     // The node it leads with, e.g. ".../_c_<uuid>-latch-0000000003".
+    ///     assert_eq!(latch.last_path_is_leader(), latch.our_path());
+    /// }
+    /// latch.close()?;
+    /// // Still the node it last led with, though that node is gone.
+    /// println!("last led as {:?}", latch.last_path_is_leader());
+    /// # Ok(()) }
+    /// ```
+    pub fn last_path_is_leader(&self) -> Option<String> {
+        self.inner.shared.lock().last_leader_path.clone()
+    }
 }
 
 impl Drop for LeaderLatch {
@@ -487,6 +518,7 @@ impl Inner {
                         .is_some_and(ConnectionState::is_connected)
                     && self.signal.epoch() == epoch;
                 if confirmed {
+                    s.last_leader_path = Some(ours.clone());
                     self.set_leadership_locked(&mut s, true);
                 }
                 Ok(Next::Wait)

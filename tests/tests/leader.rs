@@ -1326,3 +1326,51 @@ fn a_latch_whose_node_is_deleted_queues_again() {
     assert_eq!(sorted_children(&cs[1], &path).len(), 1);
     latch.close().unwrap();
 }
+
+/// `last_path_is_leader` (Curator's `getLastPathIsLeader`) is `None` until
+/// a latch first leads, then the path of the node it leads with, the one
+/// ZooKeeper lists first under the latch's path; it stays after the latch
+/// closes, and each latch tells its own node.
+#[test]
+fn last_path_is_leader_names_the_node_each_latch_led_with() {
+    let cs = clients(2, SESSION);
+    let path = unique("latch-last-path");
+    let a = LeaderLatch::with_id(&cs[0], &path, "a").unwrap();
+    let b = LeaderLatch::with_id(&cs[1], &path, "b").unwrap();
+    assert_eq!(a.last_path_is_leader(), None, "never started");
+    a.start().unwrap();
+    assert!(a.await_leadership(Duration::from_secs(10)).unwrap());
+    b.start().unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || b.our_path().is_some(),
+        || format!("b's node: nodes {:?}", sorted_children(&cs[1], &path)),
+    );
+    let nodes = sorted_children(&cs[1], &path);
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
+    let a_led = a.last_path_is_leader().expect("a leads");
+    assert_eq!(Some(&a_led), a.our_path().as_ref());
+    assert!(
+        nodes.iter().any(|n| format!("{path}/{n}") == a_led)
+            && a_led.contains(latchkey_recipes::LATCH_NAME),
+        "{a_led} among {nodes:?}"
+    );
+    assert_eq!(a.leader().unwrap().id, "a");
+    assert!(!b.has_leadership());
+    assert_eq!(b.last_path_is_leader(), None, "b queues behind a");
+
+    a.close().unwrap();
+    assert!(b.await_leadership(NEW_LEADER_WITHIN).unwrap());
+    let b_led = b.last_path_is_leader().expect("b leads");
+    let nodes = sorted_children(&cs[1], &path);
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    assert_eq!(b_led, format!("{path}/{}", nodes[0]));
+    assert_eq!(Some(&b_led), b.our_path().as_ref());
+    assert_ne!(a_led, b_led);
+    // a closed: it still names the node it led with, now gone.
+    assert_eq!(a.last_path_is_leader(), Some(a_led.clone()));
+    assert_eq!(a.our_path(), None);
+    assert!(cs[1].exists(&a_led).unwrap().is_none());
+    b.close().unwrap();
+    assert_eq!(b.last_path_is_leader(), Some(b_led));
+}
