@@ -54,6 +54,11 @@ impl Keeper {
         self.closed.load(Ordering::Acquire)
     }
 
+    /// Started (its first pass, if any, succeeded) and not closed.
+    pub(crate) fn is_running(&self) -> bool {
+        !self.is_closed() && self.worker.lock().is_some()
+    }
+
     /// Starts keeping `kept` on the thread `name`, once: every state change
     /// of `client` wakes it. With `first`, that pass runs on the caller's
     /// thread (its error is returned, and nothing is started); without, the

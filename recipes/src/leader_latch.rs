@@ -131,6 +131,8 @@ struct Shared {
     leader: bool,
     /// Our node and the session that owns it.
     node: Option<(String, i64)>,
+    /// Our node when we last became (or were confirmed) leader.
+    last_leader_path: Option<String>,
     listeners: Vec<Sender<LatchEvent>>,
 }
 
@@ -176,6 +178,7 @@ impl LeaderLatch {
                     state: LatchState::Latent,
                     leader: false,
                     node: None,
+                    last_leader_path: None,
                     listeners: Vec::new(),
                 }),
                 changed: Condvar::new(),
@@ -234,22 +237,32 @@ impl LeaderLatch {
 
     /// Waits until this latch leads: `Ok(true)` as soon as it does,
     /// `Ok(false)` when `timeout` (a deadline from now; `Duration::MAX`
-    /// waits without limit) passes first. Fails with
-    /// [`Error::IllegalState`] if the latch is not started or is closed
-    /// (also while waiting).
+    /// waits without limit) passes first. As Curator's `await`, it is
+    /// `Ok(false)` at once, whatever the timeout, if the latch is not
+    /// started or is closed, and a close while waiting ends the wait with
+    /// `Ok(false)`: a latch that is not started never leads.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use std::time::Duration;
+    /// use latchkey_recipes::LeaderLatch;
+    ///
+    /// let latch = LeaderLatch::new(client, "/services/indexer/leader")?;
+    /// // Not started yet: false at once, not an error.
+    /// assert!(!latch.await_leadership(Duration::from_secs(10))?);
+    /// latch.start()?;
+    /// let leads = latch.await_leadership(Duration::from_secs(10))?;
+    /// latch.close()?;
+    /// // Closed: false at once.
+    /// assert!(!latch.await_leadership(Duration::MAX)?);
+    /// # let _ = leads; Ok(()) }
+    /// ```
     pub fn await_leadership(&self, timeout: Duration) -> Result<bool> {
         let deadline = deadline_after(timeout);
         let mut s = self.inner.shared.lock();
         loop {
             if s.state != LatchState::Started {
-                return Err(Error::IllegalState(format!(
-                    "the leader latch at {} is {}",
-                    self.inner.path,
-                    match s.state {
-                        LatchState::Latent => "not started",
-                        _ => "closed",
-                    }
-                )));
+                return Ok(false);
             }
             if self.inner.leads(&s) {
                 return Ok(true);
@@ -328,6 +341,34 @@ impl LeaderLatch {
             .node
             .as_ref()
             .map(|(p, _)| p.clone())
+    }
+
+    /// The full path of this latch's node the last time it became leader
+    /// (Curator's `getLastPathIsLeader`): `None` until it first leads.
+    /// It stays after leadership ends (the latch closed, its session was
+    /// lost, it queued again) until the latch leads with another node, so
+    /// it names the node under which this latch last led, which may no
+    /// longer exist.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use std::time::Duration;
+    /// use latchkey_recipes::LeaderLatch;
+    ///
+    /// let latch = LeaderLatch::new(client, "/services/indexer/leader")?;
+    /// assert_eq!(latch.last_path_is_leader(), None); // never led
+    /// latch.start()?;
+    /// if latch.await_leadership(Duration::from_secs(10))? {
+    ///     // The node it leads with, e.g. ".../_c_<uuid>-latch-0000000003".
+    ///     assert_eq!(latch.last_path_is_leader(), latch.our_path());
+    /// }
+    /// latch.close()?;
+    /// // Still the node it last led with, though that node is gone.
+    /// println!("last led as {:?}", latch.last_path_is_leader());
+    /// # Ok(()) }
+    /// ```
+    pub fn last_path_is_leader(&self) -> Option<String> {
+        self.inner.shared.lock().last_leader_path.clone()
     }
 }
 
@@ -477,6 +518,7 @@ impl Inner {
                         .is_some_and(ConnectionState::is_connected)
                     && self.signal.epoch() == epoch;
                 if confirmed {
+                    s.last_leader_path = Some(ours.clone());
                     self.set_leadership_locked(&mut s, true);
                 }
                 Ok(Next::Wait)

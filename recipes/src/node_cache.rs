@@ -120,6 +120,73 @@ impl NodeCache {
         rx
     }
 
+    /// Reads the node again now, on the caller's thread, and replaces the
+    /// copy with what it read (Curator's `NodeCache.rebuild()`): when it
+    /// returns `Ok`, [`current_data`](Self::current_data) is the node as
+    /// read then (`None` if it did not exist), also if the cache's watch
+    /// has not told of a change yet (its event held up by the network, or
+    /// the change made while the client was cut off).
+    ///
+    /// As in Curator, a rebuild tells [`listen`](Self::listen)ers nothing,
+    /// whether or not the node changed; the cache then looks again in the
+    /// background (re-arming its watch), which tells nothing either unless
+    /// the node changed since the rebuild read it. A copy the cache got
+    /// meanwhile of a later version of the same node is kept.
+    ///
+    /// Waits for a connection as the client's retry policy allows. Fails
+    /// with [`Error::IllegalState`] if the cache is not started or is
+    /// closed; a close during the read ends it with `Cancelled`.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use latchkey_recipes::NodeCache;
+    ///
+    /// let config = NodeCache::new(client, "/config/feature-flags")?;
+    /// config.start()?;
+    /// // ... after an outage, before acting on the flags:
+    /// config.rebuild()?; // the node as it is now, not as last watched
+    /// println!("flags: {:?}", config.current_data().map(|n| n.data));
+    /// # Ok(()) }
+    /// ```
+    pub fn rebuild(&self) -> Result<()> {
+        let inner = &self.inner;
+        if !inner.keeper.is_running() {
+            return Err(Error::IllegalState(format!(
+                "the node cache of {} is {}",
+                inner.path,
+                if inner.keeper.is_closed() {
+                    "closed"
+                } else {
+                    "not started"
+                }
+            )));
+        }
+        let now = match inner.client.get_data(&inner.path) {
+            Ok((data, stat)) => Some(ChildData {
+                path: inner.path.clone(),
+                stat,
+                data,
+            }),
+            Err(e) if e.is(ErrorCode::NoNode) => None,
+            Err(e) => return Err(e),
+        };
+        {
+            let mut current = inner.current.lock();
+            let newer_kept = match (current.as_ref(), now.as_ref()) {
+                (Some(kept), Some(read)) => {
+                    kept.stat.czxid == read.stat.czxid && kept.stat.mzxid > read.stat.mzxid
+                }
+                _ => false,
+            };
+            if !newer_kept {
+                *current = now;
+            }
+        }
+        // Look again in the background: re-arms the watch if need be.
+        inner.keeper.signal().notify();
+        Ok(())
+    }
+
     /// Stops the cache: its requests end at once, its thread ends, its
     /// channels disconnect; [`current_data`](Self::current_data) keeps the
     /// last copy. Idempotent; dropping the cache does the same.

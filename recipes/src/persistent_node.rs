@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crossbeam_channel::{unbounded, Receiver, Sender};
 use latchkey_framework::paths;
 use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result};
 use parking_lot::{Condvar, Mutex};
@@ -62,6 +63,8 @@ struct Inner {
     /// The watch on the node still pending.
     armed: Arc<WatchArms<()>>,
     keeper: Keeper,
+    /// Told the node's path each time this node creates it.
+    listeners: Mutex<Vec<Sender<String>>>,
 }
 
 struct NodeState {
@@ -118,8 +121,45 @@ impl PersistentNode {
                 created: Condvar::new(),
                 armed: Arc::default(),
                 keeper,
+                listeners: Mutex::new(Vec::new()),
             }),
         })
+    }
+
+    /// A channel that receives the node's full path (its
+    /// [`actual_path`](Self::actual_path)) each time this node creates it,
+    /// from now on, in order: the first create, and every re-create after
+    /// a delete by someone else or a lost session (Curator's
+    /// `PersistentNode.getListenable()` and its `nodeCreated(path)`).
+    ///
+    /// As in Curator, only a create of ours that ZooKeeper answered tells:
+    /// a node found there already and adopted (someone else's, or ours
+    /// from an earlier session) does not, nor does a write of new data. It
+    /// disconnects when the node is closed (at once if it is closed
+    /// already); dropping the receiver removes it.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use std::time::Duration;
+    /// use latchkey_framework::CreateMode;
+    /// use latchkey_recipes::PersistentNode;
+    ///
+    /// let node = PersistentNode::new(client, CreateMode::Ephemeral, false, "/services/api/host-1", b"10.0.0.1:8080")?;
+    /// let created = node.listen();
+    /// node.start()?;
+    /// while let Ok(path) = created.recv_timeout(Duration::from_secs(60)) {
+    ///     println!("registered as {path}"); // again after each re-create
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn listen(&self) -> Receiver<String> {
+        let (tx, rx) = unbounded();
+        let mut listeners = self.inner.listeners.lock();
+        // Under the lock `close` clears them with, after marking closed.
+        if !self.inner.keeper.is_closed() {
+            listeners.push(tx);
+        }
+        rx
     }
 
     /// Starts keeping the node, on a thread of its own; returns at once
@@ -195,6 +235,8 @@ impl PersistentNode {
         if !self.inner.keeper.close() {
             return;
         }
+        // The node's thread has ended: nothing is told any more.
+        self.inner.listeners.lock().clear();
         {
             // Under the lock its waiters check `is_closed` with.
             let _state = self.inner.state.lock();
@@ -315,20 +357,24 @@ impl Inner {
             // have made this one `NodeExists`).
             self.state.lock().create_sent = false;
         }
-        let path = match created {
+        let (path, made) = match created {
             // A plain node that is there already (ours from an earlier
             // session, or someone's): keep it, with our data.
             // The next pass (woken below) writes it.
             Err(e) if e.is(ErrorCode::NodeExists) => {
                 self.state.lock().dirty = true;
                 self.keeper.signal().notify();
-                self.base_path.clone()
+                (self.base_path.clone(), false)
             }
-            other => other?,
+            other => (other?, true),
         };
         {
             let mut state = self.state.lock();
             state.actual = Some(path.clone());
+            if made {
+                // Told before `wait_for_initial_create` can see the path.
+                self.tell_created(&path);
+            }
         }
         self.created.notify_all();
         self.watch_created(&path)
@@ -358,8 +404,18 @@ impl Inner {
                 Ok(())
             }
             Err(e) => Err(e),
-            Ok(_) => self.watch_created(path),
+            Ok(_) => {
+                self.tell_created(path);
+                self.watch_created(path)
+            }
         }
+    }
+
+    /// Tells the listeners that we created the node at `path`.
+    fn tell_created(&self, path: &str) {
+        self.listeners
+            .lock()
+            .retain(|tx| tx.send(path.to_owned()).is_ok());
     }
 
     /// Watches the node just created. Gone already (deleted before the

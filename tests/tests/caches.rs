@@ -1114,3 +1114,82 @@ fn a_curator_cache_cleared_on_close_is_empty_once_closed() {
         assert_eq!(cache.entries().len(), want, "clear_on_close: {clear}");
     }
 }
+
+/// `NodeCache::rebuild` (Curator's `rebuild()`) reads the node on the
+/// caller's thread: a change the cache's watch could not tell yet (the
+/// cache's link partitioned while another client made it) is in the copy
+/// as soon as `rebuild` returns after the partition heals, a deletion too.
+/// A rebuild tells listeners nothing, as in Curator; the cache follows
+/// later changes as before. Not started or closed: `IllegalState`.
+#[test]
+fn a_node_cache_rebuild_reads_the_node_at_once() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let cache_client = connect(&proxy.connect_string(), Duration::from_secs(20));
+    let writer = connect(&server.connect_string(), Duration::from_secs(20));
+    let ctx = Ctx::new(server, &cache_client);
+    let path = unique("/caches/node-rebuild");
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&path, b"1")
+        .unwrap();
+    let cache = NodeCache::new(&cache_client, &path).unwrap();
+    match cache.rebuild() {
+        Err(latchkey_framework::Error::IllegalState(why)) if why.contains("not started") => {}
+        other => panic!("rebuild before start: {other:?}"),
+    }
+    cache.start().unwrap();
+    let events = cache.listen();
+    // Unchanged: the same copy, and no event.
+    let before = cache.current_data();
+    cache.rebuild().unwrap();
+    assert_eq!(cache.current_data(), before);
+    assert_eq!(events.try_iter().count(), 0, "an unchanged rebuild told");
+
+    for (change, want) in [(Some(&b"2"[..]), Some(&b"2"[..])), (None, None)] {
+        // The watch's event waits in the paused proxy.
+        proxy.pause();
+        match change {
+            Some(data) => {
+                writer.set_data(&path, data, None).unwrap();
+            }
+            None => writer.delete().for_path(&path).unwrap(),
+        }
+        let stale = data_of(&cache);
+        assert_ne!(stale.as_deref(), want, "the cache saw it through the pause");
+        proxy.resume();
+        let t = std::time::Instant::now();
+        cache.rebuild().unwrap();
+        let took = t.elapsed();
+        assert_eq!(
+            data_of(&cache).as_deref(),
+            want,
+            "just after rebuild (the cache had {stale:?})\n{}",
+            ctx.dump()
+        );
+        assert!(took < Duration::from_secs(2), "rebuild took {took:?}");
+    }
+    // Still followed by the watch: a new create is seen and told.
+    writer.create().for_path(&path, b"3").unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || data_of(&cache).as_deref() == Some(&b"3"[..]),
+        || ctx.dump(),
+    );
+    // (The copy is set before the event is sent.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut told = Vec::new();
+    while told.last() != Some(&Some(b"3".to_vec())) {
+        match events.recv_deadline(deadline) {
+            Ok(node) => told.push(node.map(|n| n.data)),
+            Err(e) => panic!("no event for the create: {e:?}, told {told:?}"),
+        }
+    }
+    cache.close();
+    match cache.rebuild() {
+        Err(latchkey_framework::Error::IllegalState(why)) if why.contains("closed") => {}
+        other => panic!("rebuild after close: {other:?}"),
+    }
+    assert_eq!(data_of(&cache).as_deref(), Some(&b"3"[..]));
+}

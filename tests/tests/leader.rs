@@ -329,15 +329,18 @@ fn participants_leave_out_a_node_gone_since_the_listing_but_report_a_failed_read
 }
 
 #[test]
-fn await_leadership_is_a_deadline_and_misuse_is_an_error() {
+fn await_leadership_is_a_deadline_and_false_unless_started() {
     let cs = clients(2, SESSION);
     let path = unique("latch-await");
     let leader = LeaderLatch::new(&cs[0], &path).unwrap();
     let waiting = LeaderLatch::new(&cs[1], &path).unwrap();
-    assert!(matches!(
-        waiting.await_leadership(Duration::ZERO),
-        Err(Error::IllegalState(_))
-    ));
+    // Not started: false at once, whatever the timeout (Curator's `await`).
+    for timeout in [Duration::ZERO, Duration::from_secs(30), Duration::MAX] {
+        let t = Instant::now();
+        let got = waiting.await_leadership(timeout);
+        assert!(matches!(got, Ok(false)), "before start: {got:?}");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    }
     leader.start().unwrap();
     assert!(leader.await_leadership(Duration::from_secs(10)).unwrap());
     waiting.start().unwrap();
@@ -367,14 +370,31 @@ fn await_leadership_is_a_deadline_and_misuse_is_an_error() {
         "the unbounded wait, 20 s after the leader closed: {got:?}"
     );
     assert!(matches!(leader.close(), Err(Error::IllegalState(_))));
-    // A close while another thread waits ends its wait with an error.
+    // Closed (after leading): false at once.
+    for timeout in [Duration::ZERO, Duration::from_secs(30), Duration::MAX] {
+        let t = Instant::now();
+        let got = leader.await_leadership(timeout);
+        assert!(matches!(got, Ok(false)), "after close: {got:?}");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    }
+    // A close while another thread waits ends its wait with false, at once.
     let third = LeaderLatch::new(&cs[0], &path).unwrap();
     third.start().unwrap();
     thread::scope(|s| {
-        let w = s.spawn(|| third.await_leadership(Duration::from_secs(10)));
+        let w = s.spawn(|| {
+            let got = third.await_leadership(Duration::from_secs(30));
+            (got, Instant::now())
+        });
         thread::sleep(Duration::from_millis(200));
         third.close().unwrap();
-        assert!(matches!(w.join().unwrap(), Err(Error::IllegalState(_))));
+        let closed = Instant::now();
+        let (got, at) = w.join().unwrap();
+        assert!(matches!(got, Ok(false)), "closed while waiting: {got:?}");
+        assert!(
+            at.saturating_duration_since(closed) < Duration::from_secs(1),
+            "returned {:?} after the close",
+            at.saturating_duration_since(closed)
+        );
     });
 }
 
@@ -1305,4 +1325,52 @@ fn a_latch_whose_node_is_deleted_queues_again() {
     );
     assert_eq!(sorted_children(&cs[1], &path).len(), 1);
     latch.close().unwrap();
+}
+
+/// `last_path_is_leader` (Curator's `getLastPathIsLeader`) is `None` until
+/// a latch first leads, then the path of the node it leads with, the one
+/// ZooKeeper lists first under the latch's path; it stays after the latch
+/// closes, and each latch tells its own node.
+#[test]
+fn last_path_is_leader_names_the_node_each_latch_led_with() {
+    let cs = clients(2, SESSION);
+    let path = unique("latch-last-path");
+    let a = LeaderLatch::with_id(&cs[0], &path, "a").unwrap();
+    let b = LeaderLatch::with_id(&cs[1], &path, "b").unwrap();
+    assert_eq!(a.last_path_is_leader(), None, "never started");
+    a.start().unwrap();
+    assert!(a.await_leadership(Duration::from_secs(10)).unwrap());
+    b.start().unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || b.our_path().is_some(),
+        || format!("b's node: nodes {:?}", sorted_children(&cs[1], &path)),
+    );
+    let nodes = sorted_children(&cs[1], &path);
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
+    let a_led = a.last_path_is_leader().expect("a leads");
+    assert_eq!(Some(&a_led), a.our_path().as_ref());
+    assert!(
+        nodes.iter().any(|n| format!("{path}/{n}") == a_led)
+            && a_led.contains(latchkey_recipes::LATCH_NAME),
+        "{a_led} among {nodes:?}"
+    );
+    assert_eq!(a.leader().unwrap().id, "a");
+    assert!(!b.has_leadership());
+    assert_eq!(b.last_path_is_leader(), None, "b queues behind a");
+
+    a.close().unwrap();
+    assert!(b.await_leadership(NEW_LEADER_WITHIN).unwrap());
+    let b_led = b.last_path_is_leader().expect("b leads");
+    let nodes = sorted_children(&cs[1], &path);
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    assert_eq!(b_led, format!("{path}/{}", nodes[0]));
+    assert_eq!(Some(&b_led), b.our_path().as_ref());
+    assert_ne!(a_led, b_led);
+    // a closed: it still names the node it led with, now gone.
+    assert_eq!(a.last_path_is_leader(), Some(a_led.clone()));
+    assert_eq!(a.our_path(), None);
+    assert!(cs[1].exists(&a_led).unwrap().is_none());
+    b.close().unwrap();
+    assert_eq!(b.last_path_is_leader(), Some(b_led));
 }

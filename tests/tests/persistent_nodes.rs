@@ -656,3 +656,81 @@ fn a_node_closed_while_its_create_is_under_way_is_deleted() {
     );
     println!("all gone {:?} after the last close", started.elapsed());
 }
+
+/// `PersistentNode::listen` (Curator's `getListenable()` and
+/// `nodeCreated(path)`): one event with the node's path when it is first
+/// created, another each time it is created again after someone deletes
+/// it; nothing for new data or for a node adopted as found; the channel
+/// disconnects on close.
+#[test]
+fn listeners_hear_each_create_with_the_nodes_path() {
+    let cs = clients(2, Duration::from_secs(20));
+    let (owner, other) = (&cs[0], &cs[1]);
+    let base = unique("/persistent/listen");
+    for (mode, protected) in [
+        (CreateMode::Ephemeral, false),
+        (CreateMode::EphemeralSequential, true),
+    ] {
+        let path = format!("{base}/{mode:?}-{protected}");
+        let node = PersistentNode::new(owner, mode, protected, &path, b"1").unwrap();
+        let created = node.listen();
+        node.start().unwrap();
+        assert!(node
+            .wait_for_initial_create(Duration::from_secs(10))
+            .unwrap());
+        let actual = node.actual_path().unwrap();
+        // Told before the first create is visible to waiters.
+        let told: Vec<String> = created.try_iter().collect();
+        assert_eq!(
+            told,
+            std::slice::from_ref(&actual),
+            "{mode:?}: after the first create"
+        );
+        assert!(other.exists(&actual).unwrap().is_some());
+
+        // New data: nothing told.
+        node.set_data(b"2").unwrap();
+        wait_until(
+            Duration::from_secs(10),
+            || other.get_data(&actual).is_ok_and(|(d, _)| d == b"2"),
+            || format!("{mode:?}: new data not written"),
+        );
+        assert_eq!(created.try_iter().count(), 0, "{mode:?}: told for set_data");
+
+        // Deleted by someone else: created again, and told, with the path.
+        other.delete().for_path(&actual).unwrap();
+        let again = created.recv_timeout(Duration::from_secs(10));
+        assert_eq!(again.as_deref(), Ok(actual.as_str()), "{mode:?}: re-create");
+        assert!(other.exists(&actual).unwrap().is_some());
+        assert_eq!(other.get_data(&actual).unwrap().0, b"2");
+        assert_eq!(created.try_iter().count(), 0, "{mode:?}: told twice");
+
+        node.close();
+        assert_eq!(
+            created.recv_timeout(Duration::from_secs(10)),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected),
+            "{mode:?}: the channel after close"
+        );
+        assert!(matches!(
+            node.listen().try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        ));
+    }
+
+    // A node found there already is adopted without a create: not told.
+    let there = format!("{base}/there");
+    other.create().for_path(&there, b"theirs").unwrap();
+    let adopted =
+        PersistentNode::new(owner, CreateMode::Persistent, false, &there, b"ours").unwrap();
+    let created = adopted.listen();
+    adopted.start().unwrap();
+    assert!(adopted
+        .wait_for_initial_create(Duration::from_secs(10))
+        .unwrap());
+    wait_until(
+        Duration::from_secs(10),
+        || other.get_data(&there).is_ok_and(|(d, _)| d == b"ours"),
+        || "the adopted node never got our data".to_string(),
+    );
+    assert_eq!(created.try_iter().count(), 0, "told for an adopted node");
+}
