@@ -10,16 +10,33 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use latchkey_framework::{Client, ConnectionState, CreateMode};
+use latchkey_framework::{Client, ConnectionState, CreateMode, ExponentialBackoffRetry};
 use latchkey_recipes::{InterProcessMutex, InterProcessSemaphoreV2};
 use latchkey_test::TestingServer;
 
 /// The holder's session timeout: the server restores its old session with
 /// this much life left after the restart.
-const SESSION: Duration = Duration::from_secs(6);
+const SESSION: Duration = Duration::from_secs(12);
 
-/// How soon after ZooKeeper serves again another client must get the hold.
-const RESUME_WITHIN: Duration = Duration::from_secs(2);
+/// How soon after ZooKeeper serves again another client must get the hold:
+/// well before the restored session could expire. On a quiet machine it
+/// is tens of milliseconds (the target is 2 s); on a loaded one a
+/// connect attempt begun while the server was still starting may wait
+/// out the holder's connection timeout first, and the bound leaves room
+/// for that while still telling cleanup from expiry.
+const RESUME_WITHIN: Duration = Duration::from_secs(6);
+
+/// A started client of `server` with a short connection timeout, so that a
+/// connect attempt stuck on a starting server is given up soon.
+fn holder_of(server: &TestingServer) -> Client {
+    start_connected(
+        Client::builder()
+            .connect_string(server.connect_string())
+            .session_timeout(SESSION)
+            .connection_timeout(Duration::from_secs(2))
+            .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10)),
+    )
+}
 
 /// The whole test, server stop and restart included, ends within this.
 const TEST_BOUND: Duration = Duration::from_secs(120);
@@ -29,7 +46,11 @@ const TEST_BOUND: Duration = Duration::from_secs(120);
 fn lose_the_session_over_a_restart(server: &mut TestingServer, holder: &Client, ctx: &Ctx) {
     let states = holder.listen();
     server.stop().unwrap();
-    ctx.expect(&states, ConnectionState::Lost, Duration::from_secs(20));
+    ctx.expect(
+        &states,
+        ConnectionState::Lost,
+        SESSION + Duration::from_secs(20),
+    );
     server.restart().unwrap();
 }
 
@@ -53,7 +74,7 @@ fn a_lost_mutex_hold_does_not_block_others_after_a_restart() {
     let _watchdog = Watchdog::new("lost mutex cleanup", TEST_BOUND);
     let mut server = TestingServer::start().unwrap();
     let path = unique("/lost-cleanup-mutex");
-    let holder = connect(&server.connect_string(), SESSION);
+    let holder = holder_of(&server);
     let ctx = Ctx::new(&server, &holder);
     let lock = InterProcessMutex::new(&holder, &path).unwrap();
     lock.acquire().unwrap();
@@ -79,7 +100,7 @@ fn a_lost_lease_does_not_block_others_after_a_restart() {
     let _watchdog = Watchdog::new("lost lease cleanup", TEST_BOUND);
     let mut server = TestingServer::start().unwrap();
     let path = unique("/lost-cleanup-semaphore");
-    let holder = connect(&server.connect_string(), SESSION);
+    let holder = holder_of(&server);
     let ctx = Ctx::new(&server, &holder);
     let semaphore = InterProcessSemaphoreV2::new(&holder, &path, 1).unwrap();
     let lease = semaphore.acquire().unwrap();
