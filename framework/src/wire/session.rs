@@ -1,24 +1,27 @@
-//! One ZooKeeper session, driven by an engine that owns its socket.
+//! One ZooKeeper session: the handle callers use, the connect loop, and
+//! the protocol of a live connection (which the process' one engine
+//! thread, `engine.rs`, drives).
 //!
-//! Callers never touch the socket: [`WireSession::call`] builds the frame,
-//! puts it in the session's inbox, wakes the engine and waits on the
-//! request's own [`ReplySlot`] until the caller's deadline. The engine is
-//! one thread per session. While disconnected it connects (name lookup,
-//! TCP, TLS handshake, the session handshake, SASL), blocking on nothing
-//! that a caller waits for: requests are refused until a connection is
-//! live. Once live it runs a `mio` loop over the non-blocking socket: it
-//! writes queued frames as the socket takes them (giving out xids as they
-//! enter the write buffer), reads replies and matches them in order, sends
-//! pings, and judges silence (2/3 of the session timeout, as the Java
-//! client does). A stalled server therefore delays nobody past their own
+//! Callers never block on the socket. [`WireSession::call`] builds the
+//! frame and hands it over (`Inner::submit`): on an idle connection the
+//! caller writes it itself, without blocking, under the connection's lock;
+//! otherwise it waits in the session's inbox for the engine. Either way
+//! xids are given out as frames enter the write buffer, and the caller
+//! then waits on the request's own [`ReplySlot`] until its deadline.
+//! Only the engine reads: it matches replies in order, runs wakers, sends
+//! pings and judges silence (2/3 of the session timeout, as the Java
+//! client does). A stalled server therefore holds nobody past their own
 //! deadline, and a caller who gives up leaves its request in place: the
 //! late reply is read and dropped, never applied again. Requests are only
-//! ever retried by the retry loop, on a later connection.
+//! ever sent again by the retry loop, on a later connection.
 //!
-//! A dropped connection is resumed on the same session, auth re-sent and
-//! watches re-armed with SetWatches before any caller's request. When the
-//! server says the session has expired the session reports it and stops:
-//! the framework starts a new one.
+//! Connecting (name lookup, TCP, TLS, the session handshake, SASL) blocks,
+//! so it runs on a short-lived thread of the session's (`Inner::dial`),
+//! which hands the connection to the engine and ends. A dropped connection
+//! is resumed on the same session, auth re-sent and watches re-armed with
+//! SetWatches before any caller's request. When the server says the
+//! session has expired the session reports it and stops: the framework
+//! starts a new one.
 
 use std::collections::VecDeque;
 use std::io;
