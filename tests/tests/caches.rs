@@ -950,7 +950,16 @@ fn a_curator_cache_tells_a_node_deleted_and_created_again_as_such() {
         || format!("{:?}\n{}", tree(&cache), ctx.dump()),
     );
     let told: Vec<String> = events.try_iter().map(|e| short(&e)).collect();
-    assert_eq!(told, ["-y", "-x", "+x", "+y"], "{}", ctx.dump());
+    // The old x goes (after its child), the new x comes, and x is never
+    // told as changed. How the events of y interleave before that depends
+    // on when the cache reads which node (a run under load told the new y
+    // once under the old x: -y +y -y -x +x +y); it always ends this way.
+    let told_str: Vec<&str> = told.iter().map(String::as_str).collect();
+    assert!(
+        told_str.ends_with(&["-y", "-x", "+x", "+y"]) && !told_str.contains(&"~x"),
+        "told {told:?}\n{}",
+        ctx.dump()
+    );
     assert_eq!(
         cache.get(&x).unwrap().stat,
         writer.exists(&x).unwrap().unwrap(),
