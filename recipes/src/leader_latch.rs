@@ -293,7 +293,7 @@ impl LeaderLatch {
     /// Empty if nobody takes part (the path does not exist).
     pub fn participants(&self) -> Result<Vec<Participant>> {
         let nodes =
-            participant::participant_nodes(&self.inner.client, &self.inner.path, LATCH_NAME)?;
+            participant::participant_nodes(&self.inner.client, &self.inner.path, &[LATCH_NAME])?;
         participant::participants(&self.inner.client, &nodes)
     }
 
@@ -301,7 +301,7 @@ impl LeaderLatch {
     /// [`Participant::default`] (empty id, not leader) if nobody takes part.
     pub fn leader(&self) -> Result<Participant> {
         let nodes =
-            participant::participant_nodes(&self.inner.client, &self.inner.path, LATCH_NAME)?;
+            participant::participant_nodes(&self.inner.client, &self.inner.path, &[LATCH_NAME])?;
         participant::leader(&self.inner.client, &nodes)
     }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use latchkey_framework::{Client, ConnectionState, Error, ExponentialBackoffRetry};
-use latchkey_recipes::{CloseMode, LatchEvent, LatchState, LeaderLatch, Participant};
+use latchkey_recipes::{leader_of, CloseMode, LatchEvent, LatchState, LeaderLatch, Participant};
 use latchkey_test::{TestingCluster, TestingServer};
 
 const SESSION: Duration = Duration::from_secs(10);
@@ -417,6 +417,46 @@ fn bad_arguments_are_errors_not_panics() {
     assert!(idle.close().is_err());
 }
 
+/// A client that never joins asks who leads a latch's path
+/// (`leader_of`), and hears of the next leader once the first closes.
+#[test]
+fn leader_of_tells_a_latch_s_leader_to_a_client_that_does_not_take_part() {
+    let cs = clients(3, SESSION);
+    let path = unique("latch-leader-of");
+    let asker = &cs[2];
+    assert_eq!(leader_of(asker, &path).unwrap(), None, "no path yet");
+    let a = LeaderLatch::with_id(&cs[0], &path, "a").unwrap();
+    a.start().unwrap();
+    assert!(a.await_leadership(NEW_LEADER_WITHIN).unwrap());
+    let b = LeaderLatch::with_id(&cs[1], &path, "b").unwrap();
+    b.start().unwrap();
+    wait_until(
+        NEW_LEADER_WITHIN,
+        || a.participants().is_ok_and(|p| p.len() == 2),
+        || format!("participants: {:?}", a.participants()),
+    );
+    // A child that is no participant is left out.
+    asker
+        .create()
+        .for_path(&format!("{path}/not-a-participant"), b"x")
+        .unwrap();
+    assert_eq!(
+        leader_of(asker, &path).unwrap(),
+        Some(Participant {
+            id: "a".into(),
+            is_leader: true
+        })
+    );
+    a.close().unwrap();
+    assert!(b.await_leadership(NEW_LEADER_WITHIN).unwrap());
+    assert_eq!(
+        leader_of(asker, &path).unwrap().map(|p| p.id),
+        Some("b".into())
+    );
+    b.close().unwrap();
+    assert_eq!(leader_of(asker, &path).unwrap(), None, "nobody takes part");
+}
+
 #[test]
 fn a_suspended_leader_stops_leading_until_reconnected_confirms_it() {
     let mut server = TestingServer::start().unwrap();
@@ -805,6 +845,54 @@ mod selector {
             "start after close"
         );
         assert!(LeaderSelector::new(&cs[0], "/", "x", |_| {}).is_err());
+    }
+
+    /// A client that never joins asks who leads a selector's path
+    /// (`leader_of`), and hears of the next leader once the first's term
+    /// ends.
+    #[test]
+    fn leader_of_tells_a_selector_s_leader_to_a_client_that_does_not_take_part() {
+        let cs = clients(3, SESSION);
+        let path = unique("selector-leader-of");
+        let asker = &cs[2];
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let sel: Vec<LeaderSelector> = (0..2)
+            .map(|i| {
+                let tx = tx.clone();
+                LeaderSelector::new(&cs[i], &path, &format!("s{i}"), move |l| {
+                    let _ = tx.send(i);
+                    l.wait(Duration::MAX);
+                })
+                .unwrap()
+            })
+            .collect();
+        sel[0].start().unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(0));
+        sel[1].start().unwrap();
+        wait_until(
+            Duration::from_secs(10),
+            || sel[0].participants().is_ok_and(|p| p.len() == 2),
+            || format!("participants: {:?}", sel[0].participants()),
+        );
+        assert_eq!(
+            leader_of(asker, &path).unwrap(),
+            Some(Participant {
+                id: "s0".into(),
+                is_leader: true
+            })
+        );
+        sel[0].close();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(1));
+        assert_eq!(
+            leader_of(asker, &path).unwrap().map(|p| p.id),
+            Some("s1".into())
+        );
+        sel[1].close();
+        wait_until(
+            Duration::from_secs(10),
+            || leader_of(asker, &path).is_ok_and(|l| l.is_none()),
+            || format!("{:?}", leader_of(asker, &path)),
+        );
     }
 
     #[test]
