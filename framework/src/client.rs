@@ -18,7 +18,10 @@ use crate::metrics::{self, ClientMetrics, Counters};
 use crate::ops;
 use crate::paths;
 use crate::retry::{ExponentialBackoffRetry, RetryPolicy};
-use crate::state::{ConnectionState, ListenerHandle, StateBoard};
+use crate::state::{
+    ConnectionState, ConnectionStateErrorPolicy, ListenerHandle,
+    StandardConnectionStateErrorPolicy, StateBoard,
+};
 use crate::trace;
 use crate::types::CreateMode;
 use crate::wire::{WireConfig, WireEvent, WireSession};
@@ -44,6 +47,7 @@ pub struct ClientBuilder {
     session_timeout: Duration,
     connection_timeout: Duration,
     retry: Arc<dyn RetryPolicy>,
+    error_policy: Arc<dyn ConnectionStateErrorPolicy>,
     namespace: Option<String>,
     acl_provider: Arc<dyn AclProvider>,
     auth: Vec<(String, Vec<u8>)>,
@@ -62,6 +66,7 @@ impl Default for ClientBuilder {
             session_timeout: Duration::from_secs(60),
             connection_timeout: Duration::from_secs(15),
             retry: Arc::new(ExponentialBackoffRetry::new(Duration::from_millis(100), 3)),
+            error_policy: Arc::new(StandardConnectionStateErrorPolicy),
             namespace: None,
             acl_provider: Arc::new(DefaultAclProvider),
             auth: Vec::new(),
@@ -113,6 +118,45 @@ impl ClientBuilder {
     /// Like [`ClientBuilder::retry_policy`], for a shared policy.
     pub fn retry_policy_arc(mut self, policy: Arc<dyn RetryPolicy>) -> Self {
         self.retry = policy;
+        self
+    }
+
+    /// Which connection states end what a leader recipe holds (Curator's
+    /// `connectionStateErrorPolicy`). Default
+    /// [`StandardConnectionStateErrorPolicy`]: `Suspended` and `Lost` end a
+    /// `LeaderLatch`'s leadership and interrupt a `LeaderSelector`'s term.
+    /// With [`SessionConnectionStateErrorPolicy`](crate::SessionConnectionStateErrorPolicy)
+    /// only `Lost` does: leadership survives a short outage that the session
+    /// outlives.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use latchkey_framework::{Client, ConnectionState, SessionConnectionStateErrorPolicy};
+    ///
+    /// let client = Client::builder()
+    ///     .connect_string("127.0.0.1:2181")
+    ///     .session_timeout(Duration::from_secs(10))
+    ///     .connection_state_error_policy(SessionConnectionStateErrorPolicy)
+    ///     .build()?;
+    /// assert!(!client.is_error_state(ConnectionState::Suspended));
+    /// assert!(client.is_error_state(ConnectionState::Lost));
+    /// # Ok::<(), latchkey_framework::Error>(())
+    /// ```
+    pub fn connection_state_error_policy(
+        mut self,
+        policy: impl ConnectionStateErrorPolicy + 'static,
+    ) -> Self {
+        self.error_policy = Arc::new(policy);
+        self
+    }
+
+    /// Like [`ClientBuilder::connection_state_error_policy`], for a shared
+    /// policy.
+    pub fn connection_state_error_policy_arc(
+        mut self,
+        policy: Arc<dyn ConnectionStateErrorPolicy>,
+    ) -> Self {
+        self.error_policy = policy;
         self
     }
 
@@ -275,6 +319,7 @@ impl ClientBuilder {
                         sasl: self.sasl,
                     },
                     retry: self.retry,
+                    error_policy: self.error_policy,
                     namespace: namespace.clone(),
                     acl_provider: self.acl_provider,
                 },
@@ -343,6 +388,7 @@ pub(crate) struct Config {
     pub connect_string: String,
     pub wire: WireConfig,
     pub retry: Arc<dyn RetryPolicy>,
+    pub error_policy: Arc<dyn ConnectionStateErrorPolicy>,
     pub namespace: Option<String>,
     pub acl_provider: Arc<dyn AclProvider>,
 }
@@ -752,6 +798,19 @@ impl Client {
     /// The retry policy of the retry loop.
     pub fn retry_policy(&self) -> Arc<dyn RetryPolicy> {
         Arc::clone(&self.shared.cfg.retry)
+    }
+
+    /// The connection-state error policy set on the builder (Curator's
+    /// `getConnectionStateErrorPolicy`).
+    pub fn connection_state_error_policy(&self) -> Arc<dyn ConnectionStateErrorPolicy> {
+        Arc::clone(&self.shared.cfg.error_policy)
+    }
+
+    /// Whether `state` ends what a leader recipe holds, by this client's
+    /// [`ConnectionStateErrorPolicy`] (see
+    /// [`ClientBuilder::connection_state_error_policy`]).
+    pub fn is_error_state(&self, state: ConnectionState) -> bool {
+        self.shared.cfg.error_policy.is_error_state(state)
     }
 
     /// The connection timeout: how long an attempt waits for a connection.
@@ -1300,6 +1359,26 @@ mod tests {
         assert_eq!(h, vec!["zk1:2181", "zk2:2182", "[::1]:2181", "[::1]:2183"]);
         assert!(parse_connect_string(":2181").is_err());
         assert!(parse_connect_string("h:99999").is_err());
+    }
+
+    #[test]
+    fn the_error_policy_defaults_to_curator_s_standard_one() {
+        use crate::SessionConnectionStateErrorPolicy;
+        use ConnectionState::*;
+        let b = || Client::builder().connect_string("127.0.0.1:2181");
+        let standard = b().build().unwrap();
+        let session = b()
+            .connection_state_error_policy(SessionConnectionStateErrorPolicy)
+            .build()
+            .unwrap();
+        for state in [Connected, Suspended, Reconnected, Lost, ReadOnly] {
+            assert_eq!(
+                standard.is_error_state(state),
+                matches!(state, Suspended | Lost),
+                "{state:?}"
+            );
+            assert_eq!(session.is_error_state(state), state == Lost, "{state:?}");
+        }
     }
 
     #[test]

@@ -76,7 +76,10 @@ pub use retry::{
     BoundedExponentialBackoffRetry, ExponentialBackoffRetry, RetryForever, RetryNTimes,
     RetryOneTime, RetryPolicy, RetryUntilElapsed, SessionFailedRetryPolicy,
 };
-pub use state::{ConnectionState, ListenerHandle};
+pub use state::{
+    ConnectionState, ConnectionStateErrorPolicy, ListenerHandle, SessionConnectionStateErrorPolicy,
+    StandardConnectionStateErrorPolicy,
+};
 pub use tls::TlsConfig;
 pub use transaction::{MultiRead, OperationType, ReadResult, Transaction, TransactionResult};
 pub use types::{CreateMode, EventType, Stat, WatchedEvent};

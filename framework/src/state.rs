@@ -38,6 +38,48 @@ impl ConnectionState {
     }
 }
 
+/// Which connection states a recipe takes as the loss of what it holds
+/// (Curator's `ConnectionStateErrorPolicy`), set with
+/// [`ClientBuilder::connection_state_error_policy`](crate::ClientBuilder::connection_state_error_policy)
+/// and read by [`Client::is_error_state`](crate::Client::is_error_state).
+///
+/// The leader recipes (`LeaderLatch`, `LeaderSelector`) consult it: in an
+/// error state leadership ends. `Lost` should always be one: the session,
+/// and every ephemeral node with it, is gone.
+pub trait ConnectionStateErrorPolicy: Send + Sync {
+    /// Whether `state` should make a recipe act as though the connection
+    /// has been lost (leadership ends).
+    fn is_error_state(&self, state: ConnectionState) -> bool;
+}
+
+/// Curator's default policy: `Suspended` and `Lost` are errors. Leadership
+/// ends as soon as the connection is in doubt, before another process may
+/// take over, at the price of ending it on every short outage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StandardConnectionStateErrorPolicy;
+
+impl ConnectionStateErrorPolicy for StandardConnectionStateErrorPolicy {
+    fn is_error_state(&self, state: ConnectionState) -> bool {
+        matches!(state, ConnectionState::Suspended | ConnectionState::Lost)
+    }
+}
+
+/// Curator's session policy: only `Lost` is an error. Leadership survives a
+/// `Suspended` connection that comes back within the session; the leader
+/// must accept that, near the end of a long outage, another process may
+/// already lead while it still believes it does (the client declares the
+/// session `Lost` only after the session timeout, and the server may
+/// expire it a little earlier by its own clock). Fence writes (a fencing
+/// token, or a transaction that checks the leader's node).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SessionConnectionStateErrorPolicy;
+
+impl ConnectionStateErrorPolicy for SessionConnectionStateErrorPolicy {
+    fn is_error_state(&self, state: ConnectionState) -> bool {
+        state == ConnectionState::Lost
+    }
+}
+
 type Listener = Arc<dyn Fn(ConnectionState) + Send + Sync>;
 type Waker = Arc<dyn Fn() + Send + Sync>;
 

@@ -39,6 +39,13 @@ pub(crate) fn in_doubt(client: &Client, owner: i64) -> bool {
     client.session_id() != owner || !client.state().is_some_and(ConnectionState::is_connected)
 }
 
+/// Whether the client's state now lets a leader go on leading by its
+/// connection-state error policy: a state is known and is no error state
+/// (connected; with `SessionConnectionStateErrorPolicy`, `Suspended` too).
+pub(crate) fn policy_allows(client: &Client) -> bool {
+    client.state().is_some_and(|s| !client.is_error_state(s))
+}
+
 /// Subscribes to the standing of a hold of session `owner`. The current
 /// standing is sent first if it is not good; the listener goes when the
 /// handle drops (with the hold), which disconnects the channel.

@@ -11,6 +11,7 @@ use latchkey_framework::{
 };
 use parking_lot::{Condvar, Mutex};
 
+use crate::hold;
 use crate::lock_internals::{
     deadline_after, sort_children, validate_node_size, validate_recipe_path, NodeWatches, Signal,
 };
@@ -44,9 +45,9 @@ pub enum CloseMode {
 pub enum LatchEvent {
     /// This latch leads now.
     IsLeader,
-    /// This latch no longer leads (or, after `Suspended`, cannot be sure
-    /// that it does; a `Reconnected` that confirms it brings `IsLeader`
-    /// again).
+    /// This latch no longer leads (or, after `Suspended` with the standard
+    /// error policy, cannot be sure that it does; a `Reconnected` that
+    /// confirms it brings `IsLeader` again).
     NotLeader,
 }
 
@@ -75,14 +76,20 @@ pub enum LatchState {
 /// whole timeout more); Curator's nodes wait for that expiry, and so
 /// does everyone queued behind them.
 ///
-/// Leadership follows Curator's rule for connection states: when the
-/// connection is `Suspended` the latch stops leading (another process may
-/// lead soon), and leads again only once `Reconnected` within the same
-/// session confirms that its node is still first; `Lost` ends it, and the
-/// latch queues again with a new node in the new session.
+/// Leadership follows Curator's rule for connection states, by the
+/// client's [`ConnectionStateErrorPolicy`](latchkey_framework::ConnectionStateErrorPolicy)
+/// ([`ClientBuilder::connection_state_error_policy`](latchkey_framework::ClientBuilder::connection_state_error_policy)).
+/// With the default, [`StandardConnectionStateErrorPolicy`](latchkey_framework::StandardConnectionStateErrorPolicy),
+/// when the connection is `Suspended` the latch stops leading (another
+/// process may lead soon), and leads again only once `Reconnected` within
+/// the same session confirms that its node is still first. With
+/// [`SessionConnectionStateErrorPolicy`](latchkey_framework::SessionConnectionStateErrorPolicy)
+/// it leads on while `Suspended` (and `Reconnected` looks at the queue
+/// again). `Lost` always ends it, and the latch queues again with a new
+/// node in the new session.
 /// [`has_leadership`](LeaderLatch::has_leadership) reads the client's
-/// state at each call, so it is false from the moment the connection is in
-/// doubt, before any listener has run.
+/// state at each call, so it is false from the moment the state is an
+/// error state, before any listener has run.
 ///
 /// A started latch works on a thread of its own. Dropping the latch closes
 /// it (in its [`CloseMode`]), which deletes its node.
@@ -207,8 +214,10 @@ impl LeaderLatch {
         let waker = client.add_waker(move || wake.notify());
         let weak = Arc::downgrade(&self.inner);
         let listener = client.add_listener(move |state| {
-            if matches!(state, ConnectionState::Suspended | ConnectionState::Lost) {
-                if let Some(inner) = weak.upgrade() {
+            // Curator's `handleStateChange`: `Lost` ends leadership, and
+            // `Suspended` does where the error policy says so.
+            if let Some(inner) = weak.upgrade() {
+                if inner.client.is_error_state(state) || state == ConnectionState::Lost {
                     inner.set_leadership(false);
                     // A state heard late may undo a confirmation made
                     // since: look again.
@@ -229,8 +238,9 @@ impl LeaderLatch {
     }
 
     /// Whether this latch leads now: started, its node first in the queue
-    /// as last seen, and the client connected in the session that owns the
-    /// node (false while the connection is suspended).
+    /// as last seen, and the client in the session that owns the node, in
+    /// a state its error policy allows (connected; with the session policy,
+    /// suspended too).
     pub fn has_leadership(&self) -> bool {
         self.inner.leads(&self.inner.shared.lock())
     }
@@ -293,7 +303,7 @@ impl LeaderLatch {
     /// Empty if nobody takes part (the path does not exist).
     pub fn participants(&self) -> Result<Vec<Participant>> {
         let nodes =
-            participant::participant_nodes(&self.inner.client, &self.inner.path, LATCH_NAME)?;
+            participant::participant_nodes(&self.inner.client, &self.inner.path, &[LATCH_NAME])?;
         participant::participants(&self.inner.client, &nodes)
     }
 
@@ -301,7 +311,7 @@ impl LeaderLatch {
     /// [`Participant::default`] (empty id, not leader) if nobody takes part.
     pub fn leader(&self) -> Result<Participant> {
         let nodes =
-            participant::participant_nodes(&self.inner.client, &self.inner.path, LATCH_NAME)?;
+            participant::participant_nodes(&self.inner.client, &self.inner.path, &[LATCH_NAME])?;
         participant::leader(&self.inner.client, &nodes)
     }
 
@@ -395,10 +405,7 @@ impl Inner {
             && s.node
                 .as_ref()
                 .is_some_and(|(_, owner)| *owner == self.client.session_id())
-            && self
-                .client
-                .state()
-                .is_some_and(ConnectionState::is_connected)
+            && hold::policy_allows(&self.client)
     }
 
     fn set_leadership(&self, leader: bool) {

@@ -30,9 +30,17 @@ type TakeLeadership = dyn Fn(&Leadership) + Send + Sync;
 /// until the closure returns, and the closure should return as soon as the
 /// term is no longer [`valid`](Leadership::is_valid).
 ///
-/// Following Curator's `LeaderSelectorListenerAdapter`, a `Suspended` or
-/// `Lost` connection interrupts the term (another process may lead soon),
-/// as do [`LeaderSelector::interrupt_leadership`] and closing the selector.
+/// Following Curator's `LeaderSelectorListenerAdapter`, a connection state
+/// that the client's
+/// [`ConnectionStateErrorPolicy`](latchkey_framework::ConnectionStateErrorPolicy)
+/// takes as an error interrupts the term (another process may lead soon):
+/// `Suspended` or `Lost` with the default
+/// [`StandardConnectionStateErrorPolicy`](latchkey_framework::StandardConnectionStateErrorPolicy),
+/// `Lost` only with
+/// [`SessionConnectionStateErrorPolicy`](latchkey_framework::SessionConnectionStateErrorPolicy),
+/// whose terms outlive a short outage.
+/// [`LeaderSelector::interrupt_leadership`] and closing the selector
+/// interrupt it too.
 /// Rust cannot interrupt a running closure; it checks
 /// [`is_valid`](Leadership::is_valid) or sleeps with
 /// [`wait`](Leadership::wait), which returns early when the term ends.
@@ -84,7 +92,9 @@ impl Term {
     /// Whether the term may go on (see [`Leadership::is_valid`]); a lost
     /// term is in doubt too.
     fn is_valid(&self, client: &Client) -> bool {
-        !self.interrupted.load(Ordering::Acquire) && !hold::in_doubt(client, self.owner)
+        !self.interrupted.load(Ordering::Acquire)
+            && !hold::is_lost(client, self.owner)
+            && hold::policy_allows(client)
     }
 
     fn interrupt(&self) {
@@ -96,16 +106,19 @@ impl Term {
 }
 
 impl Leadership {
-    /// Whether the term may go on: not interrupted, and the lock not in
-    /// doubt (connected, in the session that holds it). Check it right
-    /// before each step that needs to be the only leader.
+    /// Whether the term may go on: not interrupted, the lock not lost (the
+    /// session that holds it is current), and the client in a state its
+    /// error policy allows (connected; with the session policy, suspended
+    /// too, while [`is_in_doubt`](Leadership::is_in_doubt) says so). Check
+    /// it right before each step that needs to be the only leader.
     pub fn is_valid(&self) -> bool {
         self.term.is_valid(&self.client)
     }
 
     /// Whether the term was interrupted: by
     /// [`LeaderSelector::interrupt_leadership`], by closing the selector, or
-    /// by a `Suspended` or `Lost` connection. For good: return.
+    /// by an error state of the connection (`Suspended` or `Lost` with the
+    /// standard policy, `Lost` with the session policy). For good: return.
     pub fn is_interrupted(&self) -> bool {
         self.term.interrupted.load(Ordering::Acquire)
     }
@@ -181,7 +194,7 @@ impl Leadership {
     }
 
     /// A handle on the selector's client bound to this term: once the term
-    /// is interrupted (by a `Suspended` or `Lost` connection,
+    /// is interrupted (by an error state of the connection,
     /// [`LeaderSelector::interrupt_leadership`] or closing the selector) or
     /// over (`take_leadership` returned), its calls fail with
     /// [`Error::Cancelled`] without being sent, and a call waiting on
@@ -541,11 +554,14 @@ impl Inner {
         if self.mutex.is_lost() {
             term.interrupt();
         }
-        // Curator's adapter: Suspended or Lost interrupts the term.
+        // Curator's adapter: an error state by the client's policy
+        // (Suspended or Lost; with the session policy, Lost only)
+        // interrupts the term.
         let weak = Arc::downgrade(&term);
+        let policy = self.client.connection_state_error_policy();
         let listener = self.client.add_listener(move |state| {
             if let Some(term) = weak.upgrade() {
-                if matches!(state, ConnectionState::Suspended | ConnectionState::Lost) {
+                if policy.is_error_state(state) || state == ConnectionState::Lost {
                     term.interrupt();
                 }
             }
@@ -567,11 +583,7 @@ impl Inner {
             fencing_token: self.mutex.fencing_token().unwrap_or_default(),
             term: Arc::clone(&term),
         };
-        if !self
-            .client
-            .state()
-            .is_some_and(ConnectionState::is_connected)
-        {
+        if !hold::policy_allows(&self.client) {
             term.interrupt();
         }
         let panicked = catch_unwind(AssertUnwindSafe(|| (self.take)(&leadership)))

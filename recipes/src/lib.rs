@@ -156,7 +156,7 @@ pub use metrics::{lock_metrics, LockMetrics};
 pub use multi_lock::{InterProcessLock, InterProcessMultiLock, MultiLockGuard};
 pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
 pub use node_cache::{ChildData, NodeCache};
-pub use participant::Participant;
+pub use participant::{leader_of, Participant};
 pub use persistent_node::{GroupMember, PersistentNode};
 pub use revoke::{Revoker, REVOKE_MESSAGE};
 pub use rwlock::{

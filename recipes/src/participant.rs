@@ -4,7 +4,9 @@
 
 use latchkey_framework::{paths, Client, ErrorCode, Result};
 
+use crate::leader_latch::LATCH_NAME;
 use crate::lock_internals::sort_children;
+use crate::mutex::LOCK_NAME;
 
 /// One participant of an election: its id (the data of its node, as
 /// UTF-8) and whether it leads (its node is first in the queue).
@@ -17,19 +19,53 @@ pub struct Participant {
     pub is_leader: bool,
 }
 
-/// The children of `path` in Curator's queue order for `lock_name`, as full
-/// paths; none if the path does not exist.
+/// The children of `path` in Curator's queue order for `lock_names`, as
+/// full paths; none if the path does not exist.
 pub(crate) fn participant_nodes(
     client: &Client,
     path: &str,
-    lock_name: &str,
+    lock_names: &[&str],
 ) -> Result<Vec<String>> {
     let mut children = match client.get_children(path) {
         Err(e) if e.is(ErrorCode::NoNode) => return Ok(Vec::new()),
         other => other?,
     };
-    sort_children(&mut children, &[lock_name]);
+    sort_children(&mut children, lock_names);
     Ok(children.iter().map(|c| paths::make_path(path, c)).collect())
+}
+
+/// Who leads the election at `path`, read without taking part in it: the
+/// participant whose node is first in the queue, or `None` if nobody takes
+/// part (the path has no participant nodes, or does not exist).
+///
+/// Curator's `LeaderLatch.getLeader()` and `LeaderSelector.getLeader()`
+/// need a participant to ask; this reads the same nodes from any client.
+/// `path` may be a [`crate::LeaderLatch`]'s path (`latch-` nodes) or a
+/// [`crate::LeaderSelector`]'s (`lock-` nodes), Java's or Rust's; other
+/// children of `path` are left out. As with
+/// [`crate::LeaderLatch::leader`], this is ZooKeeper's view: the first node's
+/// owner may not know yet that it leads (or, while its connection is
+/// suspended, may have stopped leading).
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use latchkey_recipes::leader_of;
+///
+/// match leader_of(client, "/services/indexer/leader")? {
+///     Some(leader) => println!("{} leads", leader.id),
+///     None => println!("nobody takes part"),
+/// }
+/// # Ok(()) }
+/// ```
+pub fn leader_of(client: &Client, path: &str) -> Result<Option<Participant>> {
+    let names = [LATCH_NAME, LOCK_NAME];
+    let mut nodes = participant_nodes(client, path, &names)?;
+    nodes.retain(|node| {
+        let name = node.rsplit('/').next().unwrap_or(node);
+        names.iter().any(|n| name.contains(n))
+    });
+    let leader = leader(client, &nodes)?;
+    Ok(leader.is_leader.then_some(leader))
 }
 
 /// The participants behind `nodes` (in queue order), the first that still

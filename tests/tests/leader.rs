@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use latchkey_framework::{Client, ConnectionState, Error, ExponentialBackoffRetry};
-use latchkey_recipes::{CloseMode, LatchEvent, LatchState, LeaderLatch, Participant};
+use latchkey_recipes::{leader_of, CloseMode, LatchEvent, LatchState, LeaderLatch, Participant};
 use latchkey_test::{TestingCluster, TestingServer};
 
 const SESSION: Duration = Duration::from_secs(10);
@@ -417,6 +417,134 @@ fn bad_arguments_are_errors_not_panics() {
     assert!(idle.close().is_err());
 }
 
+/// A client that never joins asks who leads a latch's path
+/// (`leader_of`), and hears of the next leader once the first closes.
+#[test]
+fn leader_of_tells_a_latch_s_leader_to_a_client_that_does_not_take_part() {
+    let cs = clients(3, SESSION);
+    let path = unique("latch-leader-of");
+    let asker = &cs[2];
+    assert_eq!(leader_of(asker, &path).unwrap(), None, "no path yet");
+    let a = LeaderLatch::with_id(&cs[0], &path, "a").unwrap();
+    a.start().unwrap();
+    assert!(a.await_leadership(NEW_LEADER_WITHIN).unwrap());
+    let b = LeaderLatch::with_id(&cs[1], &path, "b").unwrap();
+    b.start().unwrap();
+    wait_until(
+        NEW_LEADER_WITHIN,
+        || a.participants().is_ok_and(|p| p.len() == 2),
+        || format!("participants: {:?}", a.participants()),
+    );
+    // A child that is no participant is left out.
+    asker
+        .create()
+        .for_path(&format!("{path}/not-a-participant"), b"x")
+        .unwrap();
+    assert_eq!(
+        leader_of(asker, &path).unwrap(),
+        Some(Participant {
+            id: "a".into(),
+            is_leader: true
+        })
+    );
+    a.close().unwrap();
+    assert!(b.await_leadership(NEW_LEADER_WITHIN).unwrap());
+    assert_eq!(
+        leader_of(asker, &path).unwrap().map(|p| p.id),
+        Some("b".into())
+    );
+    b.close().unwrap();
+    assert_eq!(leader_of(asker, &path).unwrap(), None, "nobody takes part");
+}
+
+/// Through a proxy of the shared server, a latch leads; the proxy pauses
+/// until the client is `Suspended` (2/3 of the 12 s session) and resumes
+/// well within the session timeout. Returns whether the latch led while
+/// suspended, the latch's events, whether it leads after `Reconnected`,
+/// and whether it kept its node.
+fn latch_through_a_short_outage(
+    policy: impl latchkey_framework::ConnectionStateErrorPolicy + 'static,
+    name: &str,
+) -> (bool, Vec<LatchEvent>, bool, bool) {
+    let server = shared_server();
+    let proxy = latchkey_test::FaultProxy::start(server.addr()).expect("start the proxy");
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(12))
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10))
+            .connection_state_error_policy(policy),
+    );
+    let ctx = Ctx::new(server, &c);
+    let states = c.listen();
+    let latch = LeaderLatch::with_id(&c, &unique(name), "solo").unwrap();
+    let events = latch.listen();
+    latch.start().unwrap();
+    assert!(latch.await_leadership(Duration::from_secs(10)).unwrap());
+    let node = latch.our_path();
+    let session = c.session_id();
+
+    proxy.pause();
+    ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(20));
+    // Give the latch's listener time to act on the state.
+    thread::sleep(Duration::from_millis(300));
+    let led_while_suspended = latch.has_leadership();
+    proxy.resume();
+    ctx.expect(
+        &states,
+        ConnectionState::Reconnected,
+        Duration::from_secs(20),
+    );
+    assert_eq!(c.session_id(), session, "the session outlived the outage");
+    let leads_after = latch.await_leadership(Duration::from_secs(10)).unwrap();
+    thread::sleep(Duration::from_millis(300));
+    let told: Vec<LatchEvent> = events.try_iter().collect();
+    (
+        led_while_suspended,
+        told,
+        leads_after,
+        latch.our_path() == node,
+    )
+}
+
+/// With `SessionConnectionStateErrorPolicy`, a latch leads on through a
+/// `Suspended` connection that comes back within the session.
+#[test]
+fn with_the_session_policy_a_latch_leads_on_through_a_short_outage() {
+    let (during, told, after, same_node) = latch_through_a_short_outage(
+        latchkey_framework::SessionConnectionStateErrorPolicy,
+        "latch-session-policy",
+    );
+    assert!(during, "stopped leading while suspended; told {told:?}");
+    assert_eq!(
+        told,
+        vec![LatchEvent::IsLeader],
+        "leadership was interrupted"
+    );
+    assert!(after && same_node);
+}
+
+/// With the default, `StandardConnectionStateErrorPolicy`, the same outage
+/// ends leadership until `Reconnected` confirms it.
+#[test]
+fn with_the_standard_policy_a_short_outage_ends_a_latch_s_leadership() {
+    let (during, told, after, same_node) = latch_through_a_short_outage(
+        latchkey_framework::StandardConnectionStateErrorPolicy,
+        "latch-standard-policy",
+    );
+    assert!(!during, "led while suspended");
+    assert_eq!(
+        told,
+        vec![
+            LatchEvent::IsLeader,
+            LatchEvent::NotLeader,
+            LatchEvent::IsLeader
+        ]
+    );
+    assert!(after && same_node);
+}
+
 #[test]
 fn a_suspended_leader_stops_leading_until_reconnected_confirms_it() {
     let mut server = TestingServer::start().unwrap();
@@ -805,6 +933,127 @@ mod selector {
             "start after close"
         );
         assert!(LeaderSelector::new(&cs[0], "/", "x", |_| {}).is_err());
+    }
+
+    /// A client that never joins asks who leads a selector's path
+    /// (`leader_of`), and hears of the next leader once the first's term
+    /// ends.
+    #[test]
+    fn leader_of_tells_a_selector_s_leader_to_a_client_that_does_not_take_part() {
+        let cs = clients(3, SESSION);
+        let path = unique("selector-leader-of");
+        let asker = &cs[2];
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let sel: Vec<LeaderSelector> = (0..2)
+            .map(|i| {
+                let tx = tx.clone();
+                LeaderSelector::new(&cs[i], &path, &format!("s{i}"), move |l| {
+                    let _ = tx.send(i);
+                    l.wait(Duration::MAX);
+                })
+                .unwrap()
+            })
+            .collect();
+        sel[0].start().unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(0));
+        sel[1].start().unwrap();
+        wait_until(
+            Duration::from_secs(10),
+            || sel[0].participants().is_ok_and(|p| p.len() == 2),
+            || format!("participants: {:?}", sel[0].participants()),
+        );
+        assert_eq!(
+            leader_of(asker, &path).unwrap(),
+            Some(Participant {
+                id: "s0".into(),
+                is_leader: true
+            })
+        );
+        sel[0].close();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(1));
+        assert_eq!(
+            leader_of(asker, &path).unwrap().map(|p| p.id),
+            Some("s1".into())
+        );
+        sel[1].close();
+        wait_until(
+            Duration::from_secs(10),
+            || leader_of(asker, &path).is_ok_and(|l| l.is_none()),
+            || format!("{:?}", leader_of(asker, &path)),
+        );
+    }
+
+    /// Through a proxy of the shared server, a selector leads; the proxy
+    /// pauses until the client is `Suspended` and resumes well within the
+    /// 12 s session. Returns whether the selector led while suspended,
+    /// what the term told (`interrupted` when its wait ended) before the
+    /// selector closed, and whether it leads after `Reconnected`.
+    fn selector_through_a_short_outage(
+        policy: impl latchkey_framework::ConnectionStateErrorPolicy + 'static,
+        name: &str,
+    ) -> (bool, Vec<(bool, bool)>, bool) {
+        let server = shared_server();
+        let proxy = latchkey_test::FaultProxy::start(server.addr()).expect("start the proxy");
+        let c = start_connected(
+            Client::builder()
+                .connect_string(proxy.connect_string())
+                .session_timeout(Duration::from_secs(12))
+                .connection_timeout(Duration::from_secs(5))
+                .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10))
+                .connection_state_error_policy(policy),
+        );
+        let ctx = Ctx::new(server, &c);
+        let states = c.listen();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let s = LeaderSelector::new(&c, &unique(name), "solo", move |l| {
+            let _ = tx.send((false, l.is_valid()));
+            l.wait(Duration::MAX);
+            let _ = tx.send((true, l.is_interrupted()));
+        })
+        .unwrap();
+        s.start().unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok((false, true)));
+        proxy.pause();
+        ctx.expect(&states, ConnectionState::Suspended, Duration::from_secs(20));
+        thread::sleep(Duration::from_millis(300));
+        let led_while_suspended = s.has_leadership();
+        proxy.resume();
+        ctx.expect(
+            &states,
+            ConnectionState::Reconnected,
+            Duration::from_secs(20),
+        );
+        thread::sleep(Duration::from_millis(300));
+        let leads_after = s.has_leadership();
+        let told: Vec<(bool, bool)> = rx.try_iter().collect();
+        s.close();
+        (led_while_suspended, told, leads_after)
+    }
+
+    /// With `SessionConnectionStateErrorPolicy`, a `Suspended` connection
+    /// that comes back within the session does not interrupt the term.
+    #[test]
+    fn with_the_session_policy_a_term_outlives_a_short_outage() {
+        let (during, told, after) = selector_through_a_short_outage(
+            latchkey_framework::SessionConnectionStateErrorPolicy,
+            "selector-session-policy",
+        );
+        assert!(during, "not leading while suspended; told {told:?}");
+        assert!(told.is_empty(), "the term ended: {told:?}");
+        assert!(after, "not leading after the reconnection");
+    }
+
+    /// With the default, `StandardConnectionStateErrorPolicy`, the same
+    /// outage interrupts the term.
+    #[test]
+    fn with_the_standard_policy_a_short_outage_interrupts_the_term() {
+        let (during, told, after) = selector_through_a_short_outage(
+            latchkey_framework::StandardConnectionStateErrorPolicy,
+            "selector-standard-policy",
+        );
+        assert!(!during, "led while suspended");
+        assert_eq!(told, vec![(true, true)], "the term was not interrupted");
+        assert!(!after, "without auto-requeue, no second term");
     }
 
     #[test]
