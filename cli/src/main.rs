@@ -9,7 +9,9 @@
 //! library made them (Curator, kazoo and latchkey name them alike), and
 //! prints them in queue order with their owner session, age and data.
 //! It only reads (`get_children`, `get_data`). `watch` prints each change
-//! under PATH as it happens, one line per change, from a `CuratorCache`.
+//! under PATH as it happens, one line per change, from a `CuratorCache`:
+//! like any cache it tells the states it reads, so a node created and
+//! deleted between two reads may show no line at all.
 
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -35,7 +37,9 @@ Commands:
   inspect   print the lock, lease and latch nodes under PATH in queue order
             (holders first), with owner session, age and data; read-only
   watch     print each change under PATH as it happens, until Ctrl-C or
-            N changes (--count N)
+            N changes (--count N); nodes there at the start are shown
+            as `exists`, then `initialized`; a change undone before the
+            cache reads it may not show
 
 Options:
   --connect HOSTS   ZooKeeper hosts, host:port[,host:port...][/chroot]

@@ -137,6 +137,7 @@ fn inspect_lists_holder_then_waiter() {
     // The table: a header, then the holder's row first.
     let out = latchkey(&["inspect", &path]);
     let table = String::from_utf8(out.stdout).unwrap();
+    eprintln!("{json}{table}");
     let lines: Vec<&str> = table.lines().collect();
     assert!(lines[0].contains("(mutex): 2 node(s)"), "{table}");
     assert!(lines[1].starts_with("ROLE"), "{table}");
@@ -190,15 +191,18 @@ fn watch_sees_a_create_and_a_delete() {
     };
     while !next().ends_with(" initialized") {}
     let node = format!("{path}/x");
+    // One change at a time: a cache tells the states it reads, so a node
+    // created and deleted between two reads would show no event at all.
     c.create().for_path(&node, b"hello").unwrap();
-    c.delete().for_path(&node).unwrap();
     let created = next();
+    c.delete().for_path(&node).unwrap();
     let deleted = next();
     assert!(
         created.contains(&format!("created {node} ")) && created.contains("data=\"hello\""),
         "{lines:?}"
     );
     assert!(deleted.contains(&format!("deleted {node} ")), "{lines:?}");
+    eprintln!("{}", lines.join("\n"));
     eventually("watch to exit after --count 2", || {
         child.0.try_wait().unwrap().is_some()
     });
