@@ -6,7 +6,8 @@
 //! ```
 //!
 //! `inspect` reads the lock, lease and latch nodes under PATH, whichever
-//! library made them (Curator, kazoo and latchkey name them alike), and
+//! library made them (Curator and latchkey name them alike; kazoo's
+//! `__lock__` and `__rlock__` nodes are read too), and
 //! prints them in queue order with their owner session, age and data.
 //! It only reads (`get_children`, `get_data`). `watch` prints each change
 //! under PATH as it happens, one line per change, from a `CuratorCache`:
@@ -193,14 +194,23 @@ fn zk_failure(e: &Error, what: &str) -> Exit {
 // ---------------------------------------------------------------------------
 // inspect
 
+/// kazoo's `Lock` and `WriteLock` node name.
+const KAZOO_LOCK: &str = "__lock__";
+/// kazoo's `ReadLock` node name.
+const KAZOO_READ: &str = "__rlock__";
+
 /// The node names the recipes queue with, in the order the sort key is cut
 /// at them (as the read-write lock's sorter cuts at each of its names).
-const NAMES: [&str; 5] = [
+/// No name occurs inside another's node: `__rlock__` does not contain
+/// `__lock__`, nor `__lock__0…` `lock-`.
+const NAMES: [&str; 7] = [
     READ_LOCK_NAME,
     WRITE_LOCK_NAME,
     LOCK_NAME,
     LATCH_NAME,
     LEASE_NAME,
+    KAZOO_LOCK,
+    KAZOO_READ,
 ];
 
 /// Curator's sort key, as `latchkey_recipes`' `lock_internals::sort_key`
@@ -222,13 +232,13 @@ fn sort_children(children: &mut [String]) {
 fn kind_of(name: &str) -> &'static str {
     if name.contains(WRITE_LOCK_NAME) {
         "write"
-    } else if name.contains(READ_LOCK_NAME) {
+    } else if name.contains(READ_LOCK_NAME) || name.contains(KAZOO_READ) {
         "read"
     } else if name.contains(LEASE_NAME) {
         "lease"
     } else if name.contains(LATCH_NAME) {
         "latch"
-    } else if name.contains(LOCK_NAME) {
+    } else if name.contains(LOCK_NAME) || name.contains(KAZOO_LOCK) {
         "mutex"
     } else {
         "other"
@@ -269,10 +279,20 @@ fn sorted_children(client: &Client, path: &str) -> Result<Option<Vec<String>>, E
     }
 }
 
+/// The kind of a node in a queue of `what`: in a read-write lock, every
+/// node that is not a reader is a writer (kazoo's writers are `__lock__`).
+fn kind_in(name: &str, what: &str) -> &'static str {
+    match kind_of(name) {
+        "read" => "read",
+        _ if what == "read-write lock" => "write",
+        kind => kind,
+    }
+}
+
 /// Who holds: for a read-write lock, the readers before the first writer,
 /// or the writer at the head; else the head of the queue.
 fn roles(names: &[String], what: &str) -> Vec<&'static str> {
-    let first_writer = names.iter().position(|n| kind_of(n) == "write");
+    let first_writer = names.iter().position(|n| kind_in(n, what) == "write");
     names
         .iter()
         .enumerate()
@@ -280,8 +300,8 @@ fn roles(names: &[String], what: &str) -> Vec<&'static str> {
             let holds = match what {
                 "read-write lock" => match first_writer {
                     Some(0) => i == 0,
-                    Some(w) => i < w && kind_of(n) == "read",
-                    None => kind_of(n) == "read",
+                    Some(w) => i < w && kind_in(n, what) == "read",
+                    None => kind_in(n, what) == "read",
                 },
                 _ => i == 0,
             };
@@ -350,7 +370,7 @@ fn inspect(client: &Client, opts: &Opts) -> Result<(), Exit> {
         let name = path.rsplit('/').next().unwrap_or_default().to_owned();
         rows.push(Row {
             role,
-            kind: kind_of(&name),
+            kind: kind_in(&name, what),
             age_ms: now_ms.saturating_sub(stat.ctime).max(0),
             path,
             name,
@@ -559,6 +579,23 @@ mod tests {
             roles(&c, "read-write lock"),
             ["holder", "holder", "waiter", "waiter"]
         );
+    }
+
+    #[test]
+    fn kazoo_read_write_roles() {
+        let c = args(&[
+            "a__rlock__0000000002",
+            "b__lock__0000000001",
+            "c__rlock__0000000003",
+        ]);
+        let mut sorted = c.clone();
+        sort_children(&mut sorted);
+        assert_eq!(sorted, [c[1].as_str(), &c[0], &c[2]]);
+        let what = "read-write lock";
+        assert_eq!(roles(&sorted, what), ["holder", "waiter", "waiter"]);
+        assert_eq!(kind_in(&sorted[0], what), "write");
+        assert_eq!(kind_in(&sorted[1], what), "read");
+        assert_eq!(kind_of("b__lock__0000000001"), "mutex");
     }
 
     #[test]
