@@ -209,3 +209,59 @@ fn watch_sees_a_create_and_a_delete() {
     assert!(child.0.wait().unwrap().success());
     c.close();
 }
+
+#[test]
+fn inspect_shows_a_curator_holder_before_a_latchkey_waiter() {
+    use latchkey_test::peers::{peer_available, Peer, PeerKind};
+    if let Err(why) = peer_available(PeerKind::Curator) {
+        eprintln!("SKIPPED: Curator peer unavailable: {why}");
+        return;
+    }
+    let step = Duration::from_secs(60);
+    let mut java =
+        Peer::start(PeerKind::Curator, &server().connect_string()).expect("start Curator peer");
+    let path = latchkey_test::unique_path("cli-curator");
+    let reply = java
+        .command(&format!("mutex {path} acquire 10000"), step)
+        .unwrap();
+    assert_eq!(reply, "OK acquired");
+
+    let waiter_client = client();
+    let waiter_session = waiter_client.session_id();
+    let m = InterProcessMutex::new(&waiter_client, &path).unwrap();
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let got = m.acquire_timeout(Duration::from_secs(60)).unwrap();
+            if got {
+                m.release().unwrap();
+            }
+            got
+        });
+        eventually("the waiter's node", || {
+            m.participant_nodes().map(|n| n.len()).unwrap_or(0) == 2
+        });
+        let out = latchkey(&["inspect", &path, "--json"]);
+        let json = String::from_utf8(out.stdout).unwrap();
+        eprintln!("{json}");
+        assert!(out.status.success(), "{json}");
+        assert_eq!(strings(&json, "role"), ["holder", "waiter"], "{json}");
+        let sessions = strings(&json, "session");
+        assert_ne!(sessions[0], format!("0x{waiter_session:x}"), "{json}");
+        assert_eq!(sessions[1], format!("0x{waiter_session:x}"), "{json}");
+        // Curator writes the holder's IP address; latchkey host, pid, thread.
+        let data = strings(&json, "data");
+        assert!(
+            !data[0].is_empty() && !data[0].starts_with("host="),
+            "{json}"
+        );
+        assert!(data[1].starts_with("host="), "{json}");
+
+        let reply = java
+            .command(&format!("mutex {path} release"), step)
+            .unwrap();
+        assert!(reply.starts_with("OK"), "{reply}");
+        assert!(waiter.join().unwrap());
+    });
+    let _ = java.command("quit", step);
+    waiter_client.close();
+}
