@@ -11,7 +11,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use latchkey_framework::{Client, ExponentialBackoffRetry};
-use latchkey_recipes::InterProcessMutex;
+use latchkey_recipes::{
+    InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2, LeaderLatch,
+};
 use latchkey_test::TestingServer;
 
 const LATCHKEY: &str = env!("CARGO_BIN_EXE_latchkey");
@@ -264,4 +266,77 @@ fn inspect_shows_a_curator_holder_before_a_latchkey_waiter() {
     });
     let _ = java.command("quit", step);
     waiter_client.close();
+}
+
+#[test]
+fn inspect_tells_read_write_locks_semaphores_latches_and_persistent_nodes() {
+    let c = client();
+    let other = client();
+
+    // A reader holds, a writer waits behind it.
+    let path = latchkey_test::unique_path("cli-rw");
+    let rw = InterProcessReadWriteLock::new(&c, &path).unwrap();
+    let read = rw.read().unwrap();
+    let writer_rw = InterProcessReadWriteLock::new(&other, &path).unwrap();
+    thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let w = writer_rw.try_write_for(Duration::from_secs(60)).unwrap();
+            w.is_some()
+        });
+        eventually("the writer's node", || {
+            c.get_children(&path).map(|n| n.len()).unwrap_or(0) == 2
+        });
+        let json = String::from_utf8(latchkey(&["inspect", &path, "--json"]).stdout).unwrap();
+        assert!(json.contains("\"recipe\":\"read-write lock\""), "{json}");
+        assert_eq!(strings(&json, "role"), ["holder", "waiter"], "{json}");
+        assert_eq!(strings(&json, "kind"), ["read", "write"], "{json}");
+        drop(read);
+        assert!(writer.join().unwrap());
+    });
+
+    // A semaphore's lease, under PATH/leases.
+    let path = latchkey_test::unique_path("cli-sem");
+    let sem = InterProcessSemaphoreV2::new(&c, &path, 2).unwrap();
+    let lease = sem.acquire().unwrap();
+    let json = String::from_utf8(latchkey(&["inspect", &path, "--json"]).stdout).unwrap();
+    assert!(json.contains("\"recipe\":\"semaphore\""), "{json}");
+    assert_eq!(strings(&json, "role"), ["lease"], "{json}");
+    assert!(json.contains(&format!("{path}/leases/")), "{json}");
+    drop(lease);
+
+    // A leader latch: the leader first.
+    let path = latchkey_test::unique_path("cli-latch");
+    let latch = LeaderLatch::new(&c, &path).unwrap();
+    latch.start().unwrap();
+    eventually("leadership", || latch.has_leadership());
+    let json = String::from_utf8(latchkey(&["inspect", &path, "--json"]).stdout).unwrap();
+    assert!(json.contains("\"recipe\":\"leader latch\""), "{json}");
+    assert_eq!(strings(&json, "role"), ["leader"], "{json}");
+    latch.close().unwrap();
+
+    // A persistent lock node (left by hand, or by a bug): session 0, flagged.
+    let path = latchkey_test::unique_path("cli-persistent");
+    c.create()
+        .creating_parents_if_needed()
+        .for_path(&format!("{path}/lock-0000000007"), b"\x00\x01")
+        .unwrap();
+    let json = String::from_utf8(latchkey(&["inspect", &path, "--json"]).stdout).unwrap();
+    assert!(json.contains("\"persistent\":true"), "{json}");
+    assert!(json.contains("\"data\":null,\"data_length\":2"), "{json}");
+    assert_eq!(strings(&json, "session"), ["0x0"], "{json}");
+    let table = String::from_utf8(latchkey(&["inspect", &path]).stdout).unwrap();
+    assert!(
+        table.contains("0x0 (persistent)") && table.contains("<2 bytes>"),
+        "{table}"
+    );
+
+    // No such path.
+    let out = latchkey(&["inspect", "/cli-no-such-path-here", "--json"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .contains("\"exists\":false"));
+
+    other.close();
+    c.close();
 }
