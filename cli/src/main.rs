@@ -19,8 +19,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use latchkey_framework::{Client, Error, ErrorCode, ExponentialBackoffRetry, Stat};
 use latchkey_recipes::{
-    CacheEvent, ChildData, CuratorCache, LATCH_NAME, LEASE_NAME, LOCK_NAME, READ_LOCK_NAME,
-    WRITE_LOCK_NAME,
+    sort_key, CacheEvent, ChildData, CuratorCache, LATCH_NAME, LEASE_NAME, LOCK_NAME,
+    READ_LOCK_NAME, WRITE_LOCK_NAME,
 };
 
 /// Bad usage (sysexits' EX_USAGE).
@@ -212,17 +212,6 @@ const NAMES: [&str; 7] = [
     KAZOO_LOCK,
     KAZOO_READ,
 ];
-
-/// Curator's sort key, as `latchkey_recipes`' `lock_internals::sort_key`
-/// (not exported): what follows the last occurrence of each name in turn.
-fn sort_key<'a>(child: &'a str, names: &[&str]) -> &'a str {
-    names
-        .iter()
-        .fold(child, |rest, name| match rest.rfind(name) {
-            Some(i) => &rest[i + name.len()..],
-            None => rest,
-        })
-}
 
 /// Sorts as the recipes do: by sort key as text, stable.
 fn sort_children(children: &mut [String]) {

@@ -150,7 +150,7 @@ pub use hold::HoldEvent;
 pub use leader_latch::{CloseMode, LatchEvent, LatchState, LeaderLatch, LATCH_NAME};
 pub use leader_selector::{LeaderSelector, Leadership};
 pub use lock_internals::{
-    Decision, LockDriver, LockInternals, LockNode, StandardDriver, REQUEST_GRACE,
+    sort_key, Decision, LockDriver, LockInternals, LockNode, StandardDriver, REQUEST_GRACE,
 };
 pub use metrics::{lock_metrics, LockMetrics};
 pub use multi_lock::{InterProcessLock, InterProcessMultiLock, MultiLockGuard};
