@@ -79,15 +79,10 @@ fn count_named(name: &str) -> usize {
     thread_names().iter().filter(|n| **n == short).count()
 }
 
-/// A close while the connect thread is in the TLS handshake with a server
-/// that accepted the TCP connection and never answers must end that
-/// thread: the client is closed, nothing will ever use the connection.
-#[test]
-fn close_during_a_tls_handshake_ends_the_connect_thread() {
-    let _s = serial();
-    let _dog = Watchdog::new("close_during_a_tls_handshake", Duration::from_secs(60));
-    let certs = TestCerts::generate().expect("certs");
-    // Accepts, then neither reads nor writes.
+/// A started client (TLS with `certs`' CA, if given; 120 s connection
+/// timeout) whose server accepted its connection and then neither reads
+/// nor writes, and the server's end of that connection.
+fn connecting_to_a_silent_server(certs: Option<&TestCerts>) -> (Client, std::net::TcpStream) {
     let silent = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = silent.local_addr().unwrap();
     let (accepted_tx, accepted_rx) = crossbeam_channel::unbounded();
@@ -96,20 +91,33 @@ fn close_during_a_tls_handshake_ends_the_connect_thread() {
             let _ = accepted_tx.send(s);
         }
     });
-    let before = count_named("latchkey-connect");
-    let c = Client::builder()
+    let mut builder = Client::builder()
         .connect_string(addr.to_string())
         .session_timeout(Duration::from_secs(10))
         .connection_timeout(Duration::from_secs(120))
-        .tls(TlsConfig::new(certs.ca_file()))
-        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
-        .build()
-        .unwrap();
+        .retry_policy(RetryNTimes::new(0, Duration::ZERO));
+    if let Some(certs) = certs {
+        builder = builder.tls(TlsConfig::new(certs.ca_file()));
+    }
+    let c = builder.build().unwrap();
     c.start().unwrap();
     let held = accepted_rx
         .recv_timeout(Duration::from_secs(10))
         .expect("the client never connected to the silent server");
     acceptor.join().unwrap();
+    (c, held)
+}
+
+/// A close while the connect thread is in the TLS handshake with a server
+/// that accepted the TCP connection and never answers must end that
+/// thread: the client is closed, nothing will ever use the connection.
+#[test]
+fn close_during_a_tls_handshake_ends_the_connect_thread() {
+    let _s = serial();
+    let _dog = Watchdog::new("close_during_a_tls_handshake", Duration::from_secs(60));
+    let certs = TestCerts::generate().expect("certs");
+    let before = count_named("latchkey-connect");
+    let (c, held) = connecting_to_a_silent_server(Some(&certs));
     let closing = c.clone();
     call_within("close", Duration::from_secs(10), move || closing.close());
     // The client's end of the handshake connection must close: read what
@@ -148,25 +156,8 @@ fn close_during_a_tls_handshake_ends_the_connect_thread() {
 fn close_during_a_plain_handshake_ends_the_connect_thread() {
     let _s = serial();
     let _dog = Watchdog::new("close_during_a_plain_handshake", Duration::from_secs(60));
-    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = silent.local_addr().unwrap();
-    let (accepted_tx, accepted_rx) = crossbeam_channel::unbounded();
-    let acceptor = thread::spawn(move || {
-        if let Ok((s, _)) = silent.accept() {
-            let _ = accepted_tx.send(s);
-        }
-    });
     let before = count_named("latchkey-connect");
-    let c = Client::builder()
-        .connect_string(addr.to_string())
-        .session_timeout(Duration::from_secs(10))
-        .connection_timeout(Duration::from_secs(120))
-        .retry_policy(RetryNTimes::new(0, Duration::ZERO))
-        .build()
-        .unwrap();
-    c.start().unwrap();
-    let held = accepted_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    acceptor.join().unwrap();
+    let (c, held) = connecting_to_a_silent_server(None);
     let closing = c.clone();
     call_within("close", Duration::from_secs(10), move || closing.close());
     wait_until(
