@@ -4,7 +4,7 @@
 //! and removal of the ephemeral nodes of a session declared lost (which
 //! Curator leaves to the server's expiry).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -53,8 +53,9 @@ pub(crate) struct Background {
 /// Nodes registered with [`Background::delete_when_lost`].
 #[derive(Default)]
 struct OwnedNodes {
-    /// Server path and owning session of each node.
-    nodes: HashSet<(String, i64)>,
+    /// The sessions each registered node is registered for, by server
+    /// path: a release forgets its node at once, whatever else is held.
+    nodes: HashMap<String, Vec<i64>>,
     /// Sessions declared lost: a node of one registered late is deleted
     /// at once.
     lost: HashSet<i64>,
@@ -109,14 +110,17 @@ impl Background {
             drop(owned);
             self.push(Job::DeleteOwned { path, owner });
         } else {
-            owned.nodes.insert((path, owner));
+            let owners = owned.nodes.entry(path).or_default();
+            if !owners.contains(&owner) {
+                owners.push(owner);
+            }
         }
     }
 
     /// Forgets the node at `path` (a server path) registered with
     /// [`Background::delete_when_lost`], whatever its owner.
     pub(crate) fn forget_owned(&self, path: &str) {
-        self.owned.lock().nodes.retain(|(p, _)| p != path);
+        self.owned.lock().nodes.remove(path);
     }
 
     /// Session `owner` was declared lost: queues the deletion of its
@@ -125,13 +129,18 @@ impl Background {
         let jobs: Vec<Job> = {
             let mut owned = self.owned.lock();
             owned.lost.insert(owner);
-            let (lost, kept) = std::mem::take(&mut owned.nodes)
-                .into_iter()
-                .partition(|(_, o)| *o == owner);
-            owned.nodes = kept;
-            lost.into_iter()
-                .map(|(path, owner)| Job::DeleteOwned { path, owner })
-                .collect()
+            let mut jobs = Vec::new();
+            owned.nodes.retain(|path, owners| {
+                if let Some(i) = owners.iter().position(|o| *o == owner) {
+                    owners.swap_remove(i);
+                    jobs.push(Job::DeleteOwned {
+                        path: path.clone(),
+                        owner,
+                    });
+                }
+                !owners.is_empty()
+            });
+            jobs
         };
         for job in jobs {
             self.push(job);
