@@ -9,7 +9,7 @@ use std::sync::Arc;
 use latchkey_framework::{Client, Result, WatchedEvent};
 use parking_lot::Mutex;
 
-use crate::lock_internals::Signal;
+use crate::locks::lock_internals::Signal;
 
 /// A session id no session has: a watch whose read has not returned yet.
 const UNCONFIRMED: i64 = 0;

@@ -34,7 +34,7 @@ use std::time::Duration;
 pub use latchkey_framework::CancelToken;
 use latchkey_framework::{OnCancel, Result};
 
-use crate::lock_internals::Signal;
+use crate::locks::lock_internals::Signal;
 
 /// Checks `cancel`, if any.
 pub(crate) fn check(cancel: Option<&CancelToken>) -> Result<()> {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use latchkey_framework::{CancelToken, Client, Error, ListenerHandle, Result};
 use parking_lot::Mutex;
 
-use crate::lock_internals::Signal;
+use crate::locks::lock_internals::Signal;
 
 /// How long to wait before trying again after a failure.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);

@@ -107,28 +107,22 @@
 //! (`recipe`, `path`, `waited_ms`, `outcome`, `error`), around the
 //! framework's `operation` spans of its requests.
 
+// Support shared by several families.
 mod armed;
-mod atomic;
-mod barrier;
 mod cancel;
-mod curator_cache;
 mod hold;
 mod keeper;
-mod leader_latch;
-mod leader_selector;
-mod lock_internals;
-mod metrics;
 #[doc(hidden)]
 pub mod model_support;
-mod multi_lock;
-mod mutex;
-mod node_cache;
-mod participant;
-mod persistent_node;
-mod revoke;
-mod rwlock;
-mod semaphore;
-mod shared_count;
+
+// The recipes, one folder per family as Curator's packages.
+mod atomic;
+mod barriers;
+mod cache;
+mod leader;
+mod locks;
+mod nodes;
+mod shared;
 
 /// The channel receiver that `events()` and `listen()` return
 /// (re-exported from `crossbeam-channel`, so it can be named and used in
@@ -139,34 +133,34 @@ pub use crossbeam_channel::Receiver;
 /// other channels or a timeout (see "Holding a lock safely" above).
 pub use crossbeam_channel::select;
 
-pub use atomic::{
+pub use atomic::distributed_atomic::{
     AtomicNumber, AtomicStats, AtomicValue, DistributedAtomic, DistributedAtomicInteger,
     DistributedAtomicLong, PromotedToLock,
 };
-pub use barrier::{DistributedBarrier, DistributedDoubleBarrier, READY_NODE};
+pub use barriers::barrier::{DistributedBarrier, DistributedDoubleBarrier, READY_NODE};
+pub use cache::curator_cache::{CacheEvent, CuratorCache, CuratorCacheBuilder};
+pub use cache::node_cache::{ChildData, NodeCache};
 pub use cancel::CancelToken;
-pub use curator_cache::{CacheEvent, CuratorCache, CuratorCacheBuilder};
 pub use hold::HoldEvent;
-pub use leader_latch::{CloseMode, LatchEvent, LatchState, LeaderLatch, LATCH_NAME};
-pub use leader_selector::{LeaderSelector, Leadership};
-pub use lock_internals::{
+pub use leader::leader_latch::{CloseMode, LatchEvent, LatchState, LeaderLatch, LATCH_NAME};
+pub use leader::leader_selector::{LeaderSelector, Leadership};
+pub use leader::participant::{leader_of, Participant};
+pub use locks::lock_internals::{
     sort_key, Decision, LockDriver, LockInternals, LockNode, StandardDriver, REQUEST_GRACE,
 };
-pub use metrics::{lock_metrics, LockMetrics};
-pub use multi_lock::{InterProcessLock, InterProcessMultiLock, MultiLockGuard};
-pub use mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
-pub use node_cache::{ChildData, NodeCache};
-pub use participant::{leader_of, Participant};
-pub use persistent_node::{GroupMember, PersistentNode};
-pub use revoke::{Revoker, REVOKE_MESSAGE};
-pub use rwlock::{
+pub use locks::metrics::{lock_metrics, LockMetrics};
+pub use locks::multi_lock::{InterProcessLock, InterProcessMultiLock, MultiLockGuard};
+pub use locks::mutex::{InterProcessMutex, MutexGuard, LOCK_NAME};
+pub use locks::revoke::{Revoker, REVOKE_MESSAGE};
+pub use locks::rwlock::{
     InterProcessReadWriteLock, ReadGuard, WriteGuard, READ_LOCK_NAME, WRITE_LOCK_NAME,
 };
-pub use semaphore::{
+pub use locks::semaphore::{
     InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease, LeaseReturnError,
     SemaphoreMutexGuard, LEASE_NAME,
 };
-pub use shared_count::{SharedCount, VersionedValue};
+pub use nodes::persistent_node::{GroupMember, PersistentNode};
+pub use shared::shared_count::{SharedCount, VersionedValue};
 
 /// This crate's README (its page on crates.io): its Rust examples are
 /// compiled by `cargo test --doc -p latchkey-recipes`.

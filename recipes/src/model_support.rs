@@ -19,6 +19,6 @@
 //! [`LockDriver::decide`]: crate::LockDriver::decide
 //! [`LockDriver::sorting_sequence`]: crate::LockDriver::sorting_sequence
 
-pub use crate::lock_internals::{after_wake, sort_children, sort_key, AfterWake};
-pub use crate::rwlock::{ReadDriver, WriteHold, WriteSide};
-pub use crate::semaphore::{lease_granted, may_wait_for_room};
+pub use crate::locks::lock_internals::{after_wake, sort_children, sort_key, AfterWake};
+pub use crate::locks::rwlock::{ReadDriver, WriteHold, WriteSide};
+pub use crate::locks::semaphore::{lease_granted, may_wait_for_room};

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use latchkey_framework::{Client, Error, ErrorCode, Result, RetryNTimes, RetryPolicy, Stat};
 
-use crate::lock_internals::{deadline_after, validate_recipe_path};
-use crate::mutex::InterProcessMutex;
+use crate::locks::lock_internals::{deadline_after, validate_recipe_path};
+use crate::locks::mutex::InterProcessMutex;
 
 /// A number type a distributed atomic can hold: `i64` (Curator's
 /// `DistributedAtomicLong`) or `i32` (`DistributedAtomicInteger`).

@@ -8,8 +8,8 @@ use crossbeam_channel::Receiver;
 use latchkey_framework::{Client, Result};
 
 use crate::hold::HoldEvent;
-use crate::lock_internals::{our_index, Decision, LockDriver, StandardDriver};
-use crate::mutex::{InterProcessMutex, MutexGuard};
+use crate::locks::lock_internals::{our_index, Decision, LockDriver, StandardDriver};
+use crate::locks::mutex::{InterProcessMutex, MutexGuard};
 
 /// Curator's lock name for readers.
 pub const READ_LOCK_NAME: &str = "__READ__";

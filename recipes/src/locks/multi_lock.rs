@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use latchkey_framework::{Client, Error, Result};
 
 use crate::cancel::CancelToken;
-use crate::lock_internals::deadline_after;
-use crate::mutex::InterProcessMutex;
+use crate::locks::lock_internals::deadline_after;
+use crate::locks::mutex::InterProcessMutex;
 
 /// What a lock offers so that [`InterProcessMultiLock`] can combine it
 /// (Curator's `InterProcessLock`).

@@ -12,8 +12,8 @@ use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result, WatchedEv
 use parking_lot::{Condvar, Mutex};
 
 use crate::cancel::{self, CancelToken};
-use crate::metrics;
-use crate::rwlock::{READ_LOCK_NAME, WRITE_LOCK_NAME};
+use crate::locks::metrics;
+use crate::locks::rwlock::{READ_LOCK_NAME, WRITE_LOCK_NAME};
 
 /// What a driver decides for one listing of the lock's children.
 #[derive(Clone, Debug, PartialEq, Eq)]

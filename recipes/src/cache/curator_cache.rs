@@ -18,8 +18,8 @@ use latchkey_framework::{
 use parking_lot::Mutex;
 
 use crate::armed::{read_watched, waking, WatchArms};
+use crate::cache::node_cache::ChildData;
 use crate::keeper::{Keeper, Kept};
-use crate::node_cache::ChildData;
 
 /// A change a [`CuratorCache`] saw (Curator's `CuratorCacheListener`
 /// events).

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use latchkey_framework::{paths, Client, CreateMode, Error, ErrorCode, ListenerHandle, Result};
 
-use crate::lock_internals::{deadline_after, validate_recipe_path, Signal};
+use crate::locks::lock_internals::{deadline_after, validate_recipe_path, Signal};
 
 /// The node whose creation tells a double barrier's members to enter.
 pub const READY_NODE: &str = "ready";

@@ -12,14 +12,14 @@ use parking_lot::Mutex;
 
 use crate::cancel::{self, CancelToken};
 use crate::hold::{self, HoldEvent};
-use crate::lock_internals::{
+use crate::locks::lock_internals::{
     bounded, deadline_after, delete_ephemeral, delete_if_lost, giving_up, node_data_or_who,
     out_of_time, validate_node_size, validate_recipe_path, NodeWatches, Signal,
 };
-use crate::metrics::{self, Held};
-use crate::multi_lock::InterProcessLock;
-use crate::mutex::InterProcessMutex;
-use crate::shared_count::{ChangeHook, SharedCount};
+use crate::locks::metrics::{self, Held};
+use crate::locks::multi_lock::InterProcessLock;
+use crate::locks::mutex::InterProcessMutex;
+use crate::shared::shared_count::{ChangeHook, SharedCount};
 
 /// Curator's lease node name.
 pub const LEASE_NAME: &str = "lease-";

@@ -12,11 +12,11 @@ use parking_lot::Mutex;
 
 use crate::cancel::{self, CancelToken};
 use crate::hold::{self, HoldEvent};
-use crate::lock_internals::{
+use crate::locks::lock_internals::{
     deadline_after, node_data_or_who, validate_node_size, LockDriver, LockInternals, LockNode,
     StandardDriver,
 };
-use crate::revoke::Revocable;
+use crate::locks::revoke::Revocable;
 
 /// Curator's lock-node name for a mutex.
 pub const LOCK_NAME: &str = "lock-";

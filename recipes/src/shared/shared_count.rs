@@ -11,7 +11,7 @@ use latchkey_framework::{
 };
 use parking_lot::Mutex;
 
-use crate::lock_internals::{validate_recipe_path, Signal};
+use crate::locks::lock_internals::{validate_recipe_path, Signal};
 
 /// How long the watch thread waits before reading again after a failed read
 /// (a state change wakes it sooner).

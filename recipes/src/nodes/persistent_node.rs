@@ -13,9 +13,9 @@ use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result};
 use parking_lot::{Condvar, Mutex};
 
 use crate::armed::{read_watched, waking, WatchArms};
-use crate::curator_cache::CuratorCache;
+use crate::cache::curator_cache::CuratorCache;
 use crate::keeper::{Keeper, Kept};
-use crate::lock_internals::deadline_after;
+use crate::locks::lock_internals::deadline_after;
 
 /// A node kept present for as long as this object lives (Curator's
 /// `PersistentNode`): created when started, re-created when it goes (its

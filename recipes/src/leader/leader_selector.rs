@@ -13,9 +13,9 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::cancel::CancelToken;
 use crate::hold::{self, HoldEvent};
-use crate::lock_internals::{deadline_after, validate_node_size};
-use crate::mutex::InterProcessMutex;
-use crate::participant::{self, Participant};
+use crate::leader::participant::{self, Participant};
+use crate::locks::lock_internals::{deadline_after, validate_node_size};
+use crate::locks::mutex::InterProcessMutex;
 
 /// How long the selector waits before queueing again after an error, with
 /// [`LeaderSelector::auto_requeue`] on.

@@ -4,9 +4,9 @@
 
 use latchkey_framework::{paths, Client, ErrorCode, Result};
 
-use crate::leader_latch::LATCH_NAME;
-use crate::lock_internals::sort_children;
-use crate::mutex::LOCK_NAME;
+use crate::leader::leader_latch::LATCH_NAME;
+use crate::locks::lock_internals::sort_children;
+use crate::locks::mutex::LOCK_NAME;
 
 /// One participant of an election: its id (the data of its node, as
 /// UTF-8) and whether it leads (its node is first in the queue).

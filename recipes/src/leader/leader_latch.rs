@@ -12,10 +12,10 @@ use latchkey_framework::{
 use parking_lot::{Condvar, Mutex};
 
 use crate::hold;
-use crate::lock_internals::{
+use crate::leader::participant::{self, Participant};
+use crate::locks::lock_internals::{
     deadline_after, sort_children, validate_node_size, validate_recipe_path, NodeWatches, Signal,
 };
-use crate::participant::{self, Participant};
 
 /// Curator's node name for a latch participant.
 pub const LATCH_NAME: &str = "latch-";
@@ -555,7 +555,7 @@ impl Inner {
                 &paths::make_path(&self.path, LATCH_NAME),
                 self.id.as_bytes(),
             )?;
-        crate::lock_internals::delete_if_lost(&self.client, &path, stat.ephemeral_owner);
+        crate::locks::lock_internals::delete_if_lost(&self.client, &path, stat.ephemeral_owner);
         let mut s = self.shared.lock();
         if s.state != LatchState::Started {
             drop(s);

@@ -1,0 +1,6 @@
+//! Distributed atomic values (Curator's `recipes.atomic`): optimistic
+//! compare-and-set on one node's data, optionally promoted to a lock
+//! ([`DistributedAtomicLong`](crate::DistributedAtomicLong),
+//! [`DistributedAtomicInteger`](crate::DistributedAtomicInteger)).
+
+pub(crate) mod distributed_atomic;

@@ -1,0 +1,5 @@
+//! Barriers (Curator's `recipes.barriers`):
+//! [`DistributedBarrier`](crate::DistributedBarrier) and
+//! [`DistributedDoubleBarrier`](crate::DistributedDoubleBarrier).
+
+pub(crate) mod barrier;
