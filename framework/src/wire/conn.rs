@@ -16,6 +16,10 @@ const READ_CHUNK: usize = 64 * 1024;
 pub(crate) enum Received {
     /// This many plaintext bytes were appended.
     Bytes(usize),
+    /// Bytes were appended, fewer than asked for: the socket had no more. Data arriving later raises a new readiness event (the poll
+    /// is edge-triggered on every arrival), so reading again now would
+    /// only cost a call that finds nothing.
+    Drained,
     /// Nothing more for now.
     WouldBlock,
     /// The server closed the connection.
@@ -111,7 +115,10 @@ impl Conn {
                 Ok(0) => Ok(Received::Closed),
                 Ok(n) => {
                     into.extend_from_slice(&self.scratch[..n]);
-                    Ok(Received::Bytes(n))
+                    match n < self.scratch.len() {
+                        true => Ok(Received::Drained),
+                        false => Ok(Received::Bytes(n)),
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Received::WouldBlock),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Received::Bytes(0)),

@@ -904,9 +904,16 @@ impl Inner {
         loop {
             match wire.conn.receive(&mut wire.received) {
                 Ok(Received::Bytes(0)) => {}
-                Ok(Received::Bytes(_)) => {
+                Ok(got @ (Received::Bytes(_) | Received::Drained)) => {
                     wire.clocks.last_recv = Instant::now();
-                    match self.dispatch_frames(&mut wire.received, &mut wire.pending) {
+                    let Wire {
+                        received,
+                        pending,
+                        to_wake,
+                        ..
+                    } = wire;
+                    match self.dispatch_frames(received, pending, to_wake) {
+                        Ok(None) if matches!(got, Received::Drained) => return None,
                         Ok(None) => {}
                         Ok(Some(ended)) => return Some(ended),
                         Err(e) => {
@@ -930,6 +937,7 @@ impl Inner {
         &self,
         buf: &mut Vec<u8>,
         pending: &mut VecDeque<Pending>,
+        to_wake: &mut Vec<Wake>,
     ) -> Result<Option<Ended>, Error> {
         let mut at = 0;
         let mut outcome = None;
@@ -942,7 +950,7 @@ impl Inner {
             if buf.len() < end {
                 break;
             }
-            if let Some(ended) = self.dispatch(&buf[at + 4..end], pending)? {
+            if let Some(ended) = self.dispatch(&buf[at + 4..end], pending, to_wake)? {
                 outcome = Some(ended);
             }
             at = end;
@@ -955,6 +963,7 @@ impl Inner {
         &self,
         frame: &[u8],
         pending: &mut VecDeque<Pending>,
+        to_wake: &mut Vec<Wake>,
     ) -> Result<Option<Ended>, Error> {
         let mut r = Reader::new(frame);
         let header = ReplyHeader::read(&mut r)?;
@@ -974,7 +983,7 @@ impl Inner {
                 let mut watchers = Vec::new();
                 for w in fired {
                     match w.waker {
-                        true => run_watcher(w.run, &event),
+                        true => to_wake.push(Wake::Waker(w.run, event.clone())),
                         false => watchers.push(w.run),
                     }
                 }
@@ -1010,11 +1019,12 @@ impl Inner {
                 };
                 // The watch is registered only for a caller still waiting,
                 // before it sees the reply; an abandoned call leaves none.
-                request.answer(result, |result, watch| {
+                let settled = request.settle(result, |result, watch| {
                     if let Some(reg) = watch {
                         self.register_watch(reg, result);
                     }
                 });
+                to_wake.extend(settled.map(Wake::Caller));
             }
         }
         Ok(None)
@@ -1104,6 +1114,24 @@ struct Wire {
     received: Vec<u8>,
     clocks: Clocks,
     xids: Xids,
+    /// Callers answered, and internal wakers fired, while the engine read;
+    /// woken once it lets go of the connection.
+    to_wake: Vec<Wake>,
+}
+
+/// Someone to wake once the engine lets go of the connection.
+enum Wake {
+    Caller(Arc<ReplySlot>),
+    Waker(WatchFn, WatchedEvent),
+}
+
+impl Wake {
+    fn run(self) {
+        match self {
+            Wake::Caller(slot) => slot.wake(),
+            Wake::Waker(w, event) => run_watcher(w, &event),
+        }
+    }
 }
 
 impl Wire {
@@ -1140,6 +1168,9 @@ struct Live {
     dialer: Dialer,
     connected_at: Instant,
     ended: Ended,
+    /// `Wire::to_wake`'s twin, swapped with it to wake outside the lock
+    /// without allocating.
+    waking: Vec<Wake>,
 }
 
 impl Live {
@@ -1155,6 +1186,7 @@ impl Live {
             received: Vec::with_capacity(64 * 1024),
             clocks: Clocks::new(negotiated),
             xids: dialer.xids,
+            to_wake: Vec::new(),
         };
         Live {
             wire: Arc::new(Mutex::new(wire)),
@@ -1163,6 +1195,7 @@ impl Live {
             dialer,
             connected_at: Instant::now(),
             ended: Ended::Dropped,
+            waking: Vec::new(),
             inner,
         }
     }
@@ -1180,20 +1213,37 @@ impl Live {
         }
     }
 
-    /// One round of service; `Some` when the connection must end.
+    /// One round of service; `Some` when the connection must end. Callers
+    /// answered meanwhile are woken after the connection is let go, so
+    /// their next requests take the fast path instead of a hand-over.
     fn step(&mut self, readable: bool) -> Option<Ended> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Some(Ended::Dropped);
         }
-        let wire = &mut *self.wire.lock();
+        let mut wire = self.wire.lock();
+        let ended = Self::serve_wire(&self.inner, self.search.as_ref(), &mut wire, readable);
+        std::mem::swap(&mut wire.to_wake, &mut self.waking);
+        drop(wire);
+        for woken in self.waking.drain(..) {
+            woken.run();
+        }
+        ended
+    }
+
+    fn serve_wire(
+        inner: &Inner,
+        search: Option<&RwSearch>,
+        wire: &mut Wire,
+        readable: bool,
+    ) -> Option<Ended> {
         let batch = {
-            let mut inbox = self.inner.inbox.lock();
+            let mut inbox = inner.inbox.lock();
             inbox.scheduled = false;
             std::mem::take(&mut inbox.queue)
         };
         if !batch.is_empty() {
             let requests = wire.enqueue(batch);
-            metrics::add(&self.inner.cfg.counters.requests_sent, requests);
+            metrics::add(&inner.cfg.counters.requests_sent, requests);
         }
         let now = Instant::now();
         if !wire.conn.has_output() && wire.clocks.ping_due(now) {
@@ -1206,7 +1256,7 @@ impl Live {
             return Some(Ended::Dropped);
         }
         if readable {
-            if let Some(ended) = self.inner.read_available(wire) {
+            if let Some(ended) = inner.read_available(wire) {
                 return Some(ended);
             }
         }
@@ -1217,7 +1267,7 @@ impl Live {
             );
             return Some(Ended::Dropped);
         }
-        if let Some((host, addr)) = self.search.as_ref().and_then(RwSearch::found) {
+        if let Some((host, addr)) = search.and_then(RwSearch::found) {
             log::info!("read-write server found at {host} ({addr}), moving there");
             return Some(Ended::ReadWriteFound(host, addr));
         }

@@ -52,14 +52,36 @@ impl ReplySlot {
         result: Result<Reply, Error>,
         accept: impl FnOnce(&Result<Reply, Error>),
     ) -> bool {
+        let answered = self.settle(result, accept);
+        if answered {
+            self.wake();
+        }
+        answered
+    }
+
+    /// Answers the slot as [`answer`](Self::answer) does, without waking
+    /// the caller: the engine wakes it with [`wake`](Self::wake) once it
+    /// has let go of the connection, so the woken caller finds the
+    /// connection free for its next request instead of handing it over.
+    pub(crate) fn settle(
+        &self,
+        result: Result<Reply, Error>,
+        accept: impl FnOnce(&Result<Reply, Error>),
+    ) -> bool {
         let mut state = self.state.lock();
         if !matches!(*state, State::Waiting) {
             return false;
         }
         accept(&result);
         *state = State::Answered(result);
-        self.ready.notify_one();
         true
+    }
+
+    /// Wakes the caller of a settled slot. The state is set under the
+    /// lock before this runs, so a caller that has not parked yet sees it
+    /// and does not park.
+    pub(crate) fn wake(&self) {
+        self.ready.notify_one();
     }
 
     /// The outcome, waiting for it until `deadline`. A deadline passed or a
@@ -103,14 +125,26 @@ pub(crate) struct Pending {
 impl Pending {
     /// Answers the caller; `accept` runs only if the caller still waits.
     pub(crate) fn answer(
-        mut self,
+        self,
         result: Result<Reply, Error>,
         accept: impl FnOnce(&Result<Reply, Error>, Option<WatchRegistration>),
     ) {
-        let watch = self.watch.take();
-        if let Some(slot) = self.slot.take() {
-            slot.answer(result, |r| accept(r, watch));
+        if let Some(slot) = self.settle(result, accept) {
+            slot.wake();
         }
+    }
+
+    /// Settles the caller's slot without waking it (see
+    /// [`ReplySlot::settle`]); returns the slot to wake, if its caller
+    /// still waits.
+    pub(crate) fn settle(
+        mut self,
+        result: Result<Reply, Error>,
+        accept: impl FnOnce(&Result<Reply, Error>, Option<WatchRegistration>),
+    ) -> Option<Arc<ReplySlot>> {
+        let watch = self.watch.take();
+        let slot = self.slot.take()?;
+        slot.settle(result, |r| accept(r, watch)).then_some(slot)
     }
 }
 
