@@ -180,8 +180,15 @@ fn parse(args: &[String]) -> Result<Option<Opts>, Exit> {
         }
     }
     let command = command.ok_or_else(|| Exit::usage("no command given"))?;
-    if !matches!(command.as_str(), "inspect" | "watch") {
-        return Err(Exit::usage(format!("unknown command {command:?}")));
+    match command.as_str() {
+        "inspect" | "watch" => {}
+        // `lock` parses its own options, which follow it.
+        "lock" => {
+            return Err(Exit::usage(
+                "give lock first, then its options: latchkey lock [OPTIONS] PATH -- CMD",
+            ))
+        }
+        _ => return Err(Exit::usage(format!("unknown command {command:?}"))),
     }
     let path = path.ok_or_else(|| Exit::usage(format!("{command} needs PATH")))?;
     if !path.starts_with('/') {
@@ -286,6 +293,7 @@ mod tests {
             &["inspect", "/a", "--leases", "4294967296"],
             &["inspect", "/a", "--leases"],
             &["frobnicate", "/a"],
+            &["--connect", "h:1", "lock", "/a"],
         ] {
             assert!(parse(&args(bad)).is_err(), "{bad:?}");
         }

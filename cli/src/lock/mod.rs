@@ -129,7 +129,10 @@ pub(crate) fn main(prog: &str, args: Vec<OsString>) -> i32 {
             0
         }
         Ok(Parsed::Version) => {
-            println!("{prog} (latchkey) {}", env!("CARGO_PKG_VERSION"));
+            match prog {
+                "lock" => println!("lock (latchkey) {}", env!("CARGO_PKG_VERSION")),
+                _ => println!("latchkey {}", env!("CARGO_PKG_VERSION")),
+            }
             0
         }
         Ok(Parsed::Run(opts)) => {
