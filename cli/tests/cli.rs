@@ -1,42 +1,21 @@
-//! Integration tests of the `latchkey` command against a real ZooKeeper.
+//! Integration tests of `latchkey inspect` and `latchkey watch` against a
+//! real ZooKeeper.
 //!
-//! One server serves the whole binary. Every wait has a deadline, and every
-//! `latchkey` process is killed if a test fails.
+//! One server serves the whole binary (`common::server`). Every wait has a
+//! deadline, and every `latchkey` process is killed if a test fails.
+
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
-use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use latchkey_framework::{Client, ExponentialBackoffRetry};
+use common::{client, server, LATCHKEY};
 use latchkey_recipes::{
     InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2, LeaderLatch,
 };
-use latchkey_test::TestingServer;
-
-const LATCHKEY: &str = env!("CARGO_BIN_EXE_latchkey");
-
-/// The server this test binary shares.
-fn server() -> &'static TestingServer {
-    static SERVER: OnceLock<TestingServer> = OnceLock::new();
-    SERVER.get_or_init(|| TestingServer::start().expect("start the shared ZooKeeper"))
-}
-
-/// A started, connected client of the shared server.
-fn client() -> Client {
-    let c = Client::builder()
-        .connect_string(server().connect_string())
-        .session_timeout(Duration::from_secs(10))
-        .connection_timeout(Duration::from_secs(5))
-        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10))
-        .build()
-        .expect("build client");
-    c.start().expect("start client");
-    assert!(c.block_until_connected(Duration::from_secs(20)).unwrap());
-    c
-}
 
 /// Runs `latchkey ARGS --connect <server>` to the end (at most 60 s).
 fn latchkey(args: &[&str]) -> Output {
@@ -69,12 +48,8 @@ impl Drop for Killed {
 }
 
 /// Waits (at most 20 s) for `cond`.
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(20));
-    }
+fn eventually(what: &str, cond: impl FnMut() -> bool) {
+    common::wait_until(Duration::from_secs(20), what, cond);
 }
 
 /// The values of `"key":"..."` in `json`, in order.

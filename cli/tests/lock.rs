@@ -1,52 +1,26 @@
-//! Integration tests of the `lock` command against a real ZooKeeper.
+//! Integration tests of `latchkey lock` (and of `lock`, its alias) against
+//! a real ZooKeeper.
 //!
-//! One server serves the whole binary; tests that break connections do it
-//! through their own `FaultProxy`, so the shared server stays healthy. Every
-//! wait has a deadline, and every `lock` process is killed if a test fails.
+//! One server serves the whole binary (`common::server`); tests that break
+//! connections do it through their own `FaultProxy`, so the shared server
+//! stays healthy. Every wait has a deadline, and every `lock` process is
+//! killed if a test fails.
+
+mod common;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::{client, server, unique, wait_until, LATCHKEY, LOCK_ALIAS};
 use latchkey_framework::{Client, ExponentialBackoffRetry};
 use latchkey_recipes::{InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2};
 use latchkey_test::{FaultProxy, TestingServer};
-
-const LOCK: &str = env!("CARGO_BIN_EXE_lock");
-
-/// The server this test binary shares.
-fn server() -> &'static TestingServer {
-    static SERVER: OnceLock<TestingServer> = OnceLock::new();
-    SERVER.get_or_init(|| TestingServer::start().expect("start the shared ZooKeeper"))
-}
-
-/// A started, connected client of the shared server.
-fn client() -> Client {
-    let c = Client::builder()
-        .connect_string(server().connect_string())
-        .session_timeout(Duration::from_secs(10))
-        .connection_timeout(Duration::from_secs(5))
-        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10))
-        .build()
-        .expect("build client");
-    c.start().expect("start client");
-    assert!(
-        c.block_until_connected(Duration::from_secs(20)).unwrap(),
-        "cannot connect to {}",
-        server().connect_string()
-    );
-    c
-}
-
-/// A lock path no other test uses.
-fn unique() -> String {
-    latchkey_test::unique_path("cli")
-}
 
 /// A fresh scratch directory, removed when dropped.
 struct Scratch(PathBuf);
@@ -83,9 +57,20 @@ struct Proc {
     readers: Vec<thread::JoinHandle<()>>,
 }
 
-/// `lock ARGS...`, with `LATCHKEY_CONNECT` cleared.
+/// `latchkey lock ARGS...`, with `LATCHKEY_CONNECT` cleared.
 fn lock(args: &[&str]) -> Proc {
-    let mut child = Command::new(LOCK)
+    run(&[LATCHKEY, "lock"], args)
+}
+
+/// `lock ARGS...` (the alias program), with `LATCHKEY_CONNECT` cleared.
+fn lock_alias(args: &[&str]) -> Proc {
+    run(&[LOCK_ALIAS], args)
+}
+
+/// `program` (its path, then its first words) with `args`.
+fn run(program: &[&str], args: &[&str]) -> Proc {
+    let mut child = Command::new(program[0])
+        .args(&program[1..])
         .args(args)
         .env_remove("LATCHKEY_CONNECT")
         .stdin(Stdio::null())
@@ -212,15 +197,6 @@ impl Finished {
     }
 }
 
-/// Polls `cond` every 20 ms until it holds; panics past `within`.
-fn wait_until(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !cond() {
-        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
-        thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn participants(c: &Client, path: &str) -> Vec<String> {
     InterProcessMutex::new(c, path)
         .unwrap()
@@ -285,8 +261,8 @@ fn exit_code_passes_through() {
         .wait(QUICK)
         .expect_code(0);
     // LATCHKEY_CONNECT is the default host list.
-    let out = Command::new(LOCK)
-        .args([&path, "--", "true"])
+    let out = Command::new(LATCHKEY)
+        .args(["lock", &path, "--", "true"])
         .env("LATCHKEY_CONNECT", &cs)
         .output()
         .expect("run lock");
@@ -364,19 +340,40 @@ fn two_processes_never_interleave() {
     }
 }
 
+/// `latchkey inspect ARGS --connect <the shared server>`, to its end.
+fn inspect(args: &[&str]) -> Finished {
+    let cs = server().connect_string();
+    let mut all = vec!["inspect", "--connect", cs.as_str()];
+    all.extend_from_slice(args);
+    run(&[LATCHKEY], &all).wait(QUICK)
+}
+
+/// The words of `table`, line by line, without the ages (`1.5s`), which
+/// move between two reads.
+fn without_ages(table: &str) -> Vec<Vec<&str>> {
+    let age = |w: &str| {
+        w.strip_suffix('s')
+            .is_some_and(|n| n.contains('.') && n.parse::<f64>().is_ok())
+    };
+    table
+        .lines()
+        .map(|l| l.split_whitespace().filter(|w| !age(w)).collect())
+        .collect()
+}
+
+/// `lock --list PATH` prints what `latchkey inspect PATH` prints: holders
+/// and waiters in the recipes' queue order (`sort_key`), with the data the
+/// waiting `lock` wrote in its node.
 #[test]
-fn list_shows_holder_and_waiter() {
+fn list_prints_what_inspect_prints() {
     let cs = server().connect_string();
     let path = unique();
     let c = client();
 
     let none = lock(&["--connect", &cs, "--list", &path]).wait(QUICK);
     none.expect_code(0);
-    assert!(
-        none.stdout.contains("nobody holds or waits"),
-        "{}",
-        none.stdout
-    );
+    assert_eq!(none.stdout, inspect(&[&path]).stdout);
+    assert!(none.stdout.contains("no such node"), "{}", none.stdout);
 
     let mutex = InterProcessMutex::new(&c, &path).unwrap();
     let guard = mutex.lock().unwrap();
@@ -387,25 +384,36 @@ fn list_shows_holder_and_waiter() {
     });
     let listed = lock(&["--connect", &cs, "--list", &path]).wait(QUICK);
     listed.expect_code(0);
+    let inspected = inspect(&[&path]);
+    inspected.expect_code(0);
+    assert_eq!(
+        without_ages(&listed.stdout),
+        without_ages(&inspected.stdout),
+        "lock --list:\n{}\ninspect:\n{}",
+        listed.stdout,
+        inspected.stdout
+    );
+    // The alias program lists the same.
+    let aliased = lock_alias(&["--connect", &cs, "--list", &path]).wait(QUICK);
+    assert_eq!(without_ages(&aliased.stdout), without_ages(&listed.stdout));
     let lines: Vec<&str> = listed.stdout.lines().collect();
     let holder_line = lines
         .iter()
-        .find(|l| l.starts_with("HOLDER"))
-        .unwrap_or_else(|| panic!("no HOLDER line:\n{}", listed.stdout));
-    assert!(holder_line.contains(&holder), "{}", listed.stdout);
+        .position(|l| l.starts_with("holder"))
+        .unwrap_or_else(|| panic!("no holder line:\n{}", listed.stdout));
+    assert!(lines[holder_line].contains(&holder), "{}", listed.stdout);
     let waiter_line = lines
         .iter()
-        .find(|l| l.starts_with("WAITER"))
-        .unwrap_or_else(|| panic!("no WAITER line:\n{}", listed.stdout));
+        .position(|l| l.starts_with("waiter"))
+        .unwrap_or_else(|| panic!("no waiter line:\n{}", listed.stdout));
     // The waiting lock process says who it is in its node.
     assert!(
-        waiter_line.contains(&format!("pid {}", waiter.pid())),
+        lines[waiter_line].contains(&format!("pid {}", waiter.pid())),
         "{}",
         listed.stdout
     );
     // Holder first, in queue order.
-    let at = |needle: &str| listed.stdout.find(needle).unwrap();
-    assert!(at("HOLDER") < at("WAITER"), "{}", listed.stdout);
+    assert!(holder_line < waiter_line, "{}", listed.stdout);
 
     drop(guard);
     waiter.wait(QUICK).expect_code(0);
@@ -503,12 +511,12 @@ fn list_shows_readers_writers_and_leases() {
     assert!(out.contains("read-write lock"), "{out}");
     assert!(
         out.lines()
-            .any(|l| l.starts_with("HOLDER") && l.contains("READ")),
+            .any(|l| l.starts_with("holder") && l.contains(" read ")),
         "{out}"
     );
     assert!(
         out.lines()
-            .any(|l| l.starts_with("WAITER") && l.contains("WRITE")),
+            .any(|l| l.starts_with("waiter") && l.contains(" write ")),
         "{out}"
     );
     drop(read);
@@ -537,7 +545,7 @@ fn list_shows_readers_writers_and_leases() {
     assert!(out.contains("semaphore"), "{out}");
     let line = out
         .lines()
-        .find(|l| l.starts_with("HOLDER") && l.contains("LEASE"))
+        .find(|l| l.starts_with("holder") && l.contains(" lease "))
         .unwrap_or_else(|| panic!("no lease holder:\n{out}"));
     assert!(line.contains(lease.node_name()), "{out}");
     drop(lease);
@@ -572,7 +580,14 @@ fn bad_usage_exits_64() {
     }
     let help = lock(&["--help"]).wait(QUICK);
     help.expect_code(0);
-    for needle in ["Usage: lock", "--on-lost", "Exit codes", "75", "78", "130"] {
+    for needle in [
+        "Usage: latchkey lock",
+        "--on-lost",
+        "Exit codes",
+        "75",
+        "78",
+        "130",
+    ] {
         assert!(help.stdout.contains(needle), "{needle}: {}", help.stdout);
     }
 }
@@ -1092,7 +1107,7 @@ fn at_a_terminal_the_command_reads_it_and_ctrl_z_stops_lock_too() {
         panic!("{why}");
     };
     typed(&format!(
-        "{LOCK} --connect {cs} {path} -- sh -c 'echo x > {}; exec head -n1 > {}'\n",
+        "{LATCHKEY} lock --connect {cs} {path} -- sh -c 'echo x > {}; exec head -n1 > {}'\n",
         ready.display(),
         out.display()
     ));
@@ -1167,6 +1182,17 @@ fn kill_leftovers(pids: &[i32]) {
 
 #[test]
 fn sigkill_of_lock_kills_the_command_within_a_second() {
+    sigkill_kills_the_command_within_a_second(lock);
+}
+
+/// The same through the `lock` alias program, whose watchdog is `lock`
+/// itself.
+#[test]
+fn sigkill_of_the_lock_alias_kills_the_command_within_a_second() {
+    sigkill_kills_the_command_within_a_second(lock_alias);
+}
+
+fn sigkill_kills_the_command_within_a_second(lock: fn(&[&str]) -> Proc) {
     let cs = server().connect_string();
     let path = unique();
     let c = client();
@@ -1394,4 +1420,102 @@ fn a_lost_node_outlives_a_server_restart_as_the_message_says() {
         "{gone:?}"
     );
     c.close();
+}
+
+/// `--semaphore N` (or `--leases N`) takes one lease of an
+/// `InterProcessSemaphoreV2` with N leases: of three `lock` processes
+/// with two leases, two run their command and the third waits, its lease
+/// queued (`inspect --leases 2` tells it as the waiter), until a lease
+/// comes back.
+#[test]
+fn leases_admit_at_most_n_commands() {
+    let cs = server().connect_string();
+    let path = unique();
+    let c = client();
+    let scratch = Scratch::new();
+    let dir = scratch.0.display().to_string();
+    // Each command marks itself running, waits for `go`, unmarks itself.
+    let script = format!(
+        "touch {dir}/run.$$; i=0; while [ ! -e {dir}/go ] && [ $i -lt 600 ]; do \
+         sleep 0.05; i=$((i+1)); done; rm {dir}/run.$$"
+    );
+    let running = || {
+        std::fs::read_dir(&scratch.0)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("run."))
+            })
+            .count()
+    };
+    let leases = |c: &Client| {
+        c.get_children(&format!("{path}/leases"))
+            .map(|v| v.len())
+            .unwrap_or(0)
+    };
+    let procs: Vec<Proc> = ["--semaphore", "--leases", "--leases"]
+        .iter()
+        .map(|option| lock(&["--connect", &cs, option, "2", &path, "-c", &script]))
+        .collect();
+    // The third lease node exists only once its process waits behind two
+    // holders (it adds its lease, sees three, and waits).
+    wait_until(QUICK, "two commands run and a third lease waits", || {
+        running() == 2 && leases(&c) == 3
+    });
+    assert_eq!(running(), 2, "a third command ran with two leases");
+    let listed = inspect(&["--leases", "2", &path]);
+    listed.expect_code(0);
+    let roles: Vec<&str> = listed
+        .stdout
+        .lines()
+        .filter(|l| l.contains(" lease "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(roles, ["holder", "holder", "waiter"], "{}", listed.stdout);
+    // Without --leases, inspect cannot tell holders from waiters.
+    let unsure = inspect(&[&path]);
+    assert!(
+        unsure
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("lease "))
+            .count()
+            == 3,
+        "{}",
+        unsure.stdout
+    );
+    std::fs::write(scratch.file("go"), b"").unwrap();
+    for p in procs {
+        p.wait(QUICK).expect_code(0);
+    }
+    assert_eq!(running(), 0);
+    wait_until(QUICK, "no lease left", || leases(&c) == 0);
+    c.close();
+}
+
+/// The `lock` program is `latchkey lock` under its older name: the same
+/// options, exit codes and help (which names the program it runs as).
+#[test]
+fn the_lock_alias_is_latchkey_lock() {
+    let cs = server().connect_string();
+    let path = unique();
+    lock_alias(&["--connect", &cs, "-n", &path, "-c", "exit 3"])
+        .wait(QUICK)
+        .expect_code(3);
+    lock_alias(&["--bogus", &path, "true"])
+        .wait(QUICK)
+        .expect_code(64);
+    let help = lock_alias(&["--help"]).wait(QUICK);
+    help.expect_code(0);
+    assert!(help.stdout.starts_with("Usage: lock "), "{}", help.stdout);
+    let help = lock(&["--help"]).wait(QUICK);
+    help.expect_code(0);
+    assert!(
+        help.stdout.starts_with("Usage: latchkey lock "),
+        "{}",
+        help.stdout
+    );
+    // `latchkey --help` tells the lock command.
+    let top = run(&[LATCHKEY], &["--help"]).wait(QUICK);
+    assert!(top.stdout.contains("latchkey lock"), "{}", top.stdout);
 }
