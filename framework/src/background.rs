@@ -177,8 +177,11 @@ pub(crate) fn run<O: Owner>(weak: Weak<O>, background: Arc<Background>) {
             for job in jobs {
                 match attempt(&*owner, &job) {
                     Ok(()) => {}
-                    // As Curator: only a connection problem is worth another try.
-                    Err(e) if e.is_retryable() => {
+                    // As Curator, a connection problem is worth another
+                    // try; so is a refused login, which a later session
+                    // (retried by the policy, or with fixed credentials)
+                    // may get past.
+                    Err(e) if e.is_retryable() || matches!(e, Error::AuthFailed { .. }) => {
                         log::debug!("background cleanup {job:?} failed, will retry: {e}");
                         failed.push(job);
                     }

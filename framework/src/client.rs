@@ -1,7 +1,7 @@
 //! The client: its builder, its life cycle, the state thread that turns
 //! session events into Curator's connection states, and the retry loop.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -332,6 +332,7 @@ impl ClientBuilder {
                 closed: AtomicBool::new(false),
                 auth_failed: AtomicBool::new(false),
                 auth_failure: Mutex::new(String::new()),
+                lost_session: AtomicI64::new(0),
                 namespace_ready: AtomicBool::new(namespace.is_none()),
                 background: Arc::new(Background::default()),
                 counters,
@@ -407,6 +408,9 @@ pub(crate) struct Shared {
     auth_failed: AtomicBool,
     /// What the server refused, for the `AuthFailed` errors meanwhile.
     auth_failure: Mutex<String>,
+    /// The id of the last session declared `Lost` (0: none yet), set
+    /// before `Lost` is posted.
+    lost_session: AtomicI64,
     /// Whether the namespace's nodes are known to exist (see
     /// `Shared::ensure_namespace`).
     pub(crate) namespace_ready: AtomicBool,
@@ -749,11 +753,35 @@ impl Client {
     /// on this is the next session's id: 0 until it connects. A `Lost`
     /// listener runs on the listener thread, after the state changed, so
     /// it may see the lost session's id, 0 or already the next session's
-    /// id. To know which session a listener's `Lost` ended, read this
-    /// while connected and keep it; the recipes compare such kept ids with
-    /// this one to tell whether what they hold is of the current session.
+    /// id. To know which session a listener's `Lost` ended, read
+    /// [`lost_session_id`](Self::lost_session_id); the recipes compare ids
+    /// kept while connected with this one to tell whether what they hold
+    /// is of the current session.
     pub fn session_id(&self) -> i64 {
         self.shared.session().map_or(0, |s| s.session_id())
+    }
+
+    /// The id of the last session this client declared `Lost` (`None`
+    /// while none has been). It is recorded before listeners hear `Lost`,
+    /// so a `Lost` listener always reads the session that just ended here,
+    /// whatever the next session has done by then.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) {
+    /// use latchkey_framework::ConnectionState;
+    /// let c = client.clone();
+    /// let _listener = client.add_listener(move |state| {
+    ///     if state == ConnectionState::Lost {
+    ///         eprintln!("session {:#x} lost", c.lost_session_id().unwrap_or(0));
+    ///     }
+    /// });
+    /// # }
+    /// ```
+    pub fn lost_session_id(&self) -> Option<i64> {
+        match self.shared.lost_session.load(Ordering::Acquire) {
+            0 => None,
+            id => Some(id),
+        }
     }
 
     /// Registers the ephemeral node at `path` (which session `owner`
@@ -1215,7 +1243,7 @@ fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
                     shared.auth_failed.store(true, Ordering::Release);
                     metrics::add(&shared.counters.auth_failures, 1);
                     if shared.board.current() != Some(ConnectionState::Lost) {
-                        shared.post(ConnectionState::Lost);
+                        shared.declare_lost();
                     }
                     auth.failed(&*shared.cfg.retry);
                 }
@@ -1291,6 +1319,21 @@ impl AuthFailures {
 }
 
 impl Shared {
+    /// Posts `Lost` for the current session, after recording its id for
+    /// `lost_session_id`, and has its registered nodes deleted from the
+    /// next session (the server may have kept this one: restored after a
+    /// restart, not expired yet, or left to expire after a refused auth).
+    fn declare_lost(&self) {
+        let lost = self.session().map_or(0, |s| s.session_id());
+        if lost != 0 {
+            self.lost_session.store(lost, Ordering::Release);
+        }
+        self.post(ConnectionState::Lost);
+        if lost != 0 {
+            self.background.session_lost(lost);
+        }
+    }
+
     /// Makes `state` the current state: counted, traced, and told to
     /// listeners and wakers.
     fn post(&self, state: ConnectionState) {
@@ -1300,13 +1343,7 @@ impl Shared {
     }
 
     fn lose_session(&self) {
-        let lost = self.session().map_or(0, |s| s.session_id());
-        self.post(ConnectionState::Lost);
-        if lost != 0 {
-            // Deleted from the next session (the server may have kept this
-            // one: restored after a restart, or not expired yet).
-            self.background.session_lost(lost);
-        }
+        self.declare_lost();
         self.start_new_session();
     }
 

@@ -451,6 +451,12 @@ impl TestingServer {
         &self.config
     }
 
+    /// Changes the settings the next [`restart`](Self::restart) runs with
+    /// (the port and the data stay), such as the SASL users' passwords.
+    pub fn reconfigure(&mut self, change: impl FnOnce(ServerConfig) -> ServerConfig) {
+        self.config = change(self.config.clone());
+    }
+
     /// Stops the server gracefully: SIGTERM, then SIGKILL after 5 s. Sessions
     /// and data stay on disk for [`restart`](Self::restart). A no-op when
     /// already stopped.

@@ -469,3 +469,47 @@ fn namespaces_with_leading_or_trailing_slashes_are_refused() {
         .unwrap();
     assert_eq!(ok.namespace(), Some("chroot/app/sub"));
 }
+
+/// A `Lost` listener learns which session ended from `lost_session_id()`,
+/// whatever the next session has done by the time the listener runs.
+/// `session_id()` there read the lost id, 0 or the next session's id
+/// (8 expiries in a row once gave the lost id 7 times and 0 once).
+#[test]
+fn a_lost_listener_reads_the_lost_session_id_every_time() {
+    let _serial = serial();
+    let server = shared_server();
+    let c = start_connected(
+        Client::builder()
+            .connect_string(server.connect_string())
+            .session_timeout(Duration::from_secs(4))
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(RetryForever::new(Duration::from_millis(50))),
+    );
+    let ctx = Ctx::new(server, &c);
+    assert_eq!(c.lost_session_id(), None, "no session lost yet");
+    let (seen_tx, seen_rx) = bounded(16);
+    let me = c.clone();
+    let _listener = c.add_listener(move |state| {
+        if state == ConnectionState::Lost {
+            let _ = seen_tx.send(me.lost_session_id());
+        }
+    });
+    for round in 0..6 {
+        let old = c.session_id();
+        assert_ne!(old, 0, "round {round}: connected\n{}", ctx.dump());
+        c.expire_session_for_testing().unwrap();
+        let seen = seen_rx.recv_timeout(Duration::from_secs(10));
+        assert_eq!(
+            seen,
+            Ok(Some(old)),
+            "round {round}: the Lost listener's lost_session_id\n{}",
+            ctx.dump()
+        );
+        wait_until(
+            Duration::from_secs(10),
+            || c.session_id() != old && c.state().is_some_and(ConnectionState::is_connected),
+            || format!("round {round}: no new session\n{}", ctx.dump()),
+        );
+    }
+    c.close();
+}

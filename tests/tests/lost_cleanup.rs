@@ -174,3 +174,57 @@ fn a_node_of_another_live_session_is_never_deleted() {
     holder.close();
     other.close();
 }
+
+/// A session ended by a refused login is declared `Lost` like an expired
+/// one, and its holds' nodes are deleted from the next session too. The
+/// server restores the session over its restarts, so without the cleanup
+/// the lock stays taken until that session expires (`SESSION` after the
+/// last restart); before, the auth-failure path posted `Lost` without
+/// handing the lost session's nodes to the background.
+#[test]
+fn a_hold_lost_to_a_refused_login_does_not_block_others() {
+    let _watchdog = Watchdog::new("lost-to-auth cleanup", TEST_BOUND);
+    let users = |password: &'static str| {
+        move |cfg: latchkey_test::ServerConfig| cfg.sasl_digest(&[("bob", password)])
+    };
+    let mut server =
+        TestingServer::start_with(users("first")(latchkey_test::ServerConfig::default())).unwrap();
+    let path = unique("/lost-cleanup-auth");
+    let holder = start_connected(
+        Client::builder()
+            .connect_string(server.connect_string())
+            .session_timeout(SESSION)
+            .connection_timeout(Duration::from_secs(2))
+            .sasl_digest("bob", "first")
+            .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 29)),
+    );
+    let ctx = Ctx::new(&server, &holder);
+    let lock = InterProcessMutex::new(&holder, &path).unwrap();
+    lock.acquire().unwrap();
+    let held_by = holder.session_id();
+    let states = holder.listen();
+    // The password changes: the holder's reconnect is refused.
+    server.reconfigure(users("second"));
+    server.restart().unwrap();
+    ctx.expect(&states, ConnectionState::Lost, Duration::from_secs(20));
+    assert_eq!(holder.lost_session_id(), Some(held_by), "{}", ctx.dump());
+    // And back: the holder's next session logs in.
+    server.reconfigure(users("first"));
+    server.restart().unwrap();
+    let serving = Instant::now();
+    let after = resumed_after(&server, serving, |other| {
+        InterProcessMutex::new(other, &path)
+            .unwrap()
+            .acquire_timeout(Duration::from_secs(20))
+            .unwrap()
+    });
+    assert!(
+        after <= RESUME_WITHIN,
+        "another client got the lock {after:?} after ZooKeeper served again \
+         (want at most {RESUME_WITHIN:?})\n{}",
+        ctx.dump()
+    );
+    assert!(lock.is_lost());
+    let _ = lock.release();
+    holder.close();
+}
