@@ -268,3 +268,195 @@ fn rust_and_curator_share_barriers() {
     });
     java.quit(STEP).unwrap();
 }
+
+/// Issue 27: mixed Java/Rust groups on a three-member ensemble keep one
+/// leader and lose no update through two kills of the ensemble's leader.
+/// A Rust and a Curator `LeaderLatch` share one election, a Rust and a
+/// Curator `LeaderSelector` one lock, and both sides increment one
+/// `DistributedAtomicLong` all along. After each kill, once both clients
+/// are back, exactly one latch and one selector lead, both sides name the
+/// same leader, and the counter holds at least every increment reported
+/// successful (a retried set whose first reply was lost may add one more:
+/// in doubt, as in Curator) and at most every attempt. Curator's
+/// `GroupMember` is not driven here: the Curator peer has no group
+/// commands (a Rust group member through leader kills is in
+/// `persistent_nodes`).
+#[test]
+fn mixed_groups_keep_one_leader_and_every_update_through_two_leader_kills() {
+    use latchkey_framework::{ConnectionState, ExponentialBackoffRetry, RetryNTimes};
+    use latchkey_recipes::{DistributedAtomicLong, LeaderSelector};
+    use latchkey_test::TestingCluster;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    if let Err(why) = peer_available(PeerKind::Curator) {
+        eprintln!("SKIPPED: Curator peer unavailable: {why}");
+        return;
+    }
+    let _watchdog = Watchdog::new(
+        "mixed groups through leader kills",
+        Duration::from_secs(240),
+    );
+    let mut cluster = TestingCluster::start(3).unwrap();
+    let session = Duration::from_secs(10);
+    let connect = cluster.connect_string();
+    let mut java = Peer::start_with_session_timeout(PeerKind::Curator, &connect, session).unwrap();
+    let mut java_counter =
+        Peer::start_with_session_timeout(PeerKind::Curator, &connect, session).unwrap();
+    let c = start_connected(
+        latchkey_framework::Client::builder()
+            .connect_string(&connect)
+            .session_timeout(session)
+            .connection_timeout(Duration::from_secs(3))
+            .retry_policy(ExponentialBackoffRetry::with_max_sleep(
+                Duration::from_millis(50),
+                29,
+                Duration::from_millis(500),
+            )),
+    );
+    let dump = |cluster: &TestingCluster| {
+        let members: Vec<String> = (0..3)
+            .map(|i| format!("member {i}:\n{}", cluster.log_tail(i, 8)))
+            .collect();
+        format!(
+            "client states: {:?}\n{}",
+            c.state_history(),
+            members.join("\n")
+        )
+    };
+    let (latch_path, selector_path, counter_path) = (
+        unique("mixed-latch"),
+        unique("mixed-selector"),
+        unique("mixed-counter"),
+    );
+
+    let latch = LeaderLatch::with_id(&c, &latch_path, "rust").unwrap();
+    latch.start().unwrap();
+    ok(&mut java, &format!("latch {latch_path} java start"));
+    let rust_leads = std::sync::Arc::new(AtomicBool::new(false));
+    let leads = std::sync::Arc::clone(&rust_leads);
+    let selector = LeaderSelector::new(&c, &selector_path, "rust", move |l| {
+        leads.store(true, Ordering::SeqCst);
+        while l.wait(Duration::from_millis(50)) {}
+        leads.store(false, Ordering::SeqCst);
+    })
+    .unwrap();
+    selector.auto_requeue();
+    selector.start().unwrap();
+    ok(&mut java, &format!("selector {selector_path} java start"));
+
+    let counter = DistributedAtomicLong::new(
+        &c,
+        &counter_path,
+        RetryNTimes::new(1000, Duration::from_millis(1)),
+    )
+    .unwrap();
+    let stop = AtomicBool::new(false);
+    let (rust_ok, rust_tries) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let (java_ok, java_tries) = (AtomicUsize::new(0), AtomicUsize::new(0));
+
+    // Exactly one latch and one selector lead, and both sides agree.
+    let mut one_leader_each = |what: &str, cluster: &TestingCluster| {
+        let java_says = |java: &mut Peer, cmd: String| {
+            java.command(&cmd, STEP)
+                .unwrap_or_default()
+                .trim_start_matches("OK")
+                .trim()
+                .to_owned()
+        };
+        let last = std::cell::RefCell::new(String::new());
+        wait_until(
+            Duration::from_secs(60),
+            || {
+                if !c.state().is_some_and(ConnectionState::is_connected) {
+                    return false;
+                }
+                let java_latch = java_says(&mut java, format!("latch {latch_path} java has"));
+                let java_latch_sees =
+                    java_says(&mut java, format!("latch {latch_path} java leader"));
+                let java_sel = java_says(&mut java, format!("selector {selector_path} java has"));
+                let java_sel_sees =
+                    java_says(&mut java, format!("selector {selector_path} java leader"));
+                let rust_latch = latch.has_leadership();
+                let rust_sel = rust_leads.load(Ordering::SeqCst) && selector.has_leadership();
+                let rust_latch_sees = latch.leader().map(|p| p.id).unwrap_or_default();
+                let rust_sel_sees = selector.leader().map(|p| p.id).unwrap_or_default();
+                *last.borrow_mut() = format!(
+                    "latch: rust {rust_latch} (sees {rust_latch_sees}), java {java_latch} \
+                     (sees {java_latch_sees}); selector: rust {rust_sel} (sees \
+                     {rust_sel_sees}), java {java_sel} (sees {java_sel_sees})"
+                );
+                let latch_leader = match (rust_latch, java_latch.as_str()) {
+                    (true, "false") => "rust",
+                    (false, "true") => "java",
+                    _ => return false,
+                };
+                let selector_leader = match (rust_sel, java_sel.as_str()) {
+                    (true, "false") => "rust",
+                    (false, "true") => "java",
+                    _ => return false,
+                };
+                rust_latch_sees == latch_leader
+                    && java_latch_sees == latch_leader
+                    && rust_sel_sees == selector_leader
+                    && java_sel_sees == selector_leader
+            },
+            || {
+                format!(
+                    "{what}: not one agreed leader each: {}\n{}",
+                    last.borrow(),
+                    dump(cluster)
+                )
+            },
+        );
+        eprintln!("{what}: {}", last.borrow());
+    };
+
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::SeqCst) {
+                rust_tries.fetch_add(1, Ordering::SeqCst);
+                if counter.increment().is_ok_and(|v| v.succeeded) {
+                    rust_ok.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        s.spawn(|| {
+            while !stop.load(Ordering::SeqCst) {
+                java_tries.fetch_add(10, Ordering::SeqCst);
+                let reply = java_counter.command(&format!("atomic {counter_path} bump 10"), STEP);
+                if let Some(n) = reply
+                    .ok()
+                    .and_then(|r| r.strip_prefix("OK ").and_then(|n| n.trim().parse().ok()))
+                {
+                    java_ok.fetch_add(n, Ordering::SeqCst);
+                }
+            }
+        });
+        let _stop = StopOnDrop(&stop);
+        one_leader_each("at the start", &cluster);
+        for kill in 1..=2 {
+            let leader = cluster.leader().expect("the ensemble has a leader");
+            cluster.kill(leader).unwrap();
+            cluster.wait_for_quorum(Duration::from_secs(60)).unwrap();
+            one_leader_each(&format!("after leader kill {kill}"), &cluster);
+            cluster.restart(leader).unwrap();
+            cluster.wait_for_quorum(Duration::from_secs(60)).unwrap();
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+
+    let succeeded = rust_ok.load(Ordering::SeqCst) + java_ok.load(Ordering::SeqCst);
+    let tried = rust_tries.load(Ordering::SeqCst) + java_tries.load(Ordering::SeqCst);
+    let value = counter.get().unwrap().post_value as usize;
+    eprintln!("counter: {value}, {succeeded} increments reported, {tried} tried");
+    assert!(
+        succeeded > 0 && (succeeded..=tried).contains(&value),
+        "counter {value}: want between {succeeded} reported and {tried} tried\n{}",
+        dump(&cluster)
+    );
+    selector.close();
+    latch.close().unwrap();
+    let _ = java.quit(STEP);
+    let _ = java_counter.quit(STEP);
+    c.close();
+}
