@@ -13,6 +13,8 @@
 //! | [`InterProcessMultiLock`] | `InterProcessMultiLock` |
 //! | [`SharedCount`] | `SharedCount` |
 //! | [`SharedValue`] | `SharedValue` |
+//! | [`PersistentWatcher`] | `PersistentWatcher` |
+//! | [`PersistentTtlNode`] | `PersistentTtlNode` |
 //! | [`LeaderLatch`] | `LeaderLatch` |
 //! | [`LeaderSelector`] | `LeaderSelector` |
 //! | [`DistributedAtomicLong`], [`DistributedAtomicInteger`], [`DistributedAtomicValue`] | `DistributedAtomicLong`, `DistributedAtomicInteger`, `DistributedAtomicValue` |
@@ -124,6 +126,7 @@ mod leader;
 mod locks;
 mod nodes;
 mod shared;
+mod watch;
 
 /// The channel receiver that `events()` and `listen()` return
 /// (re-exported from `crossbeam-channel`, so it can be named and used in
@@ -161,8 +164,10 @@ pub use locks::semaphore::{
     SemaphoreMutexGuard, LEASE_NAME,
 };
 pub use nodes::persistent_node::{GroupMember, PersistentNode};
+pub use nodes::persistent_ttl_node::{PersistentTtlNode, PersistentTtlNodeBuilder};
 pub use shared::shared_count::SharedCount;
 pub use shared::shared_value::{SharedValue, SharedValueEvent, VersionedValue};
+pub use watch::persistent_watcher::{PersistentWatcher, WatchReset};
 
 /// This crate's README (its page on crates.io): its Rust examples are
 /// compiled by `cargo test --doc -p latchkey-recipes`.
