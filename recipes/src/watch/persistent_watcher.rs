@@ -53,6 +53,11 @@ pub enum WatchReset {
 /// listeners `Closed` then). A server without `addWatch` (before 3.6) is
 /// logged and also disconnects them.
 ///
+/// ZooKeeper 3.8 keeps one watch mode per client and path: a plain and a
+/// recursive watch on the same path through one client interfere (the
+/// plain one's child events were not delivered); use two clients, or
+/// ZooKeeper 3.9.
+///
 /// Closing removes the watch. ZooKeeper before 3.9 cannot remove a
 /// persistent watch alone: there this removes every watch this client has
 /// on the path, whose owners are told so (another `PersistentWatcher` or
