@@ -627,18 +627,23 @@ impl SharedValue {
     /// (a failed start may be tried again), and with
     /// [`Error::IllegalState`] if started before or closed.
     pub fn start(&self) -> Result<()> {
-        let mut listener = self.events.state_listener.lock();
+        // Not under a lock: a close must not wait for the first read.
         self.shared.start("latchkey-shared-value")?;
         let (weak, started) = (
             Arc::downgrade(&self.events),
             Arc::downgrade(&self.shared.inner),
         );
-        *listener = Some(self.shared.client().add_listener(move |state| {
+        let handle = self.shared.client().add_listener(move |state| {
             let open = started.upgrade().is_some_and(|s| !s.is_closed());
             if let (true, Some(events)) = (open, weak.upgrade()) {
                 events.send(SharedValueEvent::StateChanged(state));
             }
-        }));
+        });
+        let mut listener = self.events.state_listener.lock();
+        // Under the lock `close` takes it with, after marking closed.
+        if !self.shared.inner.is_closed() {
+            *listener = Some(handle);
+        }
         Ok(())
     }
 
