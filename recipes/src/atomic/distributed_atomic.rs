@@ -611,4 +611,17 @@ mod tests {
         assert_eq!(i64::MAX.wrapping_add(1), i64::MIN);
         assert_eq!(AtomicNumber::wrapping_neg(i32::MIN), i32::MIN);
     }
+
+    #[test]
+    fn bytes_are_kept_as_they_are_and_no_data_is_empty() {
+        for data in [&b""[..], b"\0", &[0xff; 300]] {
+            assert_eq!(Vec::<u8>::from_data(data).unwrap(), data);
+            assert_eq!(data.to_vec().to_data(), data);
+        }
+        assert_eq!(Vec::<u8>::empty(), b"");
+        assert_eq!(<i64 as AtomicData>::from_data(&[]), Some(0));
+        assert_eq!(<i32 as AtomicData>::from_data(&[1, 2, 3]), None);
+        assert_eq!(<i64 as AtomicData>::describe(), "8-byte number");
+        assert_eq!(258i32.to_data(), [0, 0, 1, 2]);
+    }
 }

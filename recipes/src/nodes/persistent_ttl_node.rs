@@ -73,6 +73,20 @@ struct Stop {
 }
 
 /// Options of a [`PersistentTtlNode`] (Curator's longer constructors).
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use std::time::Duration;
+/// use latchkey_recipes::PersistentTtlNode;
+///
+/// let node = PersistentTtlNode::builder(client, "/jobs/running/job-7", Duration::from_secs(30), b"")
+///     .child_node_name("alive")
+///     .touch_schedule_factor(3) // every 10 s
+///     .use_parent_creation(false) // /jobs/running must exist
+///     .build()?;
+/// node.start()?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct PersistentTtlNodeBuilder {
     client: Client,
