@@ -12,9 +12,12 @@
 //! | [`InterProcessSemaphoreMutex`] | `InterProcessSemaphoreMutex` |
 //! | [`InterProcessMultiLock`] | `InterProcessMultiLock` |
 //! | [`SharedCount`] | `SharedCount` |
+//! | [`SharedValue`] | `SharedValue` |
+//! | [`PersistentWatcher`] | `PersistentWatcher` |
+//! | [`PersistentTtlNode`] | `PersistentTtlNode` |
 //! | [`LeaderLatch`] | `LeaderLatch` |
 //! | [`LeaderSelector`] | `LeaderSelector` |
-//! | [`DistributedAtomicLong`], [`DistributedAtomicInteger`] | `DistributedAtomicLong`, `DistributedAtomicInteger` |
+//! | [`DistributedAtomicLong`], [`DistributedAtomicInteger`], [`DistributedAtomicValue`] | `DistributedAtomicLong`, `DistributedAtomicInteger`, `DistributedAtomicValue` |
 //! | [`DistributedBarrier`], [`DistributedDoubleBarrier`] | `DistributedBarrier`, `DistributedDoubleBarrier` |
 //!
 //! A semaphore's maximum may follow a [`SharedCount`]
@@ -123,6 +126,7 @@ mod leader;
 mod locks;
 mod nodes;
 mod shared;
+mod watch;
 
 /// The channel receiver that `events()` and `listen()` return
 /// (re-exported from `crossbeam-channel`, so it can be named and used in
@@ -134,8 +138,8 @@ pub use crossbeam_channel::Receiver;
 pub use crossbeam_channel::select;
 
 pub use atomic::distributed_atomic::{
-    AtomicNumber, AtomicStats, AtomicValue, DistributedAtomic, DistributedAtomicInteger,
-    DistributedAtomicLong, PromotedToLock,
+    AtomicData, AtomicNumber, AtomicStats, AtomicValue, DistributedAtomic,
+    DistributedAtomicInteger, DistributedAtomicLong, DistributedAtomicValue, PromotedToLock,
 };
 pub use barriers::barrier::{DistributedBarrier, DistributedDoubleBarrier, READY_NODE};
 pub use cache::curator_cache::{CacheEvent, CuratorCache, CuratorCacheBuilder};
@@ -160,7 +164,10 @@ pub use locks::semaphore::{
     SemaphoreMutexGuard, LEASE_NAME,
 };
 pub use nodes::persistent_node::{GroupMember, PersistentNode};
-pub use shared::shared_count::{SharedCount, VersionedValue};
+pub use nodes::persistent_ttl_node::{PersistentTtlNode, PersistentTtlNodeBuilder};
+pub use shared::shared_count::SharedCount;
+pub use shared::shared_value::{SharedValue, SharedValueEvent, VersionedValue};
+pub use watch::persistent_watcher::{PersistentWatcher, WatchReset};
 
 /// This crate's README (its page on crates.io): its Rust examples are
 /// compiled by `cargo test --doc -p latchkey-recipes`.

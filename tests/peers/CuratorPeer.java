@@ -21,6 +21,15 @@
 //   children <path>                         OK <child,child,...> (sorted by name)
 //   count <path> <seed> get                 OK <count>  (a started SharedCount, seeded if new)
 //   count <path> <seed> set <n>             OK set
+//   value <path> <seed> get                 OK <hex>  (a started SharedValue per path; bytes as lowercase
+//                                           hex, "-" for none)
+//   value <path> <seed> versioned           OK <version> <hex>
+//   value <path> <seed> set <hex>           OK set
+//   value <path> <seed> tryset <hex>        OK true | OK false  (trySetValue on the current versioned value)
+//   value <path> <seed> close               OK closed
+//   value atomic <path> get                 OK <hex>  (DistributedAtomicValue, RetryNTimes(1000, 1))
+//   value atomic <path> cas <expected> <new>    OK <succeeded> <pre hex> <post hex>
+//   value atomic <path> tryset|force|init <hex> OK <succeeded> <pre hex> <post hex> | OK set | OK true|false
 //   latch <path> <id> start                 OK started  (a LeaderLatch per path, id as node data)
 //   latch <path> <id> has                   OK true | OK false  (hasLeadership)
 //   latch <path> <id> await <ms>            OK true | OK false  (await(ms))
@@ -380,6 +389,8 @@ public final class CuratorPeer {
             case "atomic":
                 need(w, 3, 4);
                 return atomicCommand(w);
+            case "value":
+                return valueCommand(w);
             case "barrier": {
                 need(w, 3, 4);
                 DistributedBarrier barrier = new DistributedBarrier(client, w[1]);
@@ -716,6 +727,108 @@ public final class CuratorPeer {
             throw new Usage("no latch started on " + path);
         }
         return latch;
+    }
+
+    /** SharedValue (one started per path) and DistributedAtomicValue commands. */
+    private final Map<String, org.apache.curator.framework.recipes.shared.SharedValue> sharedValues =
+            new HashMap<>();
+
+    private String valueCommand(String[] w) throws Exception {
+        need(w, 4, 6);
+        if (w[1].equals("atomic")) {
+            return atomicValueCommand(w);
+        }
+        org.apache.curator.framework.recipes.shared.SharedValue value = sharedValues.get(w[1]);
+        if (value == null) {
+            value = new org.apache.curator.framework.recipes.shared.SharedValue(client, w[1], fromHex(w[2]));
+            value.start();
+            sharedValues.put(w[1], value);
+        }
+        switch (w[3]) {
+            case "get":
+                need(w, 4, 4);
+                return "OK " + hex(value.getValue());
+            case "versioned": {
+                need(w, 4, 4);
+                org.apache.curator.framework.recipes.shared.VersionedValue<byte[]> v = value.getVersionedValue();
+                return "OK " + v.getVersion() + " " + hex(v.getValue());
+            }
+            case "set":
+                need(w, 5, 5);
+                value.setValue(fromHex(w[4]));
+                return "OK set";
+            case "tryset":
+                need(w, 5, 5);
+                return "OK " + value.trySetValue(value.getVersionedValue(), fromHex(w[4]));
+            case "close":
+                need(w, 4, 4);
+                sharedValues.remove(w[1]);
+                value.close();
+                return "OK closed";
+            default:
+                throw new Usage("unknown value operation: " + w[3]);
+        }
+    }
+
+    private String atomicValueCommand(String[] w) throws Exception {
+        org.apache.curator.framework.recipes.atomic.DistributedAtomicValue value =
+                new org.apache.curator.framework.recipes.atomic.DistributedAtomicValue(
+                        client, w[2], new org.apache.curator.retry.RetryNTimes(1000, 1));
+        switch (w[3]) {
+            case "get":
+                need(w, 4, 4);
+                return "OK " + hex(value.get().postValue());
+            case "cas":
+                need(w, 6, 6);
+                return atomicValueLine(value.compareAndSet(fromHex(w[4]), fromHex(w[5])));
+            case "tryset":
+                need(w, 5, 5);
+                return atomicValueLine(value.trySet(fromHex(w[4])));
+            case "force":
+                need(w, 5, 5);
+                value.forceSet(fromHex(w[4]));
+                return "OK set";
+            case "init":
+                need(w, 5, 5);
+                return "OK " + value.initialize(fromHex(w[4]));
+            default:
+                throw new Usage("unknown atomic value operation: " + w[3]);
+        }
+    }
+
+    private static String atomicValueLine(AtomicValue<byte[]> v) {
+        return "OK " + v.succeeded() + " " + hex(v.preValue()) + " " + hex(v.postValue());
+    }
+
+    /** Bytes as lowercase hex; "-" for none (null or empty). */
+    private static String hex(byte[] bytes) {
+        if (bytes == null || bytes.length == 0) {
+            return "-";
+        }
+        StringBuilder out = new StringBuilder();
+        for (byte b : bytes) {
+            out.append(String.format("%02x", b & 0xff));
+        }
+        return out.toString();
+    }
+
+    private static byte[] fromHex(String s) throws Usage {
+        if (s.equals("-")) {
+            return new byte[0];
+        }
+        if (s.length() % 2 != 0) {
+            throw new Usage("bad hex: " + s);
+        }
+        byte[] out = new byte[s.length() / 2];
+        for (int i = 0; i < out.length; i++) {
+            int hi = Character.digit(s.charAt(2 * i), 16);
+            int lo = Character.digit(s.charAt(2 * i + 1), 16);
+            if (hi < 0 || lo < 0) {
+                throw new Usage("bad hex: " + s);
+            }
+            out[i] = (byte) (hi * 16 + lo);
+        }
+        return out;
     }
 
     /** get | set n, on one started SharedCount per path. */

@@ -1,6 +1,7 @@
-//! Curator's `DistributedAtomicLong` and `DistributedAtomicInteger`: a
-//! number in one node (8 or 4 big-endian bytes), changed by optimistic
-//! compare-and-set with retries, optionally promoted to a mutex.
+//! Curator's `DistributedAtomicLong`, `DistributedAtomicInteger` and
+//! `DistributedAtomicValue`: a number (8 or 4 big-endian bytes) or bytes in
+//! one node, changed by optimistic compare-and-set with retries, optionally
+//! promoted to a mutex.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,10 +11,28 @@ use latchkey_framework::{Client, Error, ErrorCode, Result, RetryNTimes, RetryPol
 use crate::locks::lock_internals::{deadline_after, validate_recipe_path};
 use crate::locks::mutex::InterProcessMutex;
 
+/// What a distributed atomic can hold: `i64` (Curator's
+/// `DistributedAtomicLong`), `i32` (`DistributedAtomicInteger`) or bytes,
+/// `Vec<u8>` (`DistributedAtomicValue`).
+pub trait AtomicData:
+    Clone + PartialEq + std::fmt::Debug + Send + Sync + 'static + private::Sealed
+{
+    /// The node's bytes for `self`.
+    fn to_data(&self) -> Vec<u8>;
+    /// The value in `data`: the empty value for no data, `None` if `data`
+    /// holds no value of this type.
+    fn from_data(data: &[u8]) -> Option<Self>;
+    /// What a missing node or a node without data reads as: 0, or no bytes.
+    fn empty() -> Self;
+    /// What this type is, for the error about a node holding something
+    /// else ("8-byte number").
+    fn describe() -> String;
+}
+
 /// A number type a distributed atomic can hold: `i64` (Curator's
 /// `DistributedAtomicLong`) or `i32` (`DistributedAtomicInteger`).
 pub trait AtomicNumber:
-    Copy + PartialEq + std::fmt::Debug + Send + Sync + 'static + private::Sealed
+    Copy + PartialEq + std::fmt::Debug + Send + Sync + 'static + private::Sealed + AtomicData
 {
     /// How many bytes the node holds.
     const WIDTH: usize;
@@ -34,6 +53,22 @@ mod private {
     pub trait Sealed {}
     impl Sealed for i64 {}
     impl Sealed for i32 {}
+    impl Sealed for Vec<u8> {}
+}
+
+impl AtomicData for Vec<u8> {
+    fn to_data(&self) -> Vec<u8> {
+        self.clone()
+    }
+    fn from_data(data: &[u8]) -> Option<Self> {
+        Some(data.to_vec())
+    }
+    fn empty() -> Self {
+        Vec::new()
+    }
+    fn describe() -> String {
+        "byte string".into()
+    }
 }
 
 macro_rules! atomic_number {
@@ -57,6 +92,21 @@ macro_rules! atomic_number {
             }
             fn zero() -> Self {
                 0
+            }
+        }
+
+        impl AtomicData for $t {
+            fn to_data(&self) -> Vec<u8> {
+                AtomicNumber::encode(*self)
+            }
+            fn from_data(data: &[u8]) -> Option<Self> {
+                <$t as AtomicNumber>::decode(data)
+            }
+            fn empty() -> Self {
+                0
+            }
+            fn describe() -> String {
+                format!("{}-byte number", <$t as AtomicNumber>::WIDTH)
             }
         }
     };
@@ -137,11 +187,13 @@ impl PromotedToLock {
     }
 }
 
-/// A number shared by every process using the same path, wire-compatible
-/// with Curator's `DistributedAtomicLong` (`DistributedAtomic<i64>`) and
-/// `DistributedAtomicInteger` (`DistributedAtomic<i32>`): the node holds
-/// the number as 8 or 4 big-endian bytes; a missing node or no data reads
-/// as 0.
+/// A number or bytes shared by every process using the same path,
+/// wire-compatible with Curator's `DistributedAtomicLong`
+/// (`DistributedAtomic<i64>`), `DistributedAtomicInteger`
+/// (`DistributedAtomic<i32>`) and `DistributedAtomicValue`
+/// (`DistributedAtomic<Vec<u8>>`): the node holds the number as 8 or 4
+/// big-endian bytes, or the bytes as they are; a missing node or no data
+/// reads as 0, or as no bytes.
 ///
 /// Each change reads the node and writes it back only if its version is
 /// unchanged, trying again as `retry_policy` allows; with
@@ -170,31 +222,56 @@ impl PromotedToLock {
 /// println!("now {}", counter.get()?.post_value);
 /// # Ok(()) }
 /// ```
-pub struct DistributedAtomic<T: AtomicNumber> {
+pub struct DistributedAtomic<T: AtomicData> {
     client: Client,
     path: String,
     retry_policy: Arc<dyn RetryPolicy>,
     promoted: Option<(PromotedToLock, InterProcessMutex)>,
-    _number: std::marker::PhantomData<T>,
+    _value: std::marker::PhantomData<T>,
 }
 
 /// Curator's `DistributedAtomicLong`: an `i64` in 8 big-endian bytes.
 pub type DistributedAtomicLong = DistributedAtomic<i64>;
 /// Curator's `DistributedAtomicInteger`: an `i32` in 4 big-endian bytes.
 pub type DistributedAtomicInteger = DistributedAtomic<i32>;
+/// Curator's `DistributedAtomicValue`: bytes, compared and set as a whole.
+///
+/// A missing node reads as no bytes, as a node without data does (Curator
+/// reads it as `null`); [`compare_and_set`](DistributedAtomic::compare_and_set)
+/// never succeeds on a missing node, while
+/// [`try_set`](DistributedAtomic::try_set) and
+/// [`force_set`](DistributedAtomic::force_set) create it.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use std::time::Duration;
+/// use latchkey_framework::RetryNTimes;
+/// use latchkey_recipes::DistributedAtomicValue;
+///
+/// let owner = DistributedAtomicValue::new(client, "/jobs/7/owner", RetryNTimes::new(3, Duration::from_millis(10)))?;
+/// owner.initialize(b"nobody")?; // only if the node is new
+/// let swapped = owner.compare_and_set(b"nobody", b"worker-1")?;
+/// if swapped.succeeded {
+///     println!("claimed it");
+/// } else {
+///     println!("taken by {}", String::from_utf8_lossy(&swapped.pre_value));
+/// }
+/// # Ok(()) }
+/// ```
+pub type DistributedAtomicValue = DistributedAtomic<Vec<u8>>;
 
-impl<T: AtomicNumber> std::fmt::Debug for DistributedAtomic<T> {
+impl<T: AtomicData> std::fmt::Debug for DistributedAtomic<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DistributedAtomic")
             .field("path", &self.path)
-            .field("width", &T::WIDTH)
+            .field("holds", &T::describe())
             .field("promoted", &self.promoted.as_ref().map(|(p, _)| p))
             .finish()
     }
 }
 
-impl<T: AtomicNumber> DistributedAtomic<T> {
-    /// The number at `path` (the node is created on the first change),
+impl<T: AtomicData> DistributedAtomic<T> {
+    /// The value at `path` (the node is created on the first change),
     /// changed optimistically as `retry_policy` allows.
     pub fn new(
         client: &Client,
@@ -207,7 +284,7 @@ impl<T: AtomicNumber> DistributedAtomic<T> {
             path: path.to_owned(),
             retry_policy: Arc::new(retry_policy),
             promoted: None,
-            _number: std::marker::PhantomData,
+            _value: std::marker::PhantomData,
         })
     }
 
@@ -223,114 +300,74 @@ impl<T: AtomicNumber> DistributedAtomic<T> {
         &self.path
     }
 
-    /// The current value (0 if the node does not exist), as both
-    /// `pre_value` and `post_value`, `succeeded` true.
+    /// The current value (0 or no bytes if the node does not exist), as
+    /// both `pre_value` and `post_value`, `succeeded` true.
     pub fn get(&self) -> Result<AtomicValue<T>> {
         let value = match self.read()? {
             Some((v, _)) => v,
-            None => T::zero(),
+            None => T::empty(),
         };
         Ok(AtomicValue {
             succeeded: true,
-            pre_value: value,
+            pre_value: value.clone(),
             post_value: value,
             stats: AtomicStats::default(),
         })
     }
 
-    /// Sets the value whatever it is, creating the node if needed.
-    pub fn force_set(&self, value: T) -> Result<()> {
-        match self.client.set_data(&self.path, &value.encode(), None) {
-            Err(e) if e.is(ErrorCode::NoNode) => match self.create(&value.encode()) {
-                Err(e) if e.is(ErrorCode::NodeExists) => self
-                    .client
-                    .set_data(&self.path, &value.encode(), None)
-                    .map(|_| ()),
+    fn force_set_data(&self, data: &[u8]) -> Result<()> {
+        match self.client.set_data(&self.path, data, None) {
+            Err(e) if e.is(ErrorCode::NoNode) => match self.create(data) {
+                Err(e) if e.is(ErrorCode::NodeExists) => {
+                    self.client.set_data(&self.path, data, None).map(|_| ())
+                }
                 other => other,
             },
             other => other.map(|_| ()),
         }
     }
 
-    /// Sets `new` only if the node holds exactly `expected` (compared as
-    /// bytes, as Curator does: a node without data does not hold 0 here);
-    /// one attempt, no retries.
-    pub fn compare_and_set(&self, expected: T, new: T) -> Result<AtomicValue<T>> {
+    fn compare_and_set_value(&self, expected: &[u8], new: T) -> Result<AtomicValue<T>> {
         let mut result = self.unsucceeded();
         let (data, stat) = match self.client.get_data(&self.path) {
             Err(e) if e.is(ErrorCode::NoNode) => return Ok(result),
             other => other?,
         };
         result.pre_value = self.decode(&data)?;
-        if data == expected.encode() && self.write_once(&new.encode(), stat.version)? {
+        if data == expected && self.write_once(&new.to_data(), stat.version)? {
             result.succeeded = true;
             result.post_value = new;
         }
         Ok(result)
     }
 
-    /// Sets `value` by compare-and-set with retries (and the lock, if
-    /// promoted).
-    pub fn try_set(&self, value: T) -> Result<AtomicValue<T>> {
-        self.change(|_| value)
-    }
-
-    /// Creates the node holding `value` if it does not exist; `false` if
-    /// it does (nothing changes then).
-    pub fn initialize(&self, value: T) -> Result<bool> {
-        match self.create(&value.encode()) {
+    fn initialize_data(&self, data: &[u8]) -> Result<bool> {
+        match self.create(data) {
             Ok(()) => Ok(true),
             Err(e) if e.is(ErrorCode::NodeExists) => Ok(false),
             Err(e) => Err(e),
         }
     }
 
-    /// Adds 1.
-    pub fn increment(&self) -> Result<AtomicValue<T>> {
-        self.add(Self::one())
-    }
-
-    /// Subtracts 1.
-    pub fn decrement(&self) -> Result<AtomicValue<T>> {
-        self.add(Self::one().wrapping_neg())
-    }
-
-    /// Adds `delta` (wrapping on overflow, as Java does).
-    pub fn add(&self, delta: T) -> Result<AtomicValue<T>> {
-        self.change(|v| v.wrapping_add(delta))
-    }
-
-    /// Subtracts `delta` (wrapping on overflow, as Java does).
-    pub fn subtract(&self, delta: T) -> Result<AtomicValue<T>> {
-        self.add(delta.wrapping_neg())
-    }
-
-    fn one() -> T {
-        // 1 in every width: the last byte set, big-endian.
-        let mut bytes = vec![0u8; T::WIDTH];
-        bytes[T::WIDTH - 1] = 1;
-        T::decode(&bytes).unwrap_or_else(T::zero)
-    }
-
     fn unsucceeded(&self) -> AtomicValue<T> {
         AtomicValue {
             succeeded: false,
-            pre_value: T::zero(),
-            post_value: T::zero(),
+            pre_value: T::empty(),
+            post_value: T::empty(),
             stats: AtomicStats::default(),
         }
     }
 
     fn decode(&self, data: &[u8]) -> Result<T> {
-        T::decode(data).ok_or_else(|| {
+        T::from_data(data).ok_or_else(|| {
             let shown: Vec<String> = data.iter().take(16).map(|b| format!("0x{b:02x}")).collect();
             Error::IllegalState(format!(
-                "corrupted data for node {}: {} bytes [{}{}], not a {}-byte number",
+                "corrupted data for node {}: {} bytes [{}{}], not a {}",
                 self.path,
                 data.len(),
                 shown.join(", "),
                 if data.len() > 16 { ", ..." } else { "" },
-                T::WIDTH
+                T::describe()
             ))
         })
     }
@@ -370,15 +407,16 @@ impl<T: AtomicNumber> DistributedAtomic<T> {
     }
 
     /// One read-modify-write; `Ok(true)` if it was applied.
-    fn attempt(&self, make: &impl Fn(T) -> T, result: &mut AtomicValue<T>) -> Result<bool> {
+    fn attempt(&self, make: &impl Fn(&T) -> T, result: &mut AtomicValue<T>) -> Result<bool> {
         let (pre, stat) = match self.read()? {
             Some(found) => found,
             None => {
-                // Create the node holding 0, then change it like any other:
-                // a create retried after a connection loss may be answered
-                // NodeExists for itself, and 0 is what a missing node reads
-                // as, so this create cannot be applied twice to any effect.
-                match self.create(&T::zero().encode()) {
+                // Create the node holding the empty value, then change it
+                // like any other: a create retried after a connection loss
+                // may be answered NodeExists for itself, and the empty value
+                // is what a missing node reads as, so this create cannot be
+                // applied twice to any effect.
+                match self.create(&T::empty().to_data()) {
                     Err(e) if !e.is(ErrorCode::NodeExists) => return Err(e),
                     _ => {}
                 }
@@ -388,16 +426,16 @@ impl<T: AtomicNumber> DistributedAtomic<T> {
                 }
             }
         };
+        let new = make(&pre);
         result.pre_value = pre;
-        let new = make(pre);
-        if self.write_once(&new.encode(), stat.version)? {
+        if self.write_once(&new.to_data(), stat.version)? {
             result.post_value = new;
             return Ok(true);
         }
         Ok(false)
     }
 
-    fn change(&self, make: impl Fn(T) -> T) -> Result<AtomicValue<T>> {
+    fn change(&self, make: impl Fn(&T) -> T) -> Result<AtomicValue<T>> {
         let mut result = self.unsucceeded();
         let started = Instant::now();
         let mut retries = 0u32;
@@ -426,7 +464,7 @@ impl<T: AtomicNumber> DistributedAtomic<T> {
         &self,
         promoted: &PromotedToLock,
         mutex: &InterProcessMutex,
-        make: &impl Fn(T) -> T,
+        make: &impl Fn(&T) -> T,
         result: &mut AtomicValue<T>,
     ) -> Result<()> {
         let started = Instant::now();
@@ -466,6 +504,85 @@ impl<T: AtomicNumber> DistributedAtomic<T> {
     }
 }
 
+impl<T: AtomicNumber> DistributedAtomic<T> {
+    /// Sets the value whatever it is, creating the node if needed.
+    pub fn force_set(&self, value: T) -> Result<()> {
+        self.force_set_data(&value.to_data())
+    }
+
+    /// Sets `new` only if the node holds exactly `expected` (compared as
+    /// bytes, as Curator does: a node without data does not hold 0 here);
+    /// one attempt, no retries.
+    pub fn compare_and_set(&self, expected: T, new: T) -> Result<AtomicValue<T>> {
+        self.compare_and_set_value(&expected.to_data(), new)
+    }
+
+    /// Sets `value` by compare-and-set with retries (and the lock, if
+    /// promoted).
+    pub fn try_set(&self, value: T) -> Result<AtomicValue<T>> {
+        self.change(|_| value)
+    }
+
+    /// Creates the node holding `value` if it does not exist; `false` if
+    /// it does (nothing changes then).
+    pub fn initialize(&self, value: T) -> Result<bool> {
+        self.initialize_data(&value.to_data())
+    }
+
+    /// Adds 1.
+    pub fn increment(&self) -> Result<AtomicValue<T>> {
+        self.add(Self::one())
+    }
+
+    /// Subtracts 1.
+    pub fn decrement(&self) -> Result<AtomicValue<T>> {
+        self.add(Self::one().wrapping_neg())
+    }
+
+    /// Adds `delta` (wrapping on overflow, as Java does).
+    pub fn add(&self, delta: T) -> Result<AtomicValue<T>> {
+        self.change(|v| v.wrapping_add(delta))
+    }
+
+    /// Subtracts `delta` (wrapping on overflow, as Java does).
+    pub fn subtract(&self, delta: T) -> Result<AtomicValue<T>> {
+        self.add(delta.wrapping_neg())
+    }
+
+    fn one() -> T {
+        // 1 in every width: the last byte set, big-endian.
+        let mut bytes = vec![0u8; T::WIDTH];
+        bytes[T::WIDTH - 1] = 1;
+        AtomicNumber::decode(&bytes).unwrap_or_else(T::zero)
+    }
+}
+
+impl DistributedAtomic<Vec<u8>> {
+    /// Sets the value whatever it is, creating the node if needed.
+    pub fn force_set(&self, value: &[u8]) -> Result<()> {
+        self.force_set_data(value)
+    }
+
+    /// Sets `new` only if the node holds exactly `expected`; one attempt,
+    /// no retries. Never succeeds on a missing node (see
+    /// [`initialize`](Self::initialize)).
+    pub fn compare_and_set(&self, expected: &[u8], new: &[u8]) -> Result<AtomicValue<Vec<u8>>> {
+        self.compare_and_set_value(expected, new.to_vec())
+    }
+
+    /// Sets `value` by compare-and-set with retries (and the lock, if
+    /// promoted), creating the node if needed.
+    pub fn try_set(&self, value: &[u8]) -> Result<AtomicValue<Vec<u8>>> {
+        self.change(|_| value.to_vec())
+    }
+
+    /// Creates the node holding `value` if it does not exist; `false` if
+    /// it does (nothing changes then).
+    pub fn initialize(&self, value: &[u8]) -> Result<bool> {
+        self.initialize_data(value)
+    }
+}
+
 /// Whether `e` says that a request was never sent (no connection).
 fn not_sent(e: &Error) -> bool {
     match e {
@@ -493,5 +610,18 @@ mod tests {
         assert_eq!(i32::decode(&[0; 8]), None);
         assert_eq!(i64::MAX.wrapping_add(1), i64::MIN);
         assert_eq!(AtomicNumber::wrapping_neg(i32::MIN), i32::MIN);
+    }
+
+    #[test]
+    fn bytes_are_kept_as_they_are_and_no_data_is_empty() {
+        for data in [&b""[..], b"\0", &[0xff; 300]] {
+            assert_eq!(Vec::<u8>::from_data(data).unwrap(), data);
+            assert_eq!(data.to_vec().to_data(), data);
+        }
+        assert_eq!(Vec::<u8>::empty(), b"");
+        assert_eq!(<i64 as AtomicData>::from_data(&[]), Some(0));
+        assert_eq!(<i32 as AtomicData>::from_data(&[1, 2, 3]), None);
+        assert_eq!(<i64 as AtomicData>::describe(), "8-byte number");
+        assert_eq!(258i32.to_data(), [0, 0, 1, 2]);
     }
 }

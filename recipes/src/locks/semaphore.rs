@@ -19,7 +19,8 @@ use crate::locks::lock_internals::{
 use crate::locks::metrics::{self, Held};
 use crate::locks::multi_lock::InterProcessLock;
 use crate::locks::mutex::InterProcessMutex;
-use crate::shared::shared_count::{ChangeHook, SharedCount};
+use crate::shared::shared_count::SharedCount;
+use crate::shared::shared_value::ChangeHook;
 
 /// Curator's lease node name.
 pub const LEASE_NAME: &str = "lease-";

@@ -4,6 +4,7 @@
 //! on it.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,6 +66,29 @@ struct Inner {
     keeper: Keeper,
     /// Told the node's path each time this node creates it.
     listeners: Mutex<Vec<Sender<String>>>,
+    options: NodeOptions,
+    /// A create without parent creation found the parent missing; set
+    /// again by the next create that succeeds.
+    parent_missing: AtomicBool,
+}
+
+/// How a [`PersistentNode`] is created and left, for recipes built on it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NodeOptions {
+    /// Create missing parents as containers (Curator's `useParentCreation`).
+    pub(crate) create_parents: bool,
+    /// Delete the node on close (Curator's `deleteNode`; `PersistentTtlNode`
+    /// leaves it to its TTL).
+    pub(crate) delete_on_close: bool,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        NodeOptions {
+            create_parents: true,
+            delete_on_close: true,
+        }
+    }
 }
 
 struct NodeState {
@@ -88,6 +112,18 @@ impl PersistentNode {
         protected: bool,
         path: &str,
         data: &[u8],
+    ) -> Result<PersistentNode> {
+        Self::with_options(client, mode, protected, path, data, NodeOptions::default())
+    }
+
+    /// [`new`](Self::new) with `options`.
+    pub(crate) fn with_options(
+        client: &Client,
+        mode: CreateMode,
+        protected: bool,
+        path: &str,
+        data: &[u8],
+        options: NodeOptions,
     ) -> Result<PersistentNode> {
         paths::validate_path(path).map_err(|e| Error::InvalidPath {
             path: path.chars().take(200).collect(),
@@ -122,6 +158,8 @@ impl PersistentNode {
                 armed: Arc::default(),
                 keeper,
                 listeners: Mutex::new(Vec::new()),
+                options,
+                parent_missing: AtomicBool::new(false),
             }),
         })
     }
@@ -216,6 +254,13 @@ impl PersistentNode {
                 self.inner.base_path
             )));
         }
+        if self.inner.parent_missing.load(Ordering::Acquire) {
+            // As Curator's: the node cannot be made again without them.
+            return Err(Error::IllegalState(format!(
+                "the persistent node {}: its parent is missing and parent creation is off",
+                self.inner.base_path
+            )));
+        }
         let mut state = self.inner.state.lock();
         state.data = data.to_vec();
         state.dirty = true;
@@ -241,6 +286,9 @@ impl PersistentNode {
             // Under the lock its waiters check `is_closed` with.
             let _state = self.inner.state.lock();
             self.inner.created.notify_all();
+        }
+        if !self.inner.options.delete_on_close {
+            return;
         }
         // The node's thread has ended: `actual` is final. A first create
         // cut short by the close may have made the node all the same; a
@@ -338,11 +386,11 @@ impl Inner {
     }
 
     fn create_first(&self, data: &[u8]) -> Result<()> {
-        let builder = self
-            .client
-            .create()
-            .creating_parent_containers_if_needed()
-            .mode(self.mode);
+        let builder = self.client.create().mode(self.mode);
+        let builder = match self.options.create_parents {
+            true => builder.creating_parent_containers_if_needed(),
+            false => builder,
+        };
         let builder = match self.protected {
             true => builder.with_protection(),
             false => builder,
@@ -366,8 +414,10 @@ impl Inner {
                 self.keeper.signal().notify();
                 (self.base_path.clone(), false)
             }
+            Err(e) if e.is(ErrorCode::NoNode) => return self.parent_gone(e),
             other => (other?, true),
         };
+        self.parent_missing.store(false, Ordering::Release);
         {
             let mut state = self.state.lock();
             state.actual = Some(path.clone());
@@ -389,13 +439,14 @@ impl Inner {
             CreateMode::PersistentSequentialWithTtl(ttl) => CreateMode::PersistentWithTtl(ttl),
             other => other,
         };
-        let created = self
-            .client
-            .create()
-            .creating_parent_containers_if_needed()
-            .mode(mode)
-            .for_path(path, data);
+        let builder = self.client.create().mode(mode);
+        let builder = match self.options.create_parents {
+            true => builder.creating_parent_containers_if_needed(),
+            false => builder,
+        };
+        let created = builder.for_path(path, data);
         match created {
+            Err(e) if e.is(ErrorCode::NoNode) => self.parent_gone(e),
             // Someone (or our previous session) made it meanwhile: write
             // our data to it.
             Err(e) if e.is(ErrorCode::NodeExists) => {
@@ -405,10 +456,27 @@ impl Inner {
             }
             Err(e) => Err(e),
             Ok(_) => {
+                self.parent_missing.store(false, Ordering::Release);
                 self.tell_created(path);
                 self.watch_created(path)
             }
         }
+    }
+
+    /// A create without parent creation found no parent (with it, the
+    /// parent went between its creation and ours: try again). As Curator's,
+    /// it is not tried again until the next state change; `set_data`
+    /// fails meanwhile.
+    fn parent_gone(&self, e: Error) -> Result<()> {
+        if self.options.create_parents {
+            return Err(e);
+        }
+        log::warn!(
+            "{}: the parent is missing and parent creation is off",
+            self.what()
+        );
+        self.parent_missing.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Tells the listeners that we created the node at `path`.
