@@ -269,7 +269,8 @@ impl<E: Clone + Send + 'static> Classic<E> {
             nodes
                 .range(prefix.clone()..)
                 .take_while(|(p, _)| p.starts_with(&prefix))
-                .filter(|(p, _)| !p[prefix.len()..].contains('/'))
+                // Not "/" itself, which the prefix of its children matches.
+                .filter(|(p, _)| p.len() > prefix.len() && !p[prefix.len()..].contains('/'))
                 .map(|(p, n)| (p[prefix.len()..].to_owned(), n.clone()))
                 .collect(),
         )
