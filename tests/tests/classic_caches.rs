@@ -66,6 +66,10 @@
 //! (both, 250 steps each instead of 1000, a fixed seed). Curator's
 //! `TestTreeCacheIteratorAndSize` (`testBasic`, `testIteratorWithRandomGraph`,
 //! `testEmptyTree`, `testWithDeletedNodes`): `tree_entries_and_size`.
+//! Curator's `TestPathChildrenCacheEventOrdering` and
+//! `TestTreeCacheEventOrdering` (`testEventOrdering`, from
+//! `TestEventOrdering`): `classic_caches_events_replay_to_their_content`
+//! (4 writers of 150 changes each instead of 100 of 100).
 
 mod common;
 
@@ -1560,4 +1564,139 @@ fn classic_caches_follow_changes_curator_makes() {
     let held: Vec<String> = pcc.current_data().into_iter().map(|n| n.path).collect();
     assert_eq!(held, [format!("{root}/0"), format!("{root}/2")]);
     assert_eq!(tree.size(), 3);
+}
+
+/// Curator's TestPathChildrenCacheEventOrdering and
+/// TestTreeCacheEventOrdering (`testEventOrdering`): writers create,
+/// change and delete ten children at random, concurrently; once they stop
+/// and the caches hold what the server has, replaying each cache's events
+/// gives exactly its content: per child, additions and removals
+/// alternate, and the last event holds the data held.
+#[test]
+fn classic_caches_events_replay_to_their_content() {
+    use std::collections::BTreeMap;
+    const WRITERS: u64 = 4;
+    const CHANGES: usize = 150;
+    let c = client();
+    let root = unique("/classic/ordering");
+    create(&c, &root, "");
+    let pcc = PathChildrenCache::new(&c, &root, true).unwrap();
+    let tree = TreeCache::new(&c, &root).unwrap();
+    let (prx, trx) = (pcc.listen(), tree.listen());
+    pcc.start().unwrap();
+    tree.start().unwrap();
+    std::thread::scope(|s| {
+        for w in 0..WRITERS {
+            let root = root.clone();
+            s.spawn(move || {
+                let c = client();
+                let mut rng = Rng(w * 7919 + 1);
+                for i in 0..CHANGES {
+                    let node = format!("{root}/{}", rng.below(10));
+                    let _ = match rng.below(3) {
+                        0 => c.create().for_path(&node, b"").map(|_| ()),
+                        1 => c
+                            .set_data(&node, format!("{w}-{i}").as_bytes(), None)
+                            .map(|_| ()),
+                        _ => c.delete().for_path(&node),
+                    };
+                }
+            });
+        }
+    });
+    let server: BTreeMap<String, Vec<u8>> = c
+        .get_children(&root)
+        .unwrap()
+        .into_iter()
+        .map(|n| {
+            let path = format!("{root}/{n}");
+            let data = c.get_data(&path).unwrap().0;
+            (path, data)
+        })
+        .collect();
+    wait_until(
+        WAIT,
+        || {
+            let held: BTreeMap<String, Vec<u8>> = pcc
+                .current_data()
+                .into_iter()
+                .map(|n| (n.path, n.data))
+                .collect();
+            held == server
+        },
+        || format!("the children cache holds {:?}", pcc.current_data()),
+    );
+    wait_until(
+        WAIT,
+        || {
+            let held: BTreeMap<String, Vec<u8>> = tree
+                .entries()
+                .into_iter()
+                .filter(|n| n.path != root)
+                .map(|n| (n.path, n.data))
+                .collect();
+            held == server
+        },
+        || format!("the tree cache holds {:?}", tree.entries()),
+    );
+    // Replay what each told (a cache tells a change just after it holds
+    // it: read until the replay catches up, or the deadline).
+    let deadline = Instant::now() + WAIT;
+    let mut replayed: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    while replayed != server {
+        let Ok(e) = prx.recv_deadline(deadline) else {
+            break;
+        };
+        match e {
+            P::ChildAdded(n) => assert!(
+                replayed.insert(n.path.clone(), n.data).is_none(),
+                "added twice: {}",
+                n.path
+            ),
+            P::ChildUpdated(n) => assert!(
+                replayed.insert(n.path.clone(), n.data).is_some(),
+                "updated unknown: {}",
+                n.path
+            ),
+            P::ChildRemoved(n) => assert!(
+                replayed.remove(&n.path).is_some(),
+                "removed unknown: {}",
+                n.path
+            ),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(replayed, server, "the children cache's events");
+    let mut replayed: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    while replayed.len() != server.len() + 1
+        || replayed
+            .iter()
+            .any(|(p, d)| p != &root && server.get(p) != Some(d))
+    {
+        let Ok(e) = trx.recv_deadline(deadline) else {
+            break;
+        };
+        match e {
+            T::NodeAdded(n) => assert!(
+                replayed.insert(n.path.clone(), n.data).is_none(),
+                "added twice: {}",
+                n.path
+            ),
+            T::NodeUpdated { old, new } => assert_eq!(
+                replayed.insert(new.path.clone(), new.data),
+                Some(old.data),
+                "{}",
+                new.path
+            ),
+            T::NodeRemoved(n) => assert!(
+                replayed.remove(&n.path).is_some(),
+                "removed unknown: {}",
+                n.path
+            ),
+            T::Initialized => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    replayed.remove(&root);
+    assert_eq!(replayed, server, "the tree cache's events");
 }

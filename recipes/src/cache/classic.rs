@@ -807,3 +807,47 @@ fn remove_subtree(
     let removed: Vec<ChildData> = under.iter().filter_map(|p| nodes.remove(p)).collect();
     removed.into_iter()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latchkey_framework::Stat;
+
+    fn held(paths: &[&str]) -> BTreeMap<String, ChildData> {
+        paths
+            .iter()
+            .map(|p| {
+                let node = ChildData {
+                    path: (*p).to_owned(),
+                    stat: Stat::default(),
+                    data: Vec::new(),
+                };
+                ((*p).to_owned(), node)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_subtree_goes_deepest_first_and_only_its_own() {
+        let mut nodes = held(&["/a", "/a/b", "/a/b/c", "/a/d", "/a-b", "/ab"]);
+        let gone: Vec<String> = remove_subtree(&mut nodes, "/a").map(|n| n.path).collect();
+        assert_eq!(gone, ["/a/b/c", "/a/b", "/a/d", "/a"]);
+        assert_eq!(nodes.keys().collect::<Vec<_>>(), ["/a-b", "/ab"]);
+    }
+
+    #[test]
+    fn the_root_of_everything_goes_last() {
+        let mut nodes = held(&["/", "/x", "/x/y"]);
+        let gone: Vec<String> = remove_subtree(&mut nodes, "/").map(|n| n.path).collect();
+        assert_eq!(gone, ["/x/y", "/x", "/"]);
+        assert!(remove_subtree(&mut nodes, "/none").next().is_none());
+    }
+
+    #[test]
+    fn a_panicking_selector_answers_false() {
+        assert!(!ask("/p", "accept_child", || panic!("boom")));
+        assert!(ask("/p", "accept_child", || true));
+        assert_eq!(child_prefix("/"), "/");
+        assert_eq!(child_prefix("/a"), "/a/");
+    }
+}
