@@ -1700,3 +1700,40 @@ fn classic_caches_events_replay_to_their_content() {
     replayed.remove(&root);
     assert_eq!(replayed, server, "the tree cache's events");
 }
+
+/// A `CuratorCache` of `/` (here the root of a namespace) does not take
+/// `/` for one of its own children: listing `/` never tells `/` deleted.
+/// Found while porting `TestTreeCacheRandomTree`, whose tree cache of `/`
+/// removed its root the same way.
+#[test]
+fn a_curator_cache_of_the_root_keeps_its_root() {
+    use latchkey_recipes::{CacheEvent, CuratorCache};
+    let top = unique("/classic/curator-cache-root");
+    create(&client(), &format!("{top}/a"), "1");
+    let ns = start_connected(
+        Client::builder()
+            .connect_string(shared_server().connect_string())
+            .session_timeout(Duration::from_secs(10))
+            .namespace(top[1..].to_owned()),
+    );
+    let cache = CuratorCache::new(&ns, "/").unwrap();
+    let rx = cache.listen();
+    cache.start().unwrap();
+    create(&ns, "/b", "2");
+    wait_until(
+        WAIT,
+        || cache.get("/b").is_some(),
+        || format!("{:?}", cache.entries()),
+    );
+    let told: Vec<String> = rx
+        .try_iter()
+        .map(|e| match e {
+            CacheEvent::Created(n) => format!("+{}", n.path),
+            CacheEvent::Changed { new, .. } => format!("~{}", new.path),
+            CacheEvent::Deleted(n) => format!("-{}", n.path),
+            CacheEvent::Initialized => "init".into(),
+        })
+        .collect();
+    assert_eq!(told, ["+/", "+/a", "init", "+/b"]);
+    assert!(cache.get("/").is_some());
+}
