@@ -23,7 +23,7 @@
 //! | `testRebuildAgainstOtherProcesses` | `pcc_rebuild_reads_at_once_and_later_changes_are_told` (another client's changes before and after the rebuild; Curator's hook inside the rebuild has no equivalent) |
 //! | `testIssue27` | `pcc_tells_a_child_deleted_then_created` |
 //! | `testIssue27Alt` | `pcc_tells_a_child_deleted_then_created` (with `BuildInitialCache`) |
-//! | `testKilledSession` | `pcc_after_a_session_expiry_tells_lost_reconnected_and_the_removed_ephemeral` |
+//! | `testKilledSession` | `pcc_after_a_session_expiry_tells_lost_reconnected_and_the_removed_ephemeral`; other clients' changes while the session expires: `classic_caches_tell_what_changed_while_their_session_expired` |
 //! | `testModes` | `pcc_without_data_keeps_stats_only` |
 //! | `testRebuildNode` | `pcc_rebuild_reads_at_once_and_later_changes_are_told` |
 //! | `testBasics` | `pcc_tells_children_added_updated_and_removed` |
@@ -1253,7 +1253,9 @@ fn classic_caches_closed_tell_nothing_and_refuse_a_second_start() {
     assert!(pe.rx.recv_timeout(QUIET).is_err());
     assert!(te.rx.recv_timeout(QUIET).is_err());
     assert!(pcc.current_data_for(&format!("{root}/one")).is_some());
-    assert!(pcc.start().is_err() && tree.start().is_err());
+    for err in [pcc.start().unwrap_err(), tree.start().unwrap_err()] {
+        assert!(err.to_string().contains("is closed"), "{err}");
+    }
     assert!(pcc.clear_and_refresh().is_err());
 }
 
@@ -1736,4 +1738,59 @@ fn a_curator_cache_of_the_root_keeps_its_root() {
         .collect();
     assert_eq!(told, ["+/", "+/a", "init", "+/b"]);
     assert!(cache.get("/").is_some());
+}
+
+/// Changes made while the caches' session expires (their client cut off
+/// for longer than the session timeout, so their watches are gone) are
+/// told once it has a new session: the caches read everything again,
+/// tell only what changed, and the tree cache tells `Initialized` again
+/// after that.
+#[test]
+fn classic_caches_tell_what_changed_while_their_session_expired() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let c = connect(&proxy.connect_string(), Duration::from_millis(1500));
+    let writer = client();
+    let ctx = Ctx::new(server, &c);
+    let root = unique("/classic/expired");
+    for n in ["a", "b", "c"] {
+        create(&writer, &format!("{root}/{n}"), "0");
+    }
+    let pcc = PathChildrenCache::new(&c, &root, true).unwrap();
+    let tree = TreeCache::new(&c, &root).unwrap();
+    let (pe, te) = (pevents(&pcc), tevents(&tree));
+    pcc.start_with(Mode::BuildInitialCache).unwrap();
+    tree.start().unwrap();
+    te.expect(&[
+        "added ~=",
+        "added ~/a=0",
+        "added ~/b=0",
+        "added ~/c=0",
+        "initialized",
+    ]);
+
+    let states = c.listen();
+    let old_session = c.session_id();
+    proxy.pause();
+    writer.delete().for_path(&format!("{root}/a")).unwrap();
+    writer.set_data(&format!("{root}/c"), b"1", None).unwrap();
+    create(&writer, &format!("{root}/d"), "new");
+    ctx.expect(&states, ConnectionState::Lost, WAIT);
+    proxy.resume();
+    wait_until(
+        WAIT,
+        || c.session_id() != old_session && c.session_id() != 0,
+        || ctx.dump(),
+    );
+    pe.expect_unordered(&["removed ~/a", "updated ~/c=1", "added ~/d=new"]);
+    pe.expect_quiet();
+    let mut told: Vec<String> = (0..3).map(|_| te.next("a change")).collect();
+    told.sort();
+    assert_eq!(told, ["added ~/d=new", "removed ~/a", "updated ~/c=0>1"]);
+    te.expect(&["initialized"]);
+    te.expect_quiet();
+    // Watched again on the new session: later changes are told.
+    writer.set_data(&format!("{root}/b"), b"2", None).unwrap();
+    pe.expect(&["updated ~/b=2"]);
+    te.expect(&["updated ~/b=0>2"]);
 }

@@ -197,12 +197,7 @@ impl<E: Clone + Send + 'static> Classic<E> {
         announce: Announce,
         silent_first: bool,
     ) -> Result<()> {
-        if self.keeper.is_running() || self.keeper.is_closed() {
-            return Err(Error::IllegalState(format!(
-                "{} was started already",
-                self.what()
-            )));
-        }
+        self.startable()?;
         *self.announce.lock() = announce;
         let weak = Arc::downgrade(self);
         let to_event = self.events.state;
@@ -224,6 +219,16 @@ impl<E: Clone + Send + 'static> Classic<E> {
             Err(_) => drop(listener),
         }
         started
+    }
+
+    /// Neither started nor closed, or which.
+    pub(crate) fn startable(&self) -> Result<()> {
+        let why = match (self.keeper.is_closed(), self.keeper.is_running()) {
+            (true, _) => "is closed",
+            (false, true) => "was started already",
+            (false, false) => return Ok(()),
+        };
+        Err(Error::IllegalState(format!("{} {why}", self.what())))
     }
 
     /// Started and not closed, or why not.

@@ -224,7 +224,8 @@ impl TreeCache {
     /// each node, then [`Initialized`](TreeCacheEvent::Initialized).
     /// Starting twice, or a closed cache, is an error.
     pub fn start(&self) -> Result<()> {
-        if self.create_parent_nodes && self.inner.check_running().is_err() {
+        self.inner.startable()?;
+        if self.create_parent_nodes {
             self.inner.create_root()?;
         }
         self.inner
