@@ -19,6 +19,8 @@
 //! | [`LeaderSelector`] | `LeaderSelector` |
 //! | [`DistributedAtomicLong`], [`DistributedAtomicInteger`], [`DistributedAtomicValue`] | `DistributedAtomicLong`, `DistributedAtomicInteger`, `DistributedAtomicValue` |
 //! | [`DistributedBarrier`], [`DistributedDoubleBarrier`] | `DistributedBarrier`, `DistributedDoubleBarrier` |
+//! | [`PathChildrenCache`] | `PathChildrenCache` (deprecated in Curator 5) |
+//! | [`TreeCache`] | `TreeCache` (deprecated in Curator 5) |
 //!
 //! A semaphore's maximum may follow a [`SharedCount`]
 //! ([`InterProcessSemaphoreV2::with_shared_count`]).
@@ -142,8 +144,13 @@ pub use atomic::distributed_atomic::{
     DistributedAtomicInteger, DistributedAtomicLong, DistributedAtomicValue, PromotedToLock,
 };
 pub use barriers::barrier::{DistributedBarrier, DistributedDoubleBarrier, READY_NODE};
+pub use cache::classic::TreeCacheSelector;
 pub use cache::curator_cache::{CacheEvent, CuratorCache, CuratorCacheBuilder};
 pub use cache::node_cache::{ChildData, NodeCache};
+pub use cache::path_children_cache::{
+    PathChildrenCache, PathChildrenCacheEvent, PathChildrenCacheStartMode,
+};
+pub use cache::tree_cache::{TreeCache, TreeCacheBuilder, TreeCacheEvent};
 pub use cancel::CancelToken;
 pub use hold::HoldEvent;
 pub use leader::leader_latch::{CloseMode, LatchEvent, LatchState, LeaderLatch, LATCH_NAME};

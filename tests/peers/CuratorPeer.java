@@ -72,6 +72,10 @@
 //   bench giveup <path> <sessions> <waiters> <mntr_host:port>
 //                                           OK <requests> <watch_events> <overrun_us>: medians over 3
 //                                           timed-out acquires queued in the middle of <waiters>
+//   cachenode create|ephemeral <path> [data]  OK created  (parents as containers; for the cache tests)
+//   cachenode set <path> <data>             OK set
+//   cachenode delete <path>                 OK deleted  (children first)
+//   cachenode fill <path> <n>               OK filled  (children 0..n-1, each with its index as data)
 //   version                                 OK <curator version> java-<java version>
 //   ping                                    OK pong
 //   quit                                    OK bye (then exits)
@@ -423,6 +427,8 @@ public final class CuratorPeer {
                         throw new Usage("unknown dbarrier operation: " + w[3]);
                 }
             }
+            case "cachenode":
+                return cacheNodeCommand(w);
             case "bench":
                 need(w, 2, 7);
                 switch (w[1]) {
@@ -519,6 +525,39 @@ public final class CuratorPeer {
      * node would queue at the end; this emulates the newer node beside them.
      * Only the node is emulated: whoever waits on it follows its own rules.
      */
+    /** create | ephemeral | set | delete | fill: plain node changes for the cache tests. */
+    private String cacheNodeCommand(String[] w) throws Exception {
+        need(w, 3, 4);
+        byte[] data = (w.length > 3 ? w[3] : "").getBytes(StandardCharsets.UTF_8);
+        switch (w[1]) {
+            case "create":
+                client.create().creatingParentContainersIfNeeded().forPath(w[2], data);
+                return "OK created";
+            case "ephemeral":
+                client.create().creatingParentContainersIfNeeded().withMode(CreateMode.EPHEMERAL).forPath(w[2], data);
+                return "OK created";
+            case "set":
+                need(w, 4, 4);
+                client.setData().forPath(w[2], data);
+                return "OK set";
+            case "delete":
+                need(w, 3, 3);
+                client.delete().deletingChildrenIfNeeded().forPath(w[2]);
+                return "OK deleted";
+            case "fill": {
+                need(w, 4, 4);
+                long n = parseLong(w[3], "n");
+                for (long i = 0; i < n; i++) {
+                    client.create().creatingParentContainersIfNeeded()
+                            .forPath(w[2] + "/" + i, Long.toString(i).getBytes(StandardCharsets.UTF_8));
+                }
+                return "OK filled";
+            }
+            default:
+                throw new Usage("unknown cachenode operation: " + w[1]);
+        }
+    }
+
     private String read55Command(String path, String op) throws Exception {
         Deque<String> nodes = downgradeNodes.computeIfAbsent(path, p -> new ArrayDeque<>());
         switch (op) {

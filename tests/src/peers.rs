@@ -43,6 +43,7 @@
 //! | `bench rw <path> <sessions> <seconds> <write_every>` | `OK <ops> <elapsed_us> <acquire_p50_us> <acquire_p99_us> <writes>`: read lock, write lock every `write_every`-th turn |
 //! | `bench sem <path> <sessions> <max_leases> <seconds>` | `OK <ops> <elapsed_us> <acquire_p50_us> <acquire_p99_us>`: one lease at a time |
 //! | `bench hold <path> <sessions>` / `bench unhold` | `OK <sessions>` once each new session holds a mutex on `<path>/s<i>` / `OK released` |
+//! | `cachenode create\|ephemeral <path> [data]` / `set <path> <data>` / `delete <path>` / `fill <path> <n>` | `OK created` / `OK set` / `OK deleted` (children first) / `OK filled` (children `0`..`n-1`, each with its index as data): plain node changes, parents created as containers (Curator peer only) |
 //! | `version` | `OK <library version> <runtime>-<version>` |
 //! | `ping` | `OK pong` |
 //! | `quit` | `OK bye`, then the peer exits |

@@ -561,7 +561,8 @@ impl Inner {
             .lock()
             .range(prefix.clone()..)
             .take_while(|(p, _)| p.starts_with(&prefix))
-            .filter(|(p, _)| !p[prefix.len()..].contains('/'))
+            // Not "/" itself, which the prefix of its children matches.
+            .filter(|(p, _)| p.len() > prefix.len() && !p[prefix.len()..].contains('/'))
             .map(|(p, _)| p.clone())
             .collect()
     }
