@@ -35,7 +35,7 @@ fn the_scheduler_does_every_job_once_through_a_leader_kill_and_a_zookeeper_resta
     eprintln!("{output}");
     assert!(output.contains("KILLED the leader"), "{output}");
     assert!(output.contains("ZooKeeper serves again"), "{output}");
-    assert!(output.contains("jobs done once:         40/40"), "{output}");
+    assert!(output.contains("jobs done once:         60/60"), "{output}");
     assert!(output.contains("jobs lost:              0"), "{output}");
     assert!(output.contains("\n0 violations"), "{output}");
     let takeover = seconds(&output, "takeover after the kill:");

@@ -42,7 +42,8 @@
 //! ```
 
 use std::fs::{self, OpenOptions};
-use std::io::{ErrorKind, Write};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,7 +65,7 @@ const PROCESSES: usize = 3;
 /// Worker threads per process.
 const WORKERS: usize = 2;
 /// Jobs to hand out.
-const JOBS: u32 = 40;
+const JOBS: u32 = 60;
 /// Jobs the leader keeps handed out ahead of the workers.
 const WINDOW: usize = 4;
 /// Leases of the semaphore that a job needs.
@@ -77,9 +78,9 @@ const OUTAGE: Duration = Duration::from_secs(8);
 /// The leader's process is killed once this many jobs are done.
 const KILL_AFTER_JOBS: usize = 6;
 /// ZooKeeper stops once this many more jobs are done under the new leader.
-const OUTAGE_AFTER_MORE_JOBS: usize = 4;
+const OUTAGE_AFTER_MORE_JOBS: usize = 2;
 /// The config a run starts with, and the one set after the kill.
-const CONFIG: [&str; 2] = ["v1 work_ms=150", "v2 work_ms=100"];
+const CONFIG: [&str; 2] = ["v1 work_ms=100", "v2 work_ms=250"];
 /// Processes give up after this long.
 const RUN_LIMIT: Duration = Duration::from_secs(90);
 
@@ -186,6 +187,20 @@ impl Oracle {
                 Some((at, words.map(str::to_owned).collect()))
             })
             .collect()
+    }
+
+    /// When the first job that started at or after `since` was done.
+    fn first_done_of_started_after(&self, since: u64) -> Option<u64> {
+        let entries = self.entries();
+        let started: Vec<&String> = entries
+            .iter()
+            .filter(|(at, w)| *at >= since && w[0] == "start")
+            .filter_map(|(_, w)| w.get(2))
+            .collect();
+        entries
+            .iter()
+            .find(|(_, w)| w[0] == "done" && w.get(2).is_some_and(|j| started.contains(&j)))
+            .map(|(at, _)| *at)
     }
 
     /// The first log entry of `kind` at or after `since`, and its words.
@@ -679,25 +694,27 @@ fn coordinate(zk: &mut Zk) -> Result<(), String> {
         server
             .stop()
             .map_err(|e| format!("cannot stop ZooKeeper: {e}"))?;
+        say(&format!(
+            "ZooKeeper stopped ({} jobs done)",
+            oracle.jobs_done()
+        ));
         thread::sleep(OUTAGE);
+        // `restart` sees the server serve only at its next poll; the
+        // probe, every 20 ms, sees it sooner.
+        let probe = ServingProbe::start(server.addr());
         server
             .restart()
             .map_err(|e| format!("cannot restart ZooKeeper: {e}"))?;
-        let serving = now_ms();
+        let serving = probe.first_served().unwrap_or_else(now_ms).min(now_ms());
         say("ZooKeeper serves again");
         wait_for(&mut processes, SESSION * 3, || {
-            ["term", "start", "done"]
-                .iter()
-                .all(|k| oracle.first_after(k, serving).is_some())
+            oracle.first_after("term", serving).is_some()
+                && oracle.first_done_of_started_after(serving).is_some()
         });
-        let after = |kind: &str| {
-            oracle
-                .first_after(kind, serving)
-                .map(|(at, _)| at.saturating_sub(serving) as f64 / 1000.0)
-        };
-        figures.leads_after_restart = after("term");
-        figures.starts_after_restart = after("start");
-        figures.done_after_restart = after("done");
+        let after = |at: Option<u64>| at.map(|at| at.saturating_sub(serving) as f64 / 1000.0);
+        figures.leads_after_restart = after(oracle.first_after("term", serving).map(|e| e.0));
+        figures.starts_after_restart = after(oracle.first_after("start", serving).map(|e| e.0));
+        figures.done_after_restart = after(oracle.first_done_of_started_after(serving));
     } else {
         println!("no restart: the ZooKeeper given with --connect is not ours to stop");
     }
@@ -730,6 +747,59 @@ fn coordinate(zk: &mut Zk) -> Result<(), String> {
         println!("the oracle's files stay in {}", oracle.dir.display());
     }
     verdict
+}
+
+/// Asks a stopped server `srvr` every 20 ms, from a thread, until it
+/// answers with its mode: the time it first did.
+struct ServingProbe {
+    first: Arc<std::sync::Mutex<Option<u64>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl ServingProbe {
+    fn start(addr: SocketAddr) -> ServingProbe {
+        let first = Arc::new(std::sync::Mutex::new(None));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (seen, stopped) = (Arc::clone(&first), Arc::clone(&stop));
+        thread::spawn(move || {
+            let until = Instant::now() + Duration::from_secs(60);
+            while !stopped.load(Ordering::SeqCst) && Instant::now() < until {
+                if serves(addr) {
+                    *seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(now_ms());
+                    return;
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        });
+        ServingProbe { first, stop }
+    }
+
+    /// The time the server first answered, waiting 1 s at most for the
+    /// probe's answer under way.
+    fn first_served(&self) -> Option<u64> {
+        let until = Instant::now() + Duration::from_secs(1);
+        loop {
+            let first = *self.first.lock().unwrap_or_else(|e| e.into_inner());
+            if first.is_some() || Instant::now() >= until {
+                self.stop.store(true, Ordering::SeqCst);
+                return first;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Whether the server at `addr` answers `srvr` with its mode (a server
+/// still loading its data answers that it is not serving).
+fn serves(addr: SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut reply = String::new();
+    stream.write_all(b"srvr").is_ok()
+        && stream.read_to_string(&mut reply).is_ok()
+        && reply.contains("Mode: ")
 }
 
 /// Waits until every process has exited or `done()` holds (checked every
