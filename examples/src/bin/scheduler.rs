@@ -184,7 +184,9 @@ impl Oracle {
             .filter_map(|l| {
                 let mut words = l.split_whitespace();
                 let at = words.next()?.parse().ok()?;
-                Some((at, words.map(str::to_owned).collect()))
+                let words: Vec<String> = words.map(str::to_owned).collect();
+                // A line has its kind after the time; a torn one is skipped.
+                (!words.is_empty()).then_some((at, words))
             })
             .collect()
     }
@@ -647,9 +649,11 @@ fn coordinate(zk: &mut Zk) -> Result<(), String> {
         .rev()
         .find_map(|(_, w)| (w.first()? == "term").then(|| w.get(1).cloned())?)
         .ok_or("no process led")?;
-    let index: usize = leader[1..]
-        .parse()
-        .map_err(|_| format!("bad leader {leader}"))?;
+    let index: usize = leader
+        .strip_prefix('p')
+        .and_then(|n| n.parse().ok())
+        .filter(|&n| n < PROCESSES)
+        .ok_or_else(|| format!("bad leader {leader}"))?;
     let killed_at = now_ms();
     if let Some(mut child) = processes.0[index].take() {
         child
@@ -675,7 +679,7 @@ fn coordinate(zk: &mut Zk) -> Result<(), String> {
     figures.takeover = Some(takeover);
     say(&format!(
         "{} leads, {takeover:.2}s after the kill",
-        words[1]
+        words.get(1).map_or("?", String::as_str)
     ));
 
     // 2. Stop ZooKeeper for longer than the session timeout.
