@@ -317,7 +317,7 @@ fn run_process(p: Arc<Process>) -> Result<(), String> {
         }
     }
     selector.close();
-    if p.stopping() && Instant::now() >= p.deadline {
+    if Instant::now() >= p.deadline {
         failed.push("the run's time limit passed");
     }
     if failed.is_empty() {
