@@ -103,6 +103,54 @@
 //! A blocked acquire can be ended from another thread with a
 //! [`CancelToken`].
 //!
+//! ## Sharing a recipe between threads
+//!
+//! Curator's recipe objects are shared between threads; so are these.
+//! Every recipe handle is `Send + Sync` (checked when this crate
+//! compiles): share one by reference within [`std::thread::scope`], or
+//! put it in an [`Arc`](std::sync::Arc) for threads of their own. Each
+//! method takes `&self`.
+//!
+//! ```no_run
+//! # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+//! use std::sync::Arc;
+//! use latchkey_recipes::LeaderLatch;
+//!
+//! let latch = Arc::new(LeaderLatch::new(client, "/services/scheduler/latch")?);
+//! latch.start()?;
+//! let watcher = {
+//!     let latch = Arc::clone(&latch);
+//!     std::thread::spawn(move || latch.has_leadership())
+//! };
+//! let _leads = watcher.join();
+//! latch.close()?; // closes it for every thread that shares it
+//! # Ok(()) }
+//! ```
+//!
+//! Some handles are also `Clone`, where a clone is cheap and plainly the
+//! same recipe: [`InterProcessMutex`], [`InterProcessReadWriteLock`],
+//! [`InterProcessSemaphoreMutex`] and [`InterProcessSemaphoreV2`] (clones
+//! share one lock object: a lock taken through one is held by all, and a
+//! reentrant lock counts per thread across them), [`SharedCount`] (one
+//! cache and watch, stopped by `close` or when the last clone goes),
+//! [`DistributedAtomic`] and [`DistributedBarrier`] (a path and a client;
+//! nothing else to share).
+//!
+//! The others are not `Clone`, on purpose; share them with an `Arc`:
+//!
+//! - a recipe that runs until closed and closes when dropped
+//!   ([`LeaderLatch`], [`LeaderSelector`], [`NodeCache`], [`CuratorCache`],
+//!   [`PersistentNode`], [`GroupMember`]): should dropping one clone close
+//!   it for all, or only the last? An `Arc` makes the answer plain (the
+//!   last `Arc`, or an explicit `close`);
+//! - a recipe that is one participant ([`DistributedDoubleBarrier`]: one
+//!   member node) or holds other handles ([`InterProcessMultiLock`]);
+//! - a hold or a term ([`Lease`], [`Leadership`], the guards): one owner
+//!   releases it. [`MutexGuard`], [`ReadGuard`], [`WriteGuard`] and
+//!   [`MultiLockGuard`] are not even `Send`, as their locks count holds per
+//!   thread; a [`Lease`] and a [`SemaphoreMutexGuard`] may move to, and be
+//!   released on, another thread.
+//!
 //! ## Observability
 //!
 //! [`lock_metrics`] returns this process's lock and lease waits (started,
@@ -175,6 +223,35 @@ pub use nodes::persistent_ttl_node::{PersistentTtlNode, PersistentTtlNodeBuilder
 pub use shared::shared_count::SharedCount;
 pub use shared::shared_value::{SharedValue, SharedValueEvent, VersionedValue};
 pub use watch::persistent_watcher::{PersistentWatcher, WatchReset};
+
+// Every recipe handle can be shared between threads, and the cheap ones
+// cloned (see "Sharing a recipe between threads"): a change that breaks
+// either fails the build here.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    const fn cloned<T: Clone + Send + Sync>() {}
+    cloned::<DistributedAtomicLong>();
+    cloned::<DistributedAtomicInteger>();
+    cloned::<DistributedBarrier>();
+    cloned::<InterProcessMutex>();
+    cloned::<InterProcessReadWriteLock>();
+    cloned::<InterProcessSemaphoreMutex>();
+    cloned::<InterProcessSemaphoreV2>();
+    cloned::<SharedCount>();
+    cloned::<CancelToken>();
+    shared::<CuratorCache>();
+    shared::<DistributedDoubleBarrier>();
+    shared::<GroupMember>();
+    shared::<InterProcessMultiLock>();
+    shared::<LeaderLatch>();
+    shared::<LeaderSelector>();
+    shared::<Leadership>();
+    shared::<Lease>();
+    shared::<LockInternals>();
+    shared::<NodeCache>();
+    shared::<PersistentNode>();
+    shared::<SemaphoreMutexGuard<'static>>();
+};
 
 /// This crate's README (its page on crates.io): its Rust examples are
 /// compiled by `cargo test --doc -p latchkey-recipes`.

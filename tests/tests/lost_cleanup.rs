@@ -3,7 +3,9 @@
 //! have already declared `Lost`, with their ephemeral nodes; unless the
 //! client removes the nodes of its lost holds, everyone else waits for the
 //! server to expire the old session (a whole session timeout after the
-//! restart). Each test starts its own server, which it stops and restarts.
+//! restart). The same holds for a double barrier's member nodes and an
+//! ephemeral `PersistentNode`. Each test starts its own server, which it
+//! stops and restarts.
 
 mod common;
 
@@ -11,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use latchkey_framework::{Client, ConnectionState, CreateMode, ExponentialBackoffRetry};
-use latchkey_recipes::{InterProcessMutex, InterProcessSemaphoreV2};
+use latchkey_recipes::{
+    DistributedDoubleBarrier, InterProcessMutex, InterProcessSemaphoreV2, PersistentNode,
+};
 use latchkey_test::TestingServer;
 
 /// The holder's session timeout: the server restores its old session with
@@ -227,4 +231,89 @@ fn a_hold_lost_to_a_refused_login_does_not_block_others() {
     assert!(lock.is_lost());
     let _ = lock.release();
     holder.close();
+}
+
+/// A double-barrier member whose session is lost leaves its ephemeral
+/// member node; the others' `leave` waits for it to go.
+#[test]
+fn a_lost_barrier_member_does_not_hold_the_others_in_leave_after_a_restart() {
+    let _watchdog = Watchdog::new("lost barrier member cleanup", TEST_BOUND);
+    let mut server = TestingServer::start().unwrap();
+    let path = unique("/lost-cleanup-barrier");
+    let holder = holder_of(&server);
+    let ctx = Ctx::new(&server, &holder);
+    // Keeps its session over the restart: its timeout outlasts the outage.
+    let other = connect(&server.connect_string(), Duration::from_secs(40));
+    let theirs = DistributedDoubleBarrier::new(&holder, &path, 2).unwrap();
+    let ours = DistributedDoubleBarrier::new(&other, &path, 2).unwrap();
+    let entering = std::thread::spawn(move || theirs.enter(Duration::from_secs(20)));
+    assert!(
+        ours.enter(Duration::from_secs(20)).unwrap(),
+        "{}",
+        ctx.dump()
+    );
+    assert!(entering.join().unwrap().unwrap(), "{}", ctx.dump());
+    lose_the_session_over_a_restart(&mut server, &holder, &ctx);
+    let serving = Instant::now();
+    let left = ours.leave(Duration::from_secs(20)).unwrap();
+    let after = serving.elapsed();
+    eprintln!("the other member left {after:?} after ZooKeeper served again");
+    assert!(left, "not left within 20 s\n{}", ctx.dump());
+    assert!(
+        after <= RESUME_WITHIN,
+        "the other member left {after:?} after ZooKeeper served again \
+         (want at most {RESUME_WITHIN:?})\n{}",
+        ctx.dump()
+    );
+    holder.close();
+    other.close();
+}
+
+/// An ephemeral `PersistentNode` whose session is lost: the server keeps
+/// the old session's node after the restart, so the node is not this
+/// client's again until the server expires that session, and then it
+/// vanishes until re-created. It must be the new session's soon.
+#[test]
+fn a_persistent_ephemeral_node_is_the_new_sessions_soon_after_a_restart() {
+    let _watchdog = Watchdog::new("lost persistent node cleanup", TEST_BOUND);
+    let mut server = TestingServer::start().unwrap();
+    let path = unique("/lost-cleanup-persistent-node");
+    let holder = holder_of(&server);
+    let ctx = Ctx::new(&server, &holder);
+    let node = PersistentNode::new(&holder, CreateMode::Ephemeral, false, &path, b"x").unwrap();
+    node.start().unwrap();
+    assert!(node
+        .wait_for_initial_create(Duration::from_secs(10))
+        .unwrap());
+    let old_owner = holder.session_id();
+    lose_the_session_over_a_restart(&mut server, &holder, &ctx);
+    let serving = Instant::now();
+    let observer = connect(&server.connect_string(), SESSION);
+    let owner_now = || {
+        observer
+            .exists(&path)
+            .ok()
+            .flatten()
+            .map(|s| s.ephemeral_owner)
+    };
+    let deadline = serving + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let owner = owner_now();
+        if owner.is_some_and(|o| o != old_owner && o == holder.session_id()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after = serving.elapsed();
+    eprintln!("the node was the new session's {after:?} after ZooKeeper served again");
+    assert_eq!(owner_now(), Some(holder.session_id()), "{}", ctx.dump());
+    assert!(
+        after <= RESUME_WITHIN,
+        "the node was the new session's {after:?} after ZooKeeper served again \
+         (want at most {RESUME_WITHIN:?})\n{}",
+        ctx.dump()
+    );
+    node.close();
+    holder.close();
+    observer.close();
 }

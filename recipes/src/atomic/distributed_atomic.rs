@@ -207,6 +207,10 @@ impl PromotedToLock {
 /// leaves it unknown whether that one change was applied, as for any
 /// ZooKeeper write; every `Ok` with `succeeded` was applied exactly once.
 ///
+/// A clone is another handle on the same number (it keeps no state of its
+/// own besides its settings); with [`PromotedToLock`], clones share the
+/// promotion's mutex object.
+///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
 /// use std::time::Duration;
@@ -228,6 +232,19 @@ pub struct DistributedAtomic<T: AtomicData> {
     retry_policy: Arc<dyn RetryPolicy>,
     promoted: Option<(PromotedToLock, InterProcessMutex)>,
     _value: std::marker::PhantomData<T>,
+}
+
+// By hand: a derive would ask `T: Clone` of the marker's parameter.
+impl<T: AtomicData> Clone for DistributedAtomic<T> {
+    fn clone(&self) -> Self {
+        DistributedAtomic {
+            client: self.client.clone(),
+            path: self.path.clone(),
+            retry_policy: Arc::clone(&self.retry_policy),
+            promoted: self.promoted.clone(),
+            _value: std::marker::PhantomData,
+        }
+    }
 }
 
 /// Curator's `DistributedAtomicLong`: an `i64` in 8 big-endian bytes.

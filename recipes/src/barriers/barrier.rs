@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use latchkey_framework::{paths, Client, CreateMode, Error, ErrorCode, ListenerHandle, Result};
 
-use crate::locks::lock_internals::{deadline_after, validate_recipe_path, Signal};
+use crate::locks::lock_internals::{deadline_after, delete_if_lost, validate_recipe_path, Signal};
 
 /// The node whose creation tells a double barrier's members to enter.
 pub const READY_NODE: &str = "ready";
@@ -142,6 +142,13 @@ impl DistributedBarrier {
 /// by a random UUID, and `ready` once the count is reached, so Java and
 /// Rust members share a barrier.
 ///
+/// Unlike Curator, a member node whose session the client declares lost
+/// is deleted from the next session once it connects, if it is still the
+/// old session's node (see [`Client::delete_when_session_lost`]): a
+/// server restarted within the session timeout restores the old session
+/// for a whole timeout more, and the other members' `leave` would wait
+/// for it.
+///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
 /// use std::time::Duration;
@@ -196,11 +203,16 @@ impl DistributedDoubleBarrier {
             .client
             .exists_watch_waker(&self.ready_path, waiter.wake())?
             .is_some();
-        self.client
+        let (_, stat) = self
+            .client
             .create()
             .creating_parent_containers_if_needed()
             .mode(CreateMode::Ephemeral)
-            .for_path(&self.our_path, &[])?;
+            .for_path_with_stat(&self.our_path, &[])?;
+        // Should the session be declared lost, the node goes from the next
+        // session, instead of holding the others in `leave` until the
+        // server expires the old one.
+        delete_if_lost(&self.client, &self.our_path, stat.ephemeral_owner);
         if ready {
             return Ok(true);
         }
@@ -290,6 +302,7 @@ impl DistributedDoubleBarrier {
     }
 
     fn delete(&self, path: &str) -> Result<()> {
+        self.client.keep_when_session_lost(path);
         match self.client.delete().for_path(path) {
             Err(e) if e.is(ErrorCode::NoNode) => Ok(()),
             other => other,

@@ -635,6 +635,9 @@ impl From<LeaseReturnError> for Error {
 /// `InterProcessSemaphoreMutex`). A thread that acquires it twice waits for
 /// itself; use the timed form where that can happen.
 ///
+/// Clones share the same lock object (as [`InterProcessMutex`]'s do): a
+/// lock taken through one clone is released through any other.
+///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
 /// use latchkey_recipes::InterProcessSemaphoreMutex;
@@ -643,10 +646,11 @@ impl From<LeaseReturnError> for Error {
 /// std::thread::scope(|s| { s.spawn(|| m.release()).join().unwrap() })?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct InterProcessSemaphoreMutex {
     semaphore: InterProcessSemaphoreV2,
-    lease: Mutex<Option<Lease>>,
+    /// The lease held, shared by clones.
+    lease: Arc<Mutex<Option<Lease>>>,
 }
 
 impl InterProcessSemaphoreMutex {
@@ -654,7 +658,7 @@ impl InterProcessSemaphoreMutex {
     pub fn new(client: &Client, path: &str) -> Result<Self> {
         Ok(InterProcessSemaphoreMutex {
             semaphore: InterProcessSemaphoreV2::new(client, path, 1)?,
-            lease: Mutex::new(None),
+            lease: Arc::default(),
         })
     }
 

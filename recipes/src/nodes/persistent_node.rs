@@ -16,7 +16,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::armed::{read_watched, waking, WatchArms};
 use crate::cache::curator_cache::CuratorCache;
 use crate::keeper::{Keeper, Kept};
-use crate::locks::lock_internals::deadline_after;
+use crate::locks::lock_internals::{deadline_after, delete_if_lost};
 
 /// A node kept present for as long as this object lives (Curator's
 /// `PersistentNode`): created when started, re-created when it goes (its
@@ -28,7 +28,14 @@ use crate::locks::lock_internals::deadline_after;
 /// name carries Curator's `_c_<uuid>-` prefix, so a create whose reply was
 /// lost is found instead of made twice. Until the client hears that its
 /// session was lost, the node of that session may still be listed; an
-/// ephemeral node is back within a round trip of the new session.
+/// ephemeral node is back within a round trip of the new session. An
+/// ephemeral node of a session the client declared lost is deleted from
+/// the next session, if still that session's (see
+/// [`Client::delete_when_session_lost`]), and so made again by the new
+/// session at once: a server restarted within the session timeout
+/// restores the old session, whose node would otherwise stay until the
+/// server expires it, and then vanish until re-created (Curator waits
+/// for that).
 ///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
@@ -314,6 +321,7 @@ impl PersistentNode {
             }
         };
         if let Some(path) = path {
+            self.inner.plain.keep_when_session_lost(&path);
             if let Err(e) = self.inner.plain.delete().in_background().for_path(&path) {
                 log::warn!("deleting the persistent node {path}: {e}");
             }
@@ -396,7 +404,9 @@ impl Inner {
             false => builder,
         };
         self.state.lock().create_sent = true;
-        let created = builder.for_path(&self.base_path, data);
+        let created = builder
+            .for_path_with_stat(&self.base_path, data)
+            .map(|(path, stat)| self.owned(path, &stat));
         if created
             .as_ref()
             .is_err_and(|e| e.code().is_some() && !e.is_retryable())
@@ -444,7 +454,9 @@ impl Inner {
             true => builder.creating_parent_containers_if_needed(),
             false => builder,
         };
-        let created = builder.for_path(path, data);
+        let created = builder
+            .for_path_with_stat(path, data)
+            .map(|(path, stat)| self.owned(path, &stat));
         match created {
             Err(e) if e.is(ErrorCode::NoNode) => self.parent_gone(e),
             // Someone (or our previous session) made it meanwhile: write
@@ -477,6 +489,15 @@ impl Inner {
         );
         self.parent_missing.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// `path`, the node just created with `stat`: an ephemeral one is
+    /// registered for deletion should its session be declared lost.
+    fn owned(&self, path: String, stat: &latchkey_framework::Stat) -> String {
+        if stat.ephemeral_owner != 0 {
+            delete_if_lost(&self.plain, &path, stat.ephemeral_owner);
+        }
+        path
     }
 
     /// Tells the listeners that we created the node at `path`.
