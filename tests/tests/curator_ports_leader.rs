@@ -22,7 +22,7 @@
 //! | testLostConnection | curator_ports_leader::latch_lost_connection_then_one_leader |
 //! | testCorrectWatching | curator_ports_leader::latch_closing_a_later_latch_does_not_make_another_lead |
 //! | testWaiting | curator_ports_leader::latch_waiters_lead_one_at_a_time |
-//! | testBasic | curator_ports_leader::latch_basic_started_in_order (difference: latches started back to back from one thread may queue in any order, each joins from its own thread; Curator runs this test with one latch) |
+//! | testBasic | curator_ports_leader::latch_basic_started_in_order (difference: latches started back to back from one thread may queue in any order, each joins from its own thread, as `LeaderLatch::start` says; Curator runs this test with one latch) |
 //! | testBasicAlt | curator_ports_leader::latch_basic_started_in_threads |
 //! | testCallbackSanity | curator_ports_leader::latch_callback_sanity (Curator's `reset()` is done by deleting the latch's node) |
 //! | testCallbackNotifyLeader | curator_ports_leader::latch_callback_notify_leader |
@@ -39,10 +39,10 @@
 //! | testLeaderNodeDeleteOnInterrupt | curator_ports_leader::selector_interrupted_while_disconnected_deletes_its_node_on_reconnect |
 //! | testInterruptLeadershipWithRequeue | curator_ports_leader::selector_interrupted_twice_with_auto_requeue_leads_again (Curator's delaying executor is Java-only) |
 //! | testInterruptLeadership | curator_ports_leader::selector_interrupt_ends_the_term |
-//! | testRaceAtStateChanged | not applicable: holds Curator's selector between its lock and `takeLeadership` with internal debug latches and cancels from a state listener by throwing `CancelLeadershipException`. Deliberate difference: latchkey still calls `take_leadership` for a hold lost before the term starts, with a term that is already interrupted (`Leadership::is_valid` false), instead of skipping it |
+//! | testRaceAtStateChanged | not applicable: holds Curator's selector between its lock and `takeLeadership` with internal debug latches and cancels from a state listener by throwing `CancelLeadershipException`. Deliberate difference: latchkey still calls `take_leadership` for a hold lost before the term starts, with a term that is already interrupted (`Leadership::is_valid` false), instead of skipping it (documented on `LeaderSelector`) |
 //! | testAutoRequeue | curator_ports_leader::selector_auto_requeue_leads_again |
 //! | testServerDying | curator_ports_leader::selector_term_ends_when_the_server_dies |
-//! | testKillSessionThenCloseShouldElectNewLeader | curator_ports_leader::selector_after_an_expired_session_requeue_then_close_elects_the_other (deliberate difference: a selector only queued when its session expires stays queued, its lock node made again in the new session, so only the old leader needs `requeue`; Curator's fails its acquire and both requeue) |
+//! | testKillSessionThenCloseShouldElectNewLeader | curator_ports_leader::selector_after_an_expired_session_requeue_then_close_elects_the_other (deliberate difference: a selector only queued when its session expires stays queued, its lock node made again in the new session, so only the old leader needs `requeue`; Curator's election is cancelled and both requeue; documented on `LeaderSelector`) |
 //! | testKillServerThenCloseShouldElectNewLeader | curator_ports_leader::selector_after_the_server_comes_back_close_elects_the_other |
 //! | testClosing | curator_ports_leader::selector_closing |
 //! | testRotatingLeadership | curator_ports_leader::selector_rotating_leadership |
@@ -84,7 +84,7 @@
 //! | testMultiClientVersioned | recipe_edges::shared_count_multi_client_versioned |
 //! | testMultiClientDifferentSeed | recipe_edges::shared_count_multi_client_versioned |
 //! | testDisconnectEventOnWatcherDoesNotRetry | recipe_edges::shared_count_catches_up_after_each_reconnect |
-//! | testDisconnectReconnectEventDoesNotFireValueWatcher | curator_ports_leader::shared_count_reconnect_tells_no_change_that_did_not_happen (deliberate difference: Curator tells listeners the value again after each reconnection, latchkey's `listen` only new values) |
+//! | testDisconnectReconnectEventDoesNotFireValueWatcher | curator_ports_leader::shared_count_reconnect_tells_no_change_that_did_not_happen (deliberate difference: Curator tells listeners the value again after each reconnection, latchkey's `listen` only new values, as `SharedCount::listen` says) |
 //! | testDisconnectReconnectWithMultipleClients | recipe_edges::shared_count_catches_up_after_each_reconnect |
 //!
 //! ## TestDistributedAtomicLong
