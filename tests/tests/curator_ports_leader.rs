@@ -119,8 +119,9 @@
 //! One shared server for the binary; short session timeouts (1–4 s). Tests
 //! that need a server to go away use a [`FaultProxy`] in front of the
 //! shared server (pause: the connection is cut off, the server keeps the
-//! session; refuse + cut: the server looks dead); only the three-member
-//! cluster test starts servers of its own.
+//! session; refuse + cut: the server looks dead). Two tests start servers
+//! of their own: the one whose server comes back empty, and the
+//! three-member ensemble.
 
 mod common;
 
@@ -995,7 +996,9 @@ fn selector_after_an_expired_session_requeue_then_close_elects_the_other() {
     // Curator's queued selector fails its acquire with the session, so
     // both requeue. latchkey's queued selector stays queued (its lock node
     // is made again in the new session), so only the old leader can
-    // requeue; the other leads meanwhile or after it.
+    // requeue; the other leads meanwhile or after it. (It queues again
+    // because the client's retry policy allows it; with none left it would
+    // fail and need a requeue too.)
     let requeued = AtomicUsize::new(0);
     wait_until(
         WITHIN,
