@@ -510,6 +510,8 @@ fn latch_through_a_short_outage(
 
 /// With `SessionConnectionStateErrorPolicy`, a latch leads on through a
 /// `Suspended` connection that comes back within the session.
+///
+/// Curator's TestLeaderLatch.testSessionErrorPolicy (its session half).
 #[test]
 fn with_the_session_policy_a_latch_leads_on_through_a_short_outage() {
     let (during, told, after, same_node) = latch_through_a_short_outage(
@@ -527,6 +529,8 @@ fn with_the_session_policy_a_latch_leads_on_through_a_short_outage() {
 
 /// With the default, `StandardConnectionStateErrorPolicy`, the same outage
 /// ends leadership until `Reconnected` confirms it.
+///
+/// Curator's TestLeaderLatch.testSessionErrorPolicy (its standard half).
 #[test]
 fn with_the_standard_policy_a_short_outage_ends_a_latch_s_leadership() {
     let (during, told, after, same_node) = latch_through_a_short_outage(
@@ -596,6 +600,7 @@ fn a_suspended_leader_stops_leading_until_reconnected_confirms_it() {
     );
 }
 
+/// Curator's TestLeaderLatch.testSessionInterruptionDoNotCauseBrainSplit.
 #[test]
 fn an_expired_leader_gives_way_and_queues_again() {
     let cs = clients(2, SESSION);

@@ -198,6 +198,9 @@ impl LeaderLatch {
     /// Joins the election: creates this latch's node as soon as the client
     /// is connected, and keeps it (again after a lost session) until
     /// closed. Fails with [`Error::IllegalState`] if started before.
+    ///
+    /// The node is made from the latch's own thread, so latches started
+    /// one right after the other may queue in either order.
     pub fn start(&self) -> Result<()> {
         {
             let mut s = self.inner.shared.lock();

@@ -285,6 +285,17 @@ impl std::fmt::Debug for Leadership {
 /// whole timeout more); Curator's nodes wait for that expiry, and so
 /// does everyone queued behind them.
 ///
+/// Also unlike Curator, an error state of the connection (by the
+/// client's error policy) interrupts only a term under way: a selector
+/// that is queued stays queued, its lock node made again in a new session
+/// if the old one is lost. Curator's `LeaderSelectorListenerAdapter`
+/// cancels the whole election then, and a selector without auto-requeue
+/// is out until it requeues. Leadership that may be dated is guarded
+/// here instead at the start of a term: a term whose hold is already lost,
+/// or that begins in an error state, begins interrupted
+/// ([`Leadership::is_valid`] is false); `take_leadership` is still called
+/// with it, where Curator would not call `takeLeadership`.
+///
 /// The holder of the lock leads: `take_leadership` runs on the selector's
 /// thread with a [`Leadership`] handle, and leadership ends (the lock is
 /// released) when it returns. With [`auto_requeue`](Self::auto_requeue)

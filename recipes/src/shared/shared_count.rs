@@ -109,7 +109,10 @@ impl SharedCount {
     }
 
     /// A channel that receives every new count, in the order they were seen;
-    /// counts set in quick succession may arrive as only the last one. The
+    /// counts set in quick succession may arrive as only the last one. A
+    /// write of the same value is a new count (a new version); a
+    /// reconnection is not (Curator's listeners hear the value again after
+    /// each reconnection; these hear only what changed meanwhile). The
     /// listener goes away with the receiver (at the next change after it is
     /// dropped). Connection states come from [`Client::listen`].
     pub fn listen(&self) -> Receiver<i32> {
