@@ -134,9 +134,9 @@ impl<T: Payload> ServiceCache<T> {
     /// Starting twice is an error.
     pub fn start(&self) -> Result<()> {
         let mut thread = self.thread.lock();
-        if thread.is_some() {
+        if thread.is_some() || self.shared.state.lock().ended {
             return Err(Error::IllegalState(format!(
-                "the service cache of {} is started already",
+                "the service cache of {} is started already, or closed",
                 self.shared.path
             )));
         }
@@ -148,7 +148,11 @@ impl<T: Payload> ServiceCache<T> {
             .map_err(|e| Error::IllegalState(format!("cannot start a thread: {e}")))?;
         *thread = Some(handle);
         drop(thread);
-        self.cache.start()?;
+        if let Err(e) = self.cache.start() {
+            // Its channel disconnects: the sorting thread ends.
+            self.close();
+            return Err(e.into());
+        }
         // The first read is in; wait for it to be sorted into instances.
         let deadline = Instant::now() + SORT_FIRST_READ;
         let mut state = self.shared.state.lock();

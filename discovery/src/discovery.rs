@@ -279,6 +279,9 @@ impl<T: Payload> ServiceDiscovery<T> {
             if created {
                 return Ok(());
             }
+            if self.inner.client.is_closed() {
+                return Err(Error::ZooKeeper(latchkey_framework::Error::Closed));
+            }
             if Instant::now() >= deadline {
                 return Err(Error::IllegalState(format!(
                     "the instance {path} was not registered within {:?} (ZooKeeper unreachable?); \
