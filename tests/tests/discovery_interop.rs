@@ -138,6 +138,7 @@ fn java_instances(base: &str, name: &str) -> Vec<Value> {
 fn latchkeys_instances_are_read_by_curator_with_every_field() {
     let c = client();
     let base = unique("/discovery-interop/from-rust");
+    java(&format!("disc open {base} true"));
     for compatible in [true, false] {
         let d = ServiceDiscovery::<Value>::builder(&c)
             .base_path(&base)
