@@ -157,7 +157,12 @@ impl<T: Payload> ServiceCache<T> {
         let deadline = Instant::now() + SORT_FIRST_READ;
         let mut state = self.shared.state.lock();
         while !state.initialized && !state.ended {
-            if self.shared.changed.wait_until(&mut state, deadline).timed_out() {
+            if self
+                .shared
+                .changed
+                .wait_until(&mut state, deadline)
+                .timed_out()
+            {
                 return Err(Error::IllegalState(format!(
                     "the service cache of {} did not sort its first read within {SORT_FIRST_READ:?}",
                     self.shared.path
@@ -170,7 +175,13 @@ impl<T: Payload> ServiceCache<T> {
     /// The instances as last seen, sorted by node name (Curator's
     /// `getInstances`).
     pub fn instances(&self) -> Vec<ServiceInstance<T>> {
-        self.shared.state.lock().instances.values().cloned().collect()
+        self.shared
+            .state
+            .lock()
+            .instances
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// A channel that receives every change from now on, in order. It

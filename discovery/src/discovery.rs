@@ -12,9 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use latchkey_framework::{
-    paths, Client, ConnectionState, CreateMode, ErrorCode, ListenerHandle,
-};
+use latchkey_framework::{paths, Client, ConnectionState, CreateMode, ErrorCode, ListenerHandle};
 use latchkey_recipes::PersistentNode;
 use parking_lot::Mutex;
 
@@ -73,9 +71,9 @@ impl<T: Payload> ServiceDiscoveryBuilder<T> {
     /// The discovery, not started. Fails without a base path or with an
     /// invalid one.
     pub fn build(self) -> Result<ServiceDiscovery<T>> {
-        let base = self
-            .base_path
-            .ok_or_else(|| Error::InvalidArgument("a service discovery needs a base path".into()))?;
+        let base = self.base_path.ok_or_else(|| {
+            Error::InvalidArgument("a service discovery needs a base path".into())
+        })?;
         paths::validate_path(&base).map_err(|e| {
             Error::InvalidArgument(format!(
                 "base path {:?}: {}",

@@ -178,7 +178,10 @@ fn to_json<T: Serialize>(
     let _ = write!(
         out,
         ",\"address\":{}",
-        instance.address.as_deref().map_or("null".to_owned(), string)
+        instance
+            .address
+            .as_deref()
+            .map_or("null".to_owned(), string)
     );
     let _ = write!(out, ",\"port\":{}", opt_num(instance.port));
     let _ = write!(out, ",\"sslPort\":{}", opt_num(instance.ssl_port));
@@ -348,7 +351,12 @@ fn from_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<ServiceInstance<T>> {
         out.enabled = match v {
             Value::Null => true,
             Value::Bool(b) => b,
-            other => return Err(bad(format!("enabled is not a boolean but {}", kind(&other)))),
+            other => {
+                return Err(bad(format!(
+                    "enabled is not a boolean but {}",
+                    kind(&other)
+                )))
+            }
         };
     }
     out.extra = map;
@@ -383,7 +391,12 @@ fn uri_spec(v: Value) -> Result<Option<UriSpec>> {
     let parts = match v {
         Value::Null => return Ok(None),
         Value::Object(mut m) => m.remove("parts").unwrap_or(Value::Null),
-        other => return Err(bad(format!("uriSpec is not an object but {}", kind(&other)))),
+        other => {
+            return Err(bad(format!(
+                "uriSpec is not an object but {}",
+                kind(&other)
+            )))
+        }
     };
     let mut spec = UriSpec::new();
     let parts = match parts {
@@ -400,7 +413,10 @@ fn uri_spec(v: Value) -> Result<Option<UriSpec>> {
         let Value::Object(mut m) = p else {
             return Err(bad("uriSpec.parts holds something other than objects"));
         };
-        let value = opt_string(m.remove("value").unwrap_or(Value::Null), "uriSpec part value")?;
+        let value = opt_string(
+            m.remove("value").unwrap_or(Value::Null),
+            "uriSpec part value",
+        )?;
         let variable = match m.remove("variable") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => b,
@@ -432,7 +448,8 @@ fn opt_port(v: Value, field: &str) -> Result<Option<u16>> {
     if v.is_null() {
         return Ok(None);
     }
-    let n = integer(&v).ok_or_else(|| bad(format!("{field} is not an integer but {}", kind(&v))))?;
+    let n =
+        integer(&v).ok_or_else(|| bad(format!("{field} is not an integer but {}", kind(&v))))?;
     u16::try_from(n)
         .map(Some)
         .map_err(|_| bad(format!("{field} {n} is not a port (0 to 65535)")))

@@ -86,3 +86,8 @@ impl<T> Payload for T where
     T: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static
 {
 }
+
+/// The crate's README, whose examples are compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -173,9 +173,9 @@ impl<T: Payload> ServiceProviderBuilder<T> {
 
     /// The provider, not started.
     pub fn build(self) -> Result<ServiceProvider<T>> {
-        let name = self
-            .name
-            .ok_or_else(|| Error::InvalidArgument("a service provider needs a service name".into()))?;
+        let name = self.name.ok_or_else(|| {
+            Error::InvalidArgument("a service provider needs a service name".into())
+        })?;
         let cache = crate::cache::ServiceCacheBuilder::new(self.discovery)
             .name(&name)
             .build()?;

@@ -112,7 +112,11 @@ impl UriSpec {
             }
         }
         if !token.is_empty() {
-            let value = if inside { token.trim().to_owned() } else { token };
+            let value = if inside {
+                token.trim().to_owned()
+            } else {
+                token
+            };
             parts.push(Part {
                 value,
                 variable: inside,
@@ -164,10 +168,7 @@ impl UriSpec {
                 FIELD_REGISTRATION_TIME_UTC,
                 i.registration_time_utc.to_string(),
             );
-            local.insert(
-                FIELD_SERVICE_TYPE,
-                i.service_type.as_str().to_lowercase(),
-            );
+            local.insert(FIELD_SERVICE_TYPE, i.service_type.as_str().to_lowercase());
             if i.ssl_port.is_some() {
                 local.insert(FIELD_SCHEME, "https".into());
             }

@@ -735,7 +735,12 @@ fn compile_curator(tools: &CuratorTools) -> io::Result<PathBuf> {
 }
 
 /// Compiles the peer class `class` from `source` into its cache directory.
-fn compile_java(tools: &CuratorTools, tag: &str, class: &str, source_text: &str) -> io::Result<PathBuf> {
+fn compile_java(
+    tools: &CuratorTools,
+    tag: &str,
+    class: &str,
+    source_text: &str,
+) -> io::Result<PathBuf> {
     let key = format!(
         "{source_text}\0{}\0{}",
         tools.classpath,

@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use latchkey_discovery::{
-    DownInstancePolicy, Error, InstanceSerializer, JsonInstanceSerializer, ServiceCacheEvent,
-    ServiceDiscovery, ServiceInstance, ServiceType, StickyStrategy, RoundRobinStrategy,
+    DownInstancePolicy, Error, InstanceSerializer, JsonInstanceSerializer, RoundRobinStrategy,
+    ServiceCacheEvent, ServiceDiscovery, ServiceInstance, ServiceType, StickyStrategy,
 };
 use latchkey_framework::{Client, CreateMode};
 use latchkey_test::TestingServer;
@@ -77,7 +77,10 @@ fn basic_register_and_query() {
         .unwrap();
     d.start().unwrap();
     assert_eq!(d.query_for_names().unwrap(), vec!["test"]);
-    assert_eq!(d.query_for_instances("test").unwrap(), vec![instance.clone()]);
+    assert_eq!(
+        d.query_for_instances("test").unwrap(),
+        vec![instance.clone()]
+    );
     assert_eq!(
         d.query_for_instance("test", &instance.id).unwrap(),
         Some(instance.clone())
@@ -138,7 +141,11 @@ fn service_types_are_kept_as_curator_keeps_them() {
     let other = connect(&shared_server().connect_string(), Duration::from_secs(10));
     let base = unique("/discovery/types");
     let d = discovery::<()>(&client, &base);
-    let make = |t| ServiceInstance::<()>::builder("svc").service_type(t).build();
+    let make = |t| {
+        ServiceInstance::<()>::builder("svc")
+            .service_type(t)
+            .build()
+    };
     let dynamic = make(ServiceType::Dynamic);
     let stat = make(ServiceType::Static);
     let perm = make(ServiceType::Permanent);
@@ -162,7 +169,10 @@ fn service_types_are_kept_as_curator_keeps_them() {
         seq_name.starts_with(&seq.id) && seq_name.len() == seq.id.len() + 10,
         "{seq_path}"
     );
-    assert_eq!(ids(&d.query_for_instances("svc").unwrap()), ids(&[dynamic.clone(), stat.clone(), perm.clone(), seq.clone()]));
+    assert_eq!(
+        ids(&d.query_for_instances("svc").unwrap()),
+        ids(&[dynamic.clone(), stat.clone(), perm.clone(), seq.clone()])
+    );
 
     // A static node deleted by someone else comes back on the next
     // connection; a dynamic one at once.
@@ -172,7 +182,12 @@ fn service_types_are_kept_as_curator_keeps_them() {
         .unwrap();
     wait_until(
         Duration::from_secs(5),
-        || other.exists(&d.registered_path(&dynamic.id).unwrap()).unwrap().is_some(),
+        || {
+            other
+                .exists(&d.registered_path(&dynamic.id).unwrap())
+                .unwrap()
+                .is_some()
+        },
         || "the dynamic instance was not re-created".into(),
     );
 
@@ -243,7 +258,9 @@ fn bad_names_are_refused() {
         assert!(d.query_for_instance(name, id).is_err());
     }
     for base in ["", "relative", "/trailing/", "/a//b"] {
-        let r = ServiceDiscovery::<()>::builder(&client).base_path(base).build();
+        let r = ServiceDiscovery::<()>::builder(&client)
+            .base_path(base)
+            .build();
         assert!(matches!(r, Err(Error::InvalidArgument(_))), "{base:?}");
     }
     assert!(ServiceDiscovery::<()>::builder(&client).build().is_err());
@@ -276,14 +293,20 @@ fn the_builder_takes_a_serializer() {
     d.start().unwrap();
     let i = ServiceInstance::<()>::builder("svc").id("a").build();
     d.register_service(&i).unwrap();
-    assert_eq!(client.get_data(&format!("{base}/svc/a")).unwrap().0, b"svc|a");
+    assert_eq!(
+        client.get_data(&format!("{base}/svc/a")).unwrap().0,
+        b"svc|a"
+    );
     assert_eq!(d.query_for_instance("svc", "a").unwrap().unwrap().id, "a");
     // The default is Curator's JSON.
     let json = discovery::<()>(&client, &base);
     let j = ServiceInstance::<()>::builder("json").id("b").build();
     json.register_service(&j).unwrap();
     let data = client.get_data(&format!("{base}/json/b")).unwrap().0;
-    assert_eq!(data, JsonInstanceSerializer::<()>::new().serialize(&j).unwrap());
+    assert_eq!(
+        data,
+        JsonInstanceSerializer::<()>::new().serialize(&j).unwrap()
+    );
 }
 
 /// Nodes another process wrote badly are skipped, with the reason logged;
@@ -369,7 +392,10 @@ fn cache_initial_load() {
     let cache = d.service_cache_builder().name("test").build().unwrap();
     let events = cache.listen();
     cache.start().unwrap();
-    assert_eq!(events.recv_timeout(Duration::from_secs(5)), Ok(ServiceCacheEvent::Initialized));
+    assert_eq!(
+        events.recv_timeout(Duration::from_secs(5)),
+        Ok(ServiceCacheEvent::Initialized)
+    );
     let list: Vec<_> = (0..3).map(|i| thing("test", 10064 + i)).collect();
     for i in &list {
         d.register_service(i).unwrap();
@@ -390,7 +416,11 @@ fn cache_initial_load() {
 fn provider_sees_instances_as_they_come() {
     let client = connect(&shared_server().connect_string(), Duration::from_secs(10));
     let d = discovery::<String>(&client, &unique("/discovery/via-provider"));
-    let provider = d.service_provider_builder().service_name("test").build().unwrap();
+    let provider = d
+        .service_provider_builder()
+        .service_name("test")
+        .build()
+        .unwrap();
     provider.start().unwrap();
     assert_eq!(provider.get_instance(), None);
     let instance = thing("test", 10064);
@@ -451,18 +481,30 @@ fn cache_events_only_for_its_service() {
     let i1 = thing("test", 10064);
     let i2 = thing("test", 10065);
     d.register_service(&i1).unwrap();
-    assert_eq!(events.recv_timeout(Duration::from_secs(10)), Ok(ServiceCacheEvent::Added(i1.clone())));
+    assert_eq!(
+        events.recv_timeout(Duration::from_secs(10)),
+        Ok(ServiceCacheEvent::Added(i1.clone()))
+    );
     d.register_service(&i2).unwrap();
-    assert_eq!(events.recv_timeout(Duration::from_secs(3)), Ok(ServiceCacheEvent::Added(i2.clone())));
+    assert_eq!(
+        events.recv_timeout(Duration::from_secs(3)),
+        Ok(ServiceCacheEvent::Added(i2.clone()))
+    );
     d.register_service(&thing("another", 10064)).unwrap();
     assert!(
         events.recv_timeout(Duration::from_secs(1)).is_err(),
         "no event for another service"
     );
     d.unregister_service(&i1).unwrap();
-    assert_eq!(events.recv_timeout(Duration::from_secs(3)), Ok(ServiceCacheEvent::Removed(i1)));
+    assert_eq!(
+        events.recv_timeout(Duration::from_secs(3)),
+        Ok(ServiceCacheEvent::Removed(i1))
+    );
     cache.close();
-    assert!(events.recv_timeout(Duration::from_secs(3)).is_err(), "disconnected on close");
+    assert!(
+        events.recv_timeout(Duration::from_secs(3)).is_err(),
+        "disconnected on close"
+    );
     assert_eq!(cache.instances(), vec![i2], "kept as last seen");
 }
 
@@ -570,7 +612,11 @@ fn provider_leaves_out_disabled_instances() {
         .build()
         .unwrap();
     d.start().unwrap();
-    let provider = d.service_provider_builder().service_name("test").build().unwrap();
+    let provider = d
+        .service_provider_builder()
+        .service_name("test")
+        .build()
+        .unwrap();
     provider.start().unwrap();
     assert_eq!(provider.cache().instances().len(), 1);
     assert_eq!(provider.get_instance(), None);
@@ -629,7 +675,13 @@ fn a_dynamic_instance_is_back_within_2s_of_a_new_session() {
     wait_until(
         Duration::from_secs(2).saturating_sub(new_session.elapsed()) + Duration::from_millis(500),
         || cache.instances() == vec![instance.clone()],
-        || format!("the cache has {:?}\n{}", ids(&cache.instances()), ctx.dump()),
+        || {
+            format!(
+                "the cache has {:?}\n{}",
+                ids(&cache.instances()),
+                ctx.dump()
+            )
+        },
     );
     let path = d.registered_path(&instance.id).unwrap();
     assert_eq!(
@@ -729,7 +781,10 @@ fn start_without_a_server_registers_once_it_is_up() {
     server.restart().unwrap();
     wait_until(
         Duration::from_secs(15),
-        || d.query_for_instances("test").is_ok_and(|l| l == vec![instance.clone()]),
+        || {
+            d.query_for_instances("test")
+                .is_ok_and(|l| l == vec![instance.clone()])
+        },
         || format!("never registered: {:?}", client.state_history()),
     );
     assert_eq!(d.query_for_names().unwrap(), vec!["test"]);
@@ -775,7 +830,11 @@ fn close_and_drop_at_any_moment() {
         let cache = d.service_cache_builder().name("svc").build().unwrap();
         let _events = cache.listen();
         // Dropped unstarted, started, and closed twice.
-        let provider = d.service_provider_builder().service_name("svc").build().unwrap();
+        let provider = d
+            .service_provider_builder()
+            .service_name("svc")
+            .build()
+            .unwrap();
         drop(provider);
         cache.start().unwrap();
         cache.close();

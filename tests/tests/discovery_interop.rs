@@ -31,8 +31,11 @@ fn peer() -> MutexGuard<'static, Peer> {
     static PEER: OnceLock<Mutex<Peer>> = OnceLock::new();
     PEER.get_or_init(|| {
         Mutex::new(
-            Peer::start(PeerKind::CuratorDiscovery, &shared_server().connect_string())
-                .expect("start the Curator discovery peer"),
+            Peer::start(
+                PeerKind::CuratorDiscovery,
+                &shared_server().connect_string(),
+            )
+            .expect("start the Curator discovery peer"),
         )
     })
     .lock()
@@ -67,12 +70,48 @@ struct Case {
 
 fn cases() -> Vec<Case> {
     vec![
-        Case { id: "none", kind: "none", payload: Value::Null, class: None, service_type: "DYNAMIC" },
-        Case { id: "string", kind: "string", payload: json!("thing"), class: None, service_type: "STATIC" },
-        Case { id: "long", kind: "long", payload: json!(12345), class: Some("java.lang.Long"), service_type: "PERMANENT" },
-        Case { id: "details", kind: "details", payload: json!({"region": "eu", "weight": 7}), class: Some(DETAILS), service_type: "DYNAMIC" },
-        Case { id: "map", kind: "map", payload: json!({"k": "v"}), class: Some("java.util.HashMap"), service_type: "DYNAMIC" },
-        Case { id: "list", kind: "list", payload: json!(["a", "b"]), class: Some("java.util.ArrayList"), service_type: "DYNAMIC" },
+        Case {
+            id: "none",
+            kind: "none",
+            payload: Value::Null,
+            class: None,
+            service_type: "DYNAMIC",
+        },
+        Case {
+            id: "string",
+            kind: "string",
+            payload: json!("thing"),
+            class: None,
+            service_type: "STATIC",
+        },
+        Case {
+            id: "long",
+            kind: "long",
+            payload: json!(12345),
+            class: Some("java.lang.Long"),
+            service_type: "PERMANENT",
+        },
+        Case {
+            id: "details",
+            kind: "details",
+            payload: json!({"region": "eu", "weight": 7}),
+            class: Some(DETAILS),
+            service_type: "DYNAMIC",
+        },
+        Case {
+            id: "map",
+            kind: "map",
+            payload: json!({"k": "v"}),
+            class: Some("java.util.HashMap"),
+            service_type: "DYNAMIC",
+        },
+        Case {
+            id: "list",
+            kind: "list",
+            payload: json!(["a", "b"]),
+            class: Some("java.util.ArrayList"),
+            service_type: "DYNAMIC",
+        },
     ]
 }
 
@@ -110,7 +149,12 @@ fn curators_instances_are_read_with_every_field() {
             assert_eq!(i.build_uri_spec(), "https://10.1.2.3:8080/x{y}");
             // Curator's compatible mode does not write `enabled`.
             assert_eq!(i.enabled, compatible, "{}", case.id);
-            assert_eq!(i.payload.clone().unwrap_or(Value::Null), case.payload, "{}", case.id);
+            assert_eq!(
+                i.payload.clone().unwrap_or(Value::Null),
+                case.payload,
+                "{}",
+                case.id
+            );
             assert_eq!(i.payload_class.as_deref(), case.class, "{}", case.id);
             assert!(i.extra.is_empty());
         }
@@ -120,11 +164,24 @@ fn curators_instances_are_read_with_every_field() {
             .build()
             .unwrap();
         let details = typed.query_for_instance("svc", "details").unwrap().unwrap();
-        assert_eq!(details.payload, Some(Details { region: "eu".into(), weight: 7 }));
+        assert_eq!(
+            details.payload,
+            Some(Details {
+                region: "eu".into(),
+                weight: 7
+            })
+        );
         // The others are not Details: skipped by a query, one bad instance each.
-        assert_eq!(typed.query_for_instances("svc").unwrap().len(), 2, "details and none");
+        assert_eq!(
+            typed.query_for_instances("svc").unwrap().len(),
+            2,
+            "details and none"
+        );
         java(&format!("disc close {base}"));
-        assert!(d.query_for_instances("svc").unwrap().is_empty(), "Curator's close unregisters all");
+        assert!(
+            d.query_for_instances("svc").unwrap().is_empty(),
+            "Curator's close unregisters all"
+        );
     }
 }
 
@@ -158,7 +215,11 @@ fn latchkeys_instances_are_read_by_curator_with_every_field() {
             (None, None, "none"),
             (Some(json!("thing")), None, "java.lang.String"),
             (Some(json!(12345)), Some("java.lang.Long"), "java.lang.Long"),
-            (Some(json!({"region": "eu", "weight": 7})), Some(DETAILS), DETAILS),
+            (
+                Some(json!({"region": "eu", "weight": 7})),
+                Some(DETAILS),
+                DETAILS,
+            ),
             (Some(json!({"k": "v"})), None, "java.util.LinkedHashMap"),
             (Some(json!(["a", "b"])), None, "java.util.ArrayList"),
         ];
@@ -201,7 +262,11 @@ fn latchkeys_instances_are_read_by_curator_with_every_field() {
                 .collect();
             assert_eq!(j["uriParts"], Value::Array(parts));
             assert_eq!(j["uri"], json!(i.build_uri_spec()));
-            assert_eq!(j["enabled"], json!(compatible), "compatible mode leaves enabled out");
+            assert_eq!(
+                j["enabled"],
+                json!(compatible),
+                "compatible mode leaves enabled out"
+            );
             match payload {
                 None => assert_eq!(j["payloadClass"], Value::Null),
                 Some(p) => {
@@ -225,7 +290,10 @@ fn latchkeys_instances_are_read_by_curator_with_every_field() {
         .build()
         .unwrap();
     let i = ServiceInstance::builder("typed")
-        .payload(Details { region: "us".into(), weight: -3 })
+        .payload(Details {
+            region: "us".into(),
+            weight: -3,
+        })
         .build();
     typed.register_service(&i).unwrap();
     let seen = java_instances(&base, "typed");
@@ -251,7 +319,10 @@ fn caches_see_the_other_sides_instances_come_and_go() {
     let events = cache.listen();
 
     // Ours, in Curator's cache.
-    let mine = ServiceInstance::<Value>::builder("svc").id("rust-1").port(1).build();
+    let mine = ServiceInstance::<Value>::builder("svc")
+        .id("rust-1")
+        .port(1)
+        .build();
     d.register_service(&mine).unwrap();
     wait_until(
         Duration::from_secs(10),
@@ -295,7 +366,12 @@ fn caches_see_the_other_sides_instances_come_and_go() {
         || java(&format!("disc cache {base} svc ids")).is_empty(),
         || "Curator's cache still lists instances".into(),
     );
-    assert!(java(&format!("disc cache {base} svc changes")).parse::<u32>().unwrap() >= 3);
+    assert!(
+        java(&format!("disc cache {base} svc changes"))
+            .parse::<u32>()
+            .unwrap()
+            >= 3
+    );
     java(&format!("disc cache {base} svc close"));
     java(&format!("disc close {base}"));
 }

@@ -100,14 +100,20 @@ fn no_payload_round_trips() {
     let json = JsonInstanceSerializer::<()>::new();
     let i = instance::<()>(None, true);
     let bytes = json.serialize(&i).unwrap();
-    assert!(text(&bytes).contains("\"payload\":null"), "{}", text(&bytes));
+    assert!(
+        text(&bytes).contains("\"payload\":null"),
+        "{}",
+        text(&bytes)
+    );
     assert_eq!(json.deserialize(&bytes).unwrap(), i);
 }
 
 /// Curator's TestJsonInstanceSerializer.testNoEnabledState
 #[test]
 fn an_empty_object_is_an_enabled_instance_with_defaults() {
-    let i = JsonInstanceSerializer::<()>::new().deserialize(b"{}").unwrap();
+    let i = JsonInstanceSerializer::<()>::new()
+        .deserialize(b"{}")
+        .unwrap();
     assert!(i.enabled, "an instance without `enabled` is enabled");
     assert_eq!(i, ServiceInstance::<()>::empty());
 }
@@ -119,7 +125,8 @@ fn list_and_map_payloads_round_trip_with_jacksons_type_ids() {
     let list = instance(Some(json!(["Test value 1", "Test value 2"])), false);
     let bytes = json.serialize(&list).unwrap();
     assert!(
-        text(&bytes).contains(r#""payload":["java.util.ArrayList",["Test value 1","Test value 2"]]"#),
+        text(&bytes)
+            .contains(r#""payload":["java.util.ArrayList",["Test value 1","Test value 2"]]"#),
         "{}",
         text(&bytes)
     );
@@ -131,7 +138,10 @@ fn list_and_map_payloads_round_trip_with_jacksons_type_ids() {
     // As Curator writes a HashMap.
     let curator = br#"{"name":"name","id":"id","address":"address","port":10,"sslPort":20,"payload":{"@class":"java.util.HashMap","1":"Test value 1","2":"Test value 2"},"registrationTimeUTC":0,"serviceType":"DYNAMIC","uriSpec":{"parts":[{"value":"a","variable":true},{"value":"/b/","variable":false},{"value":"c","variable":true}]},"enabled":false}"#;
     let map = json.deserialize(curator).unwrap();
-    assert_eq!(map.payload, Some(json!({"1": "Test value 1", "2": "Test value 2"})));
+    assert_eq!(
+        map.payload,
+        Some(json!({"1": "Test value 1", "2": "Test value 2"}))
+    );
     assert_eq!(map.payload_class.as_deref(), Some("java.util.HashMap"));
     assert_eq!(
         map.uri_spec.as_ref().unwrap(),
@@ -191,19 +201,39 @@ fn compatible_mode_writes_curators_bytes() {
     let cases: [(Option<Value>, Option<&str>, &str); 9] = [
         (Some(json!("thing")), None, r#""thing""#),
         (Some(json!(42)), None, "42"),
-        (Some(json!(42)), Some("java.lang.Long"), r#"["java.lang.Long",42]"#),
+        (
+            Some(json!(42)),
+            Some("java.lang.Long"),
+            r#"["java.lang.Long",42]"#,
+        ),
         (Some(json!(1.5)), None, "1.5"),
         (Some(json!(true)), None, "true"),
-        (Some(json!({"val": "v"})), Some("Probe$Payload"), r#"{"@class":"Probe$Payload","val":"v"}"#),
-        (Some(json!({"k": "v"})), Some("java.util.HashMap"), r#"{"@class":"java.util.HashMap","k":"v"}"#),
-        (Some(json!(["a", "b"])), None, r#"["java.util.ArrayList",["a","b"]]"#),
+        (
+            Some(json!({"val": "v"})),
+            Some("Probe$Payload"),
+            r#"{"@class":"Probe$Payload","val":"v"}"#,
+        ),
+        (
+            Some(json!({"k": "v"})),
+            Some("java.util.HashMap"),
+            r#"{"@class":"java.util.HashMap","k":"v"}"#,
+        ),
+        (
+            Some(json!(["a", "b"])),
+            None,
+            r#"["java.util.ArrayList",["a","b"]]"#,
+        ),
         (None, None, "null"),
     ];
     for (payload, class, written) in cases {
         let i = base(payload, class);
         for compatible in [true, false] {
             let json = JsonInstanceSerializer::<Value>::new().compatible_serialization(compatible);
-            let enabled = if compatible { "" } else { r#","enabled":false"# };
+            let enabled = if compatible {
+                ""
+            } else {
+                r#","enabled":false"#
+            };
             let want = format!(
                 r#"{{"name":"name","id":"id","address":"1.2.3.4","port":10,"sslPort":null,"payload":{written},"registrationTimeUTC":123,"serviceType":"DYNAMIC","uriSpec":{URI}{enabled}}}"#
             );
@@ -227,7 +257,10 @@ fn compatible_mode_drops_enabled() {
     let bytes = json.serialize(&i).unwrap();
     assert!(!text(&bytes).contains("enabled"), "{}", text(&bytes));
     let back = json.deserialize(&bytes).unwrap();
-    assert!(back.enabled, "enabled is lost in compatible mode, read as true");
+    assert!(
+        back.enabled,
+        "enabled is lost in compatible mode, read as true"
+    );
     assert_eq!(back.name, i.name);
     assert_eq!(back.payload, i.payload);
     assert_eq!(back.uri_spec, i.uri_spec);
@@ -287,14 +320,23 @@ fn bad_input_is_an_error_naming_why_never_a_panic() {
     for (bytes, why) in cases {
         match json.deserialize(bytes) {
             Err(Error::BadInstance { reason, .. }) => {
-                assert!(reason.contains(why), "{:?}: {reason}", String::from_utf8_lossy(&bytes[..bytes.len().min(40)]))
+                assert!(
+                    reason.contains(why),
+                    "{:?}: {reason}",
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(40)])
+                )
             }
-            other => panic!("{:?}: expected an error, got {other:?}", String::from_utf8_lossy(&bytes[..bytes.len().min(40)])),
+            other => panic!(
+                "{:?}: expected an error, got {other:?}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(40)])
+            ),
         }
     }
     // Jackson's leniencies are taken: a port in a string, nulls.
     let i = json
-        .deserialize(br#"{"port":"12","name":null,"serviceType":null,"enabled":null,"uriSpec":null}"#)
+        .deserialize(
+            br#"{"port":"12","name":null,"serviceType":null,"enabled":null,"uriSpec":null}"#,
+        )
         .unwrap();
     assert_eq!(i.port, Some(12));
     assert_eq!(i.service_type, ServiceType::Dynamic);
@@ -324,7 +366,10 @@ fn extreme_values_round_trip() {
 #[test]
 fn uri_spec_scheme() {
     let spec = UriSpec::parse("{scheme}://foo.com").unwrap();
-    let i = ServiceInstance::<()>::builder("foo").id("x").port(5).build();
+    let i = ServiceInstance::<()>::builder("foo")
+        .id("x")
+        .port(5)
+        .build();
     assert_eq!(spec.build(Some(&i), &HashMap::new()), "http://foo.com");
     let i = ServiceInstance::<()>::builder("foo")
         .id("x")
@@ -409,7 +454,10 @@ fn uri_spec_basic() {
             "{bad}"
         );
     }
-    assert_eq!(UriSpec::parse("{ padded }").unwrap().parts()[0].value, "padded");
+    assert_eq!(
+        UriSpec::parse("{ padded }").unwrap().parts()[0].value,
+        "padded"
+    );
     assert!(UriSpec::parse("").unwrap().parts().is_empty());
 }
 
@@ -451,7 +499,10 @@ fn round_robin_strategy_takes_turns() {
         assert_eq!(list[strategy.choose(&list).unwrap()].id, i.to_string());
     }
     for i in 0..1234 * QTY {
-        assert_eq!(list[strategy.choose(&list).unwrap()].id, (i % QTY).to_string());
+        assert_eq!(
+            list[strategy.choose(&list).unwrap()].id,
+            (i % QTY).to_string()
+        );
     }
     assert_eq!(ProviderStrategy::<()>::choose(&strategy, &[]), None);
 }

@@ -55,7 +55,11 @@ fn run(connect: &str) -> Result<(), String> {
         .build()
         .map_err(err)?;
     discovery.start().map_err(err)?;
-    println!("rust: registered orders/{} at {}", me.id, me.build_uri_spec());
+    println!(
+        "rust: registered orders/{} at {}",
+        me.id,
+        me.build_uri_spec()
+    );
 
     if let Err(why) = peer_available(PeerKind::CuratorDiscovery) {
         println!("no Java discovery peer ({why}); the Rust half only");
@@ -105,7 +109,9 @@ fn run(connect: &str) -> Result<(), String> {
     let seen = ask(&format!("disc query {BASE} orders"))?;
     println!("java: found orders: {seen}");
     if !seen.contains(&me.id) || !seen.contains("\"port\":8080") {
-        return Err(format!("the Java service did not find the Rust one: {seen}"));
+        return Err(format!(
+            "the Java service did not find the Rust one: {seen}"
+        ));
     }
     ask(&format!("disc close {BASE}"))?;
     let _ = java.quit(Duration::from_secs(5));
