@@ -27,6 +27,11 @@
 //! | `TestServiceCacheRace.testRaceOnInitialLoad` | `cache_start_while_instances_register` (Curator's debug latches have no equivalent; the race is driven by registering during `start`) |
 //! | `TestWatchedInstances.testWatchedInstances` | not done: `watchInstances` (reloading this process's registrations when another process rewrites their nodes) is not implemented |
 //! | `ServiceCacheLeakTester` | not applicable: a manual leak check (`main`), not a test |
+//!
+//! Beyond Curator's: `a_cache_drops_a_gone_instance_within_2s`,
+//! `bad_nodes_are_skipped_and_never_hide_valid_ones`,
+//! `service_types_are_kept_as_curator_keeps_them`, `update_and_re_register`,
+//! `bad_names_are_refused`, `close_and_drop_at_any_moment`.
 
 mod common;
 
@@ -855,4 +860,81 @@ fn close_and_drop_at_any_moment() {
     assert!(d.query_for_instances("svc").is_err());
     assert!(started.elapsed() < Duration::from_secs(20));
     let _ = CreateMode::Persistent;
+}
+
+/// A cache never lists an instance gone for longer than 2 s: its owner's
+/// session ends (the server deletes the node), and, while the cache's own
+/// session is being replaced, an instance is unregistered (the cache reads
+/// the service again on its new session).
+#[test]
+fn a_cache_drops_a_gone_instance_within_2s() {
+    let server = shared_server();
+    let owner = connect(&server.connect_string(), Duration::from_secs(2));
+    let keeper = connect(&server.connect_string(), Duration::from_secs(10));
+    let watcher = connect(&server.connect_string(), Duration::from_secs(2));
+    let ctx = Ctx::new(server, &watcher);
+    let base = unique("/discovery/cache-gone");
+    let mine = discovery::<String>(&owner, &base);
+    let kept = discovery::<String>(&keeper, &base);
+    let a = thing("svc", 1);
+    let b = thing("svc", 2);
+    mine.register_service(&a).unwrap();
+    kept.register_service(&b).unwrap();
+    let d = discovery::<String>(&watcher, &base);
+    let cache = d.service_cache_builder().name("svc").build().unwrap();
+    cache.start().unwrap();
+    assert_eq!(ids(&cache.instances()), ids(&[a.clone(), b.clone()]));
+
+    // The owner's session ends for good: the server deletes its node.
+    owner.close();
+    let gone = Instant::now();
+    wait_until(
+        Duration::from_secs(2),
+        || ids(&cache.instances()) == vec![b.id.clone()],
+        || {
+            format!(
+                "still listed after 2 s: {:?}\n{}",
+                ids(&cache.instances()),
+                ctx.dump()
+            )
+        },
+    );
+    println!("dropped {:?} after its owner closed", gone.elapsed());
+
+    // The cache's session is replaced; meanwhile `b` goes.
+    let old_session = watcher.session_id();
+    watcher.expire_session_for_testing().unwrap();
+    kept.unregister_service(&b).unwrap();
+    let gone = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while watcher.session_id() == old_session || !watcher.state().is_some_and(|s| s.is_connected())
+    {
+        assert!(Instant::now() < deadline, "no new session\n{}", ctx.dump());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let new_session = Instant::now();
+    wait_until(
+        Duration::from_secs(2),
+        || cache.instances().is_empty(),
+        || {
+            format!(
+                "still listed 2 s after the new session: {:?}\n{}",
+                ids(&cache.instances()),
+                ctx.dump()
+            )
+        },
+    );
+    println!(
+        "dropped {:?} after its unregister, {:?} after the new session",
+        gone.elapsed(),
+        new_session.elapsed()
+    );
+    // And an instance registered now is seen on the new session.
+    let c = thing("svc", 3);
+    kept.register_service(&c).unwrap();
+    wait_until(
+        Duration::from_secs(2),
+        || cache.instances() == vec![c.clone()],
+        || format!("{:?}\n{}", ids(&cache.instances()), ctx.dump()),
+    );
 }
