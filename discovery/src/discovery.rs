@@ -13,7 +13,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use latchkey_framework::{paths, Client, ConnectionState, CreateMode, ErrorCode, ListenerHandle};
-use latchkey_recipes::PersistentNode;
+use latchkey_recipes::{CacheEvent, CuratorCache, PersistentNode};
 use parking_lot::Mutex;
 
 use crate::cache::ServiceCacheBuilder;
@@ -37,9 +37,21 @@ pub struct ServiceDiscoveryBuilder<T> {
     serializer: Option<Arc<dyn InstanceSerializer<T>>>,
     this_instance: Option<ServiceInstance<T>>,
     register_timeout: Duration,
+    watch_instances: bool,
 }
 
 impl<T: Payload> ServiceDiscoveryBuilder<T> {
+    /// Watches the nodes of the instances registered here (Curator's
+    /// `watchInstances`): when another process writes one, the
+    /// registration takes its contents
+    /// ([`registered_service`](ServiceDiscovery::registered_service)), and
+    /// a dynamic instance is re-created with them after a lost session.
+    /// Off by default; each watched instance has a cache and a thread.
+    pub fn watch_instances(mut self, watch: bool) -> Self {
+        self.watch_instances = watch;
+        self
+    }
+
     /// Required: the path the services live under (`/services`).
     pub fn base_path(mut self, path: &str) -> Self {
         self.base_path = Some(path.to_owned());
@@ -94,6 +106,7 @@ impl<T: Payload> ServiceDiscoveryBuilder<T> {
                 listener: Mutex::new(None),
                 state: Mutex::new(State::Latent),
                 register_timeout: self.register_timeout,
+                watch_instances: self.watch_instances,
             }),
         })
     }
@@ -140,12 +153,17 @@ pub(crate) struct Inner<T> {
     listener: Mutex<Option<ListenerHandle>>,
     state: Mutex<State>,
     register_timeout: Duration,
+    watch_instances: bool,
 }
 
 struct Entry<T> {
     instance: ServiceInstance<T>,
+    /// What was last written to, or read from, its node.
+    bytes: Vec<u8>,
     /// The node of a dynamic instance.
     node: Option<PersistentNode>,
+    /// The cache of its node ([`ServiceDiscoveryBuilder::watch_instances`]).
+    watch: Option<CuratorCache>,
 }
 
 impl<T: Payload> ServiceDiscovery<T> {
@@ -157,6 +175,7 @@ impl<T: Payload> ServiceDiscovery<T> {
             serializer: None,
             this_instance: None,
             register_timeout: DEFAULT_REGISTER_TIMEOUT,
+            watch_instances: false,
         }
     }
 
@@ -225,8 +244,7 @@ impl<T: Payload> ServiceDiscovery<T> {
         match services.get_mut(&instance.id) {
             Some(entry) => {
                 entry.instance = instance.clone();
-                self.inner.write(entry, &bytes)?;
-                Ok(())
+                self.inner.write(entry, &bytes)
             }
             None => {
                 let node = match instance.service_type {
@@ -250,13 +268,18 @@ impl<T: Payload> ServiceDiscovery<T> {
                     instance.id.clone(),
                     Entry {
                         instance: instance.clone(),
+                        bytes,
                         node,
+                        watch: None,
                     },
                 );
                 drop(services);
                 if dynamic {
                     // The wait happens without the map's lock.
                     self.wait_created(&instance.id, &path)?;
+                }
+                if self.inner.watch_instances {
+                    Inner::watch(&self.inner, &instance.id)?;
                 }
                 Ok(())
             }
@@ -511,6 +534,7 @@ impl<T> Inner<T> {
     /// Writes new bytes of a registered instance.
     fn write(&self, entry: &mut Entry<T>, bytes: &[u8]) -> Result<()> {
         let path = self.path_for(&entry.instance.name, &entry.instance.id)?;
+        entry.bytes = bytes.to_vec();
         match &entry.node {
             Some(node) => {
                 // Kept for re-creates; written now as well, so a query
@@ -563,6 +587,10 @@ impl<T> Inner<T> {
             Some(node) => node.actual_path(),
             None => Some(self.path_for(&entry.instance.name, &entry.instance.id)?),
         };
+        if let Some(watch) = entry.watch {
+            // Its thread ends as its channel disconnects.
+            watch.close();
+        }
         if let Some(node) = entry.node {
             // Stops the keeping; its delete runs in the background.
             node.close();
@@ -575,6 +603,99 @@ impl<T> Inner<T> {
             }
         }
         Ok(())
+    }
+
+    /// Starts watching the node of the instance registered as `id`.
+    fn watch(inner: &Arc<Inner<T>>, id: &str) -> Result<()>
+    where
+        T: Payload,
+    {
+        let path = {
+            let services = inner.services.lock();
+            let Some(entry) = services.get(id) else {
+                return Ok(());
+            };
+            match &entry.node {
+                Some(node) => node.actual_path(),
+                None => Some(inner.path_for(&entry.instance.name, &entry.instance.id)?),
+            }
+        };
+        let Some(path) = path else {
+            // A sequential node not created yet: its name is not known.
+            log::debug!("service instance {id}: not created yet, not watched");
+            return Ok(());
+        };
+        let cache = CuratorCache::builder(&inner.client, &path)
+            .single_node()
+            .build()?;
+        let events = cache.listen();
+        let weak = Arc::downgrade(inner);
+        let owned_id = id.to_owned();
+        std::thread::Builder::new()
+            .name("latchkey-discovery-watch".into())
+            .spawn(move || {
+                let mut initialized = false;
+                for event in events {
+                    match event {
+                        CacheEvent::Initialized => initialized = true,
+                        CacheEvent::Created(node) | CacheEvent::Changed { new: node, .. }
+                            if initialized =>
+                        {
+                            let Some(inner) = weak.upgrade() else { break };
+                            inner.reload(&owned_id, &node.path, &node.data);
+                        }
+                        CacheEvent::Deleted(node) => {
+                            log::debug!("service instance {}: its node was deleted", node.path)
+                        }
+                        _ => {}
+                    }
+                }
+            })
+            .map_err(|e| Error::IllegalState(format!("cannot start a thread: {e}")))?;
+        cache.start()?;
+        let mut services = inner.services.lock();
+        match services.get_mut(id) {
+            Some(entry) => {
+                if let Some(old) = entry.watch.replace(cache) {
+                    old.close();
+                }
+            }
+            // Unregistered meanwhile.
+            None => cache.close(),
+        }
+        Ok(())
+    }
+
+    /// Another process wrote the node of the instance registered as `id`:
+    /// the registration takes its contents.
+    fn reload(&self, id: &str, path: &str, data: &[u8])
+    where
+        T: Payload,
+    {
+        let mut services = self.services.lock();
+        let Some(entry) = services.get_mut(id) else {
+            return;
+        };
+        if entry.bytes == data {
+            // Our own write.
+            return;
+        }
+        match self.decode(path, data) {
+            Ok(instance) if instance.id == id && instance.name == entry.instance.name => {
+                entry.instance = instance;
+                entry.bytes = data.to_vec();
+                if let Some(node) = &entry.node {
+                    // Kept for re-creates.
+                    let _ = node.set_data(data);
+                }
+            }
+            Ok(other) => log::warn!(
+                "service instance {path}: rewritten as {}/{}, not taken",
+                other.name,
+                other.id
+            ),
+            Err(e) => log::warn!("service instance rewritten, not taken: {e}"),
+        }
     }
 
     /// After a (re)connection: static instances whose nodes went missing

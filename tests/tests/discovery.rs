@@ -25,7 +25,7 @@
 //! | `TestServiceProvider.testBasic` | `provider_basic_and_note_error` |
 //! | `TestServiceProvider.testDisabledInstance` | `provider_leaves_out_disabled_instances` |
 //! | `TestServiceCacheRace.testRaceOnInitialLoad` | `cache_start_while_instances_register` (Curator's debug latches have no equivalent; the race is driven by registering during `start`) |
-//! | `TestWatchedInstances.testWatchedInstances` | not done: `watchInstances` (reloading this process's registrations when another process rewrites their nodes) is not implemented |
+//! | `TestWatchedInstances.testWatchedInstances` | `watched_instances_take_what_another_process_writes` |
 //! | `ServiceCacheLeakTester` | not applicable: a manual leak check (`main`), not a test |
 //!
 //! Beyond Curator's: `a_cache_drops_a_gone_instance_within_2s`,
@@ -937,4 +937,68 @@ fn a_cache_drops_a_gone_instance_within_2s() {
         || cache.instances() == vec![c.clone()],
         || format!("{:?}\n{}", ids(&cache.instances()), ctx.dump()),
     );
+}
+
+/// Curator's TestWatchedInstances.testWatchedInstances, and the rewritten
+/// contents surviving a lost session.
+#[test]
+fn watched_instances_take_what_another_process_writes() {
+    let client = connect(&shared_server().connect_string(), Duration::from_secs(2));
+    let other = connect(&shared_server().connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(shared_server(), &client);
+    let base = unique("/discovery/watched");
+    let instance = thing("test", 10064);
+    let d = ServiceDiscovery::builder(&client)
+        .base_path(&base)
+        .this_instance(instance.clone())
+        .watch_instances(true)
+        .build()
+        .unwrap();
+    d.start().unwrap();
+    assert_eq!(d.query_for_names().unwrap(), vec!["test"]);
+    assert_eq!(
+        d.query_for_instances("test").unwrap(),
+        vec![instance.clone()]
+    );
+
+    let mut changed = instance.clone();
+    changed.payload = Some("different".into());
+    let path = format!("{base}/test/{}", instance.id);
+    let json = JsonInstanceSerializer::<String>::new();
+    other
+        .set_data(&path, &json.serialize(&changed).unwrap(), None)
+        .unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        || d.registered_service(&instance.id).and_then(|i| i.payload) == Some("different".into()),
+        || format!("{:?}\n{}", d.registered_service(&instance.id), ctx.dump()),
+    );
+    // Re-created with the new contents after a lost session.
+    let old_session = client.session_id();
+    client.expire_session_for_testing().unwrap();
+    wait_until(
+        Duration::from_secs(15),
+        || {
+            client.session_id() != old_session
+                && other
+                    .exists(&path)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|s| s.ephemeral_owner == client.session_id())
+        },
+        || ctx.dump(),
+    );
+    assert_eq!(
+        d.query_for_instance("test", &instance.id).unwrap(),
+        Some(changed)
+    );
+    // A rewrite that is not an instance, or another one, is not taken.
+    other.set_data(&path, b"garbage", None).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        d.registered_service(&instance.id).and_then(|i| i.payload),
+        Some("different".into())
+    );
+    d.close();
+    assert!(other.exists(&path).unwrap().is_none());
 }
