@@ -73,8 +73,8 @@ impl<T: Payload> ServiceDiscoveryBuilder<T> {
     }
 
     /// How long [`register_service`](ServiceDiscovery::register_service)
-    /// waits for a dynamic instance's node (default 15 s); the node keeps
-    /// being tried after that.
+    /// waits for a dynamic instance's node (default 15 s; `Duration::MAX`:
+    /// as long as it takes); the node keeps being tried after that.
     pub fn register_timeout(mut self, timeout: Duration) -> Self {
         self.register_timeout = timeout;
         self
@@ -287,7 +287,8 @@ impl<T: Payload> ServiceDiscovery<T> {
     }
 
     fn wait_created(&self, id: &str, path: &str) -> Result<()> {
-        let deadline = Instant::now() + self.inner.register_timeout;
+        // `Duration::MAX`: as long as it takes.
+        let deadline = Instant::now().checked_add(self.inner.register_timeout);
         loop {
             let created = {
                 let services = self.inner.services.lock();
@@ -303,7 +304,7 @@ impl<T: Payload> ServiceDiscovery<T> {
             if self.inner.client.is_closed() {
                 return Err(Error::ZooKeeper(latchkey_framework::Error::Closed));
             }
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(Error::IllegalState(format!(
                     "the instance {path} was not registered within {:?} (ZooKeeper unreachable?); \
                      it is still being tried",

@@ -849,6 +849,41 @@ fn close_and_drop_at_any_moment() {
         drop(d);
         assert!(sorted_children(&client, &format!("{base}/svc")).is_empty());
     }
+    // Extreme timeouts and policies are taken without a panic.
+    let patient = ServiceDiscovery::<()>::builder(&client)
+        .base_path(&base)
+        .register_timeout(Duration::MAX)
+        .build()
+        .unwrap();
+    patient
+        .register_service(&ServiceInstance::builder("patient").build())
+        .unwrap();
+    let zero = ServiceDiscovery::<()>::builder(&client)
+        .base_path(&base)
+        .register_timeout(Duration::ZERO)
+        .build()
+        .unwrap();
+    // Not yet created, or created at once: either way no panic, and the
+    // instance is there soon.
+    let _ = zero.register_service(&ServiceInstance::builder("zero").id("z").build());
+    wait_until(
+        Duration::from_secs(5),
+        || {
+            zero.query_for_instance("zero", "z")
+                .is_ok_and(|i| i.is_some())
+        },
+        || "the zero-timeout registration never happened".into(),
+    );
+    let provider = patient
+        .service_provider_builder()
+        .service_name("patient")
+        .down_instance_policy(DownInstancePolicy::new(Duration::MAX, u32::MAX))
+        .build()
+        .unwrap();
+    provider.start().unwrap();
+    let one = provider.get_instance().unwrap();
+    provider.note_error(&one);
+    assert!(provider.get_instance().is_some());
     // A closed client: errors, no panics, no hangs.
     let gone = connect(&shared_server().connect_string(), Duration::from_secs(10));
     let d = discovery::<()>(&gone, &base);
