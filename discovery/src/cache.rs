@@ -31,7 +31,8 @@ pub enum ServiceCacheEvent<T> {
     /// An instance went (as last seen): its node was deleted, or now
     /// holds something that is not an instance.
     Removed(ServiceInstance<T>),
-    /// The first read is done (after its `Added` events).
+    /// The first read is done (after its `Added` events); only a channel
+    /// taken before [`ServiceCache::start`] returned gets it.
     Initialized,
 }
 
@@ -255,9 +256,13 @@ impl<T: Payload> Shared<T> {
                     }
                 }
                 CacheEvent::Initialized => {
-                    self.state.lock().initialized = true;
-                    self.changed.notify_all();
+                    // Told under the state lock that `listen` takes: a
+                    // channel taken once `start` has returned never gets it.
+                    let mut state = self.state.lock();
+                    state.initialized = true;
                     self.tell(ServiceCacheEvent::Initialized);
+                    drop(state);
+                    self.changed.notify_all();
                 }
             }
         }
