@@ -230,6 +230,11 @@ impl<T: Payload> ServiceDiscovery<T> {
         let path = self.inner.path_for(&instance.name, &instance.id)?;
         let bytes = self.inner.serializer.serialize(instance)?;
         let mut services = self.inner.services.lock();
+        // Checked again under the map's lock: a `close` since then has
+        // taken the map already, and would miss this entry.
+        if *self.inner.state.lock() == State::Closed {
+            return Err(self.inner.closed());
+        }
         // Another type than before: the old node goes first.
         if let Some(old) = services.get(&instance.id) {
             if old.instance.service_type != instance.service_type
