@@ -23,6 +23,26 @@
 //! `PersistentNode`: after a lost session the instance is back within a
 //! round trip of the new session, without waiting for a listener.
 //!
+//! # Where it differs from Curator
+//!
+//! - Static and permanent instances are written again after a
+//!   (re)connection only if their node is missing; Curator deletes and
+//!   re-creates every instance then, which caches see as a removal and an
+//!   addition.
+//! - Unregistering a `DynamicSequential` instance deletes its own node
+//!   (Curator deletes the path without the sequence number, leaving the
+//!   node to its session).
+//! - A node that is not a readable instance is skipped (logged) by
+//!   queries and caches; Curator's query fails and its cache throws.
+//! - The down-instance manager and the sticky strategy know instances by
+//!   service name and id; Curator compares whole instances, so an
+//!   instance whose payload changed counts as another one there.
+//! - Cache events go to channels ([`ServiceCache::listen`]); connection
+//!   states come from the client's own `listen()`, not from the cache's
+//!   listeners, and there is no executor option.
+//! - [`UriSpec`] is Curator's: `{[}` and `{]}` are literal braces; there
+//!   are no optional sections.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use latchkey_framework::Client;
