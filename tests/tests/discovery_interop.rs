@@ -1,8 +1,9 @@
 //! latchkey-discovery and Apache Curator's `curator-x-discovery` 5.4 (Java,
 //! Debian's `libcurator-discovery-java`) on the same ZooKeeper: instances
 //! registered by Curator are read here with every field, ours are read by
-//! Curator with every field, and each side's `ServiceCache` sees the other
-//! side's instances come and go.
+//! Curator with every field, each side's `ServiceCache` sees the other
+//! side's instances come and go, and Curator's cache sees a latchkey
+//! instance back within 2 s of latchkey's new session after an expiry.
 //!
 //! The Java side is `tests/peers/DiscoveryPeer.java` (the `disc` commands
 //! of `latchkey_test::peers`). One peer serves the whole binary.
@@ -371,6 +372,60 @@ fn caches_see_the_other_sides_instances_come_and_go() {
             .parse::<u32>()
             .unwrap()
             >= 3
+    );
+    java(&format!("disc cache {base} svc close"));
+    java(&format!("disc close {base}"));
+}
+
+/// A latchkey instance whose session expires is back in Curator's cache
+/// within 2 s of latchkey's new session.
+#[test]
+fn curators_cache_sees_a_latchkey_instance_back_after_an_expiry() {
+    let c = connect(&shared_server().connect_string(), Duration::from_secs(2));
+    let base = unique("/discovery-interop/expiry");
+    java(&format!("disc open {base} true"));
+    java(&format!("disc cache {base} svc start"));
+    let d = ServiceDiscovery::<Value>::builder(&c)
+        .base_path(&base)
+        .build()
+        .unwrap();
+    d.start().unwrap();
+    let mine = ServiceInstance::<Value>::builder("svc")
+        .id("rust-x")
+        .build();
+    d.register_service(&mine).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || java(&format!("disc cache {base} svc ids")) == "rust-x",
+        || "Curator's cache never listed the latchkey instance".into(),
+    );
+    let changes = |java_changes: String| java_changes.parse::<u32>().unwrap();
+    let before = changes(java(&format!("disc cache {base} svc changes")));
+    let old_session = c.session_id();
+    c.expire_session_for_testing().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while c.session_id() == old_session || !c.state().is_some_and(|s| s.is_connected()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no new session: {:?}",
+            c.state_history()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Curator's cache saw it go and come back (or at least change).
+    wait_until(
+        Duration::from_secs(2),
+        || {
+            changes(java(&format!("disc cache {base} svc changes"))) >= before + 2
+                && java(&format!("disc cache {base} svc ids")) == "rust-x"
+        },
+        || {
+            format!(
+                "Curator's cache after the expiry: ids {:?}, {} changes",
+                java(&format!("disc cache {base} svc ids")),
+                java(&format!("disc cache {base} svc changes"))
+            )
+        },
     );
     java(&format!("disc cache {base} svc close"));
     java(&format!("disc close {base}"));
