@@ -44,6 +44,13 @@
 //! | `bench sem <path> <sessions> <max_leases> <seconds>` | `OK <ops> <elapsed_us> <acquire_p50_us> <acquire_p99_us>`: one lease at a time |
 //! | `bench hold <path> <sessions>` / `bench unhold` | `OK <sessions>` once each new session holds a mutex on `<path>/s<i>` / `OK released` |
 //! | `cachenode create\|ephemeral <path> [data]` / `set <path> <data>` / `delete <path>` / `fill <path> <n>` | `OK created` / `OK set` / `OK deleted` (children first) / `OK filled` (children `0`..`n-1`, each with its index as data): plain node changes, parents created as containers (Curator peer only) |
+//! | `disc open <base> <compatible>` | `OK opened`: a started Curator `ServiceDiscovery<Object>` on `<base>` with `JsonInstanceSerializer(Object.class, compatible)` (discovery peer only, as are all `disc` commands) |
+//! | `disc register <base> <spec>` / `disc update <base> <spec>` | `OK <id>`: `registerService` / `updateService` of the instance built with Curator's builder from `<spec>`, a one-line JSON object of fields (`name`, `id`, `address`, `port`, `sslPort`, `registrationTimeUTC`, `serviceType`, `uriSpec` as a raw spec, `enabled`, `payload` and `payloadKind`: `none`, `string`, `long`, `details` (the peer's `DiscoveryPeer$Details {region, weight}`), `map`, `list`) |
+//! | `disc unregister <base> <id>` | `OK unregistered` |
+//! | `disc names <base>` | `OK <name,name,…>` sorted |
+//! | `disc query <base> <name>` / `disc get <base> <name> <id>` | `OK <json>`: the instances (sorted by id) / the instance or `null`, each described from Java's getters as `{name, id, address, port, sslPort, registrationTimeUTC, serviceType, uriParts: [[value, variable], …], uri (buildUriSpec()), enabled, payloadClass, payload}` |
+//! | `disc cache <base> <name> start` / `ids` / `changes` / `close` | a Curator `ServiceCache` of the service: `OK started` / `OK <id,id,…>` sorted / `OK <cacheChanged calls>` / `OK closed` |
+//! | `disc close <base>` | `OK closed` (unregisters the peer's instances) |
 //! | `version` | `OK <library version> <runtime>-<version>` |
 //! | `ping` | `OK pong` |
 //! | `quit` | `OK bye`, then the peer exits |
@@ -56,6 +63,10 @@
 //! (`contended`, `rw`, `sem`) answer `ERR` if two holders of an exclusive
 //! lock, a reader and a writer, or more than `max_leases` leases are ever
 //! seen at once.
+//!
+//! The discovery peer ([`PeerKind::CuratorDiscovery`], `DiscoveryPeer.java`)
+//! answers `disc`, `ping` and `quit` only; it needs Debian's
+//! `libcurator-discovery-java` (and the Jackson it depends on).
 //!
 //! The Curator peer runs Debian's `libcurator-recipes-java` 5.4 on the Java
 //! found through `LATCHKEY_JAVA`, `JAVA_HOME` or `PATH`; the kazoo peer runs
@@ -74,6 +85,19 @@ use std::time::{Duration, Instant};
 
 /// The Curator peer's source.
 const CURATOR_SOURCE: &str = include_str!("../peers/CuratorPeer.java");
+/// The Curator service discovery peer's source.
+const DISCOVERY_SOURCE: &str = include_str!("../peers/DiscoveryPeer.java");
+/// Jars the discovery peer needs beyond [`CURATOR_JARS`]:
+/// `libcurator-discovery-java` and the Jackson it serializes with.
+const DISCOVERY_JARS: [&str; 4] = [
+    "curator-x-discovery.jar",
+    "jackson-databind.jar",
+    "jackson-core.jar",
+    "jackson-annotations.jar",
+];
+/// What to install for the discovery peer.
+const DISCOVERY_HINT: &str =
+    "apt-get install -y libcurator-discovery-java libcurator-recipes-java default-jdk-headless";
 /// The kazoo peer's source.
 const KAZOO_SOURCE: &str = include_str!("../peers/kazoo_peer.py");
 
@@ -124,6 +148,9 @@ pub enum PeerKind {
     /// kazoo 2.8 (Python), whose lock nodes are named differently; a
     /// benchmark peer.
     Kazoo,
+    /// Apache Curator 5.4's service discovery (`curator-x-discovery`,
+    /// Java): the `disc` commands only.
+    CuratorDiscovery,
 }
 
 impl fmt::Display for PeerKind {
@@ -131,6 +158,7 @@ impl fmt::Display for PeerKind {
         f.write_str(match self {
             PeerKind::Curator => "Curator",
             PeerKind::Kazoo => "kazoo",
+            PeerKind::CuratorDiscovery => "Curator discovery",
         })
     }
 }
@@ -506,6 +534,7 @@ pub fn peer_available(kind: PeerKind) -> Result<(), String> {
     match kind {
         PeerKind::Curator => curator_tools().map(|_| ()),
         PeerKind::Kazoo => kazoo_available(),
+        PeerKind::CuratorDiscovery => discovery_tools().map(|_| ()),
     }
 }
 
@@ -520,6 +549,29 @@ struct CuratorTools {
 fn curator_tools() -> Result<CuratorTools, String> {
     static TOOLS: OnceLock<Result<CuratorTools, String>> = OnceLock::new();
     TOOLS.get_or_init(find_curator_tools).clone()
+}
+
+/// `java`, `javac` and the classpath of the discovery peer.
+fn discovery_tools() -> Result<CuratorTools, String> {
+    static TOOLS: OnceLock<Result<CuratorTools, String>> = OnceLock::new();
+    TOOLS
+        .get_or_init(|| {
+            let mut tools = curator_tools()?;
+            let mut jars = Vec::new();
+            for jar in DISCOVERY_JARS {
+                let path = Path::new(JAVA_LIB).join(jar);
+                if !path.is_file() {
+                    return Err(format!(
+                        "the Curator discovery peer needs {}; `{DISCOVERY_HINT}`",
+                        path.display()
+                    ));
+                }
+                jars.push(path.display().to_string());
+            }
+            tools.classpath = format!("{}:{}", jars.join(":"), tools.classpath);
+            Ok(tools)
+        })
+        .clone()
 }
 
 fn find_curator_tools() -> Result<CuratorTools, String> {
@@ -632,6 +684,20 @@ fn launch_command(kind: PeerKind) -> io::Result<Command> {
                 .arg("CuratorPeer");
             Ok(cmd)
         }
+        PeerKind::CuratorDiscovery => {
+            let tools = discovery_tools().map_err(unavailable)?;
+            let dir = prepared(kind, || {
+                compile_java(&tools, "discovery", "DiscoveryPeer", DISCOVERY_SOURCE)
+            })?;
+            let mut cmd = Command::new(&tools.java);
+            cmd.arg("-XX:+UseSerialGC")
+                .arg("-XX:TieredStopAtLevel=1")
+                .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+                .arg("-cp")
+                .arg(format!("{}:{}", tools.classpath, dir.display()))
+                .arg("DiscoveryPeer");
+            Ok(cmd)
+        }
         PeerKind::Kazoo => {
             kazoo_available().map_err(unavailable)?;
             let dir = prepared(kind, || {
@@ -652,9 +718,11 @@ fn launch_command(kind: PeerKind) -> io::Result<Command> {
 fn prepared(kind: PeerKind, make: impl FnOnce() -> io::Result<PathBuf>) -> io::Result<PathBuf> {
     static CURATOR: Mutex<Option<PathBuf>> = Mutex::new(None);
     static KAZOO: Mutex<Option<PathBuf>> = Mutex::new(None);
+    static DISCOVERY: Mutex<Option<PathBuf>> = Mutex::new(None);
     let slot = match kind {
         PeerKind::Curator => &CURATOR,
         PeerKind::Kazoo => &KAZOO,
+        PeerKind::CuratorDiscovery => &DISCOVERY,
     };
     let mut slot = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(dir) = slot.as_ref() {
@@ -666,14 +734,24 @@ fn prepared(kind: PeerKind, make: impl FnOnce() -> io::Result<PathBuf>) -> io::R
 }
 
 fn compile_curator(tools: &CuratorTools) -> io::Result<PathBuf> {
+    compile_java(tools, "curator", "CuratorPeer", CURATOR_SOURCE)
+}
+
+/// Compiles the peer class `class` from `source` into its cache directory.
+fn compile_java(
+    tools: &CuratorTools,
+    tag: &str,
+    class: &str,
+    source_text: &str,
+) -> io::Result<PathBuf> {
     let key = format!(
-        "{CURATOR_SOURCE}\0{}\0{}",
+        "{source_text}\0{}\0{}",
         tools.classpath,
         tools.javac.display()
     );
-    write_cache_dir("curator", &key, "CuratorPeer.class", |staging| {
-        let source = staging.join("CuratorPeer.java");
-        std::fs::write(&source, CURATOR_SOURCE)?;
+    write_cache_dir(tag, &key, &format!("{class}.class"), |staging| {
+        let source = staging.join(format!("{class}.java"));
+        std::fs::write(&source, source_text)?;
         let started = Instant::now();
         let mut javac = Command::new(&tools.javac);
         javac
@@ -691,12 +769,12 @@ fn compile_curator(tools: &CuratorTools) -> io::Result<PathBuf> {
         })?;
         if !status.success() {
             return Err(io::Error::other(format!(
-                "javac CuratorPeer.java failed ({status}):\n{output}"
+                "javac {class}.java failed ({status}):\n{output}"
             )));
         }
         log::debug!(
             target: "latchkey_test::peers",
-            "compiled CuratorPeer.java in {:?}",
+            "compiled {class}.java in {:?}",
             started.elapsed()
         );
         Ok(())

@@ -1,0 +1,770 @@
+//! Curator's `ServiceDiscovery`: registers this process's instances under
+//! `<base path>/<name>/<id>` and queries everyone's.
+//!
+//! A dynamic instance is an ephemeral node kept by a recipes
+//! [`PersistentNode`], so it comes back by itself on a new session (and
+//! after a delete by someone else). Static and permanent instances are
+//! persistent nodes, written again on every (re)connection if they went
+//! missing, and deleted when unregistered or when the discovery closes, as
+//! Curator's are.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use latchkey_framework::{paths, Client, ConnectionState, CreateMode, ErrorCode, ListenerHandle};
+use latchkey_recipes::{CacheEvent, CuratorCache, PersistentNode};
+use parking_lot::Mutex;
+
+use crate::cache::ServiceCacheBuilder;
+use crate::error::{Error, Result};
+use crate::instance::{ServiceInstance, ServiceType};
+use crate::json::{InstanceSerializer, JsonInstanceSerializer};
+use crate::provider::ServiceProviderBuilder;
+use crate::Payload;
+
+/// How long a registration waits for its node by default.
+const DEFAULT_REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the work after a reconnection may take.
+const RECONNECT_WORK: Duration = Duration::from_secs(10);
+
+/// Builds a [`ServiceDiscovery`] (Curator's `ServiceDiscoveryBuilder`),
+/// from [`ServiceDiscovery::builder`].
+#[must_use = "a builder does nothing until `build`"]
+pub struct ServiceDiscoveryBuilder<T> {
+    client: Client,
+    base_path: Option<String>,
+    serializer: Option<Arc<dyn InstanceSerializer<T>>>,
+    this_instance: Option<ServiceInstance<T>>,
+    register_timeout: Duration,
+    watch_instances: bool,
+}
+
+impl<T: Payload> ServiceDiscoveryBuilder<T> {
+    /// Watches the nodes of the instances registered here (Curator's
+    /// `watchInstances`): when another process writes one, the
+    /// registration takes its contents
+    /// ([`registered_service`](ServiceDiscovery::registered_service)), and
+    /// a dynamic instance is re-created with them after a lost session.
+    /// Off by default; each watched instance has a cache and a thread.
+    pub fn watch_instances(mut self, watch: bool) -> Self {
+        self.watch_instances = watch;
+        self
+    }
+
+    /// Required: the path the services live under (`/services`).
+    pub fn base_path(mut self, path: &str) -> Self {
+        self.base_path = Some(path.to_owned());
+        self
+    }
+
+    /// The serializer (default: [`JsonInstanceSerializer::new`], Curator's
+    /// default).
+    pub fn serializer(mut self, serializer: impl InstanceSerializer<T> + 'static) -> Self {
+        self.serializer = Some(Arc::new(serializer));
+        self
+    }
+
+    /// The instance of this process, registered by
+    /// [`start`](ServiceDiscovery::start).
+    pub fn this_instance(mut self, instance: ServiceInstance<T>) -> Self {
+        self.this_instance = Some(instance);
+        self
+    }
+
+    /// How long [`register_service`](ServiceDiscovery::register_service)
+    /// waits for a dynamic instance's node (default 15 s; `Duration::MAX`:
+    /// as long as it takes); the node keeps being tried after that.
+    pub fn register_timeout(mut self, timeout: Duration) -> Self {
+        self.register_timeout = timeout;
+        self
+    }
+
+    /// The discovery, not started. Fails without a base path or with an
+    /// invalid one.
+    pub fn build(self) -> Result<ServiceDiscovery<T>> {
+        let base = self.base_path.ok_or_else(|| {
+            Error::InvalidArgument("a service discovery needs a base path".into())
+        })?;
+        paths::validate_path(&base).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "base path {:?}: {}",
+                base.chars().take(200).collect::<String>(),
+                e.kind()
+            ))
+        })?;
+        let serializer = self
+            .serializer
+            .unwrap_or_else(|| Arc::new(JsonInstanceSerializer::<T>::new()));
+        Ok(ServiceDiscovery {
+            inner: Arc::new(Inner {
+                client: self.client,
+                base_path: base.trim_end_matches('/').to_owned(),
+                serializer,
+                services: Mutex::new(BTreeMap::new()),
+                this_instance: Mutex::new(self.this_instance),
+                listener: Mutex::new(None),
+                state: Mutex::new(State::Latent),
+                register_timeout: self.register_timeout,
+                watch_instances: self.watch_instances,
+            }),
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Latent,
+    Started,
+    Closed,
+}
+
+/// Registers and finds service instances (Curator's `ServiceDiscovery`),
+/// in the same nodes and JSON as Curator, so Java services find the ones
+/// registered here and the reverse.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_discovery::Result<()> {
+/// use latchkey_discovery::{ServiceDiscovery, ServiceInstance};
+///
+/// let me = ServiceInstance::<serde_json::Value>::builder("orders").port(8080).build();
+/// let discovery = ServiceDiscovery::builder(client)
+///     .base_path("/services")
+///     .this_instance(me)
+///     .build()?;
+/// discovery.start()?; // registers `me`: an ephemeral node, kept through lost sessions
+/// for instance in discovery.query_for_instances("billing")? {
+///     println!("billing at {:?}:{:?}", instance.address, instance.port);
+/// }
+/// discovery.close(); // unregisters (dropping it does too)
+/// # Ok(()) }
+/// ```
+pub struct ServiceDiscovery<T> {
+    inner: Arc<Inner<T>>,
+}
+
+pub(crate) struct Inner<T> {
+    pub(crate) client: Client,
+    pub(crate) base_path: String,
+    pub(crate) serializer: Arc<dyn InstanceSerializer<T>>,
+    /// This process's registrations, by id.
+    services: Mutex<BTreeMap<String, Entry<T>>>,
+    this_instance: Mutex<Option<ServiceInstance<T>>>,
+    listener: Mutex<Option<ListenerHandle>>,
+    state: Mutex<State>,
+    register_timeout: Duration,
+    watch_instances: bool,
+}
+
+struct Entry<T> {
+    instance: ServiceInstance<T>,
+    /// What was last written to, or read from, its node.
+    bytes: Vec<u8>,
+    /// The node of a dynamic instance.
+    node: Option<PersistentNode>,
+    /// The cache of its node ([`ServiceDiscoveryBuilder::watch_instances`]).
+    watch: Option<CuratorCache>,
+}
+
+impl<T: Payload> ServiceDiscovery<T> {
+    /// A builder of a discovery that works through `client`.
+    pub fn builder(client: &Client) -> ServiceDiscoveryBuilder<T> {
+        ServiceDiscoveryBuilder {
+            client: client.clone(),
+            base_path: None,
+            serializer: None,
+            this_instance: None,
+            register_timeout: DEFAULT_REGISTER_TIMEOUT,
+            watch_instances: false,
+        }
+    }
+
+    /// Registers the builder's instance, if any, and from now on writes
+    /// static instances again after every (re)connection. Starting twice,
+    /// or after closing, is an error.
+    pub fn start(&self) -> Result<()> {
+        {
+            let mut state = self.inner.state.lock();
+            match *state {
+                State::Latent => *state = State::Started,
+                State::Started => {
+                    return Err(Error::IllegalState(format!(
+                        "the service discovery on {} is started already",
+                        self.inner.base_path
+                    )))
+                }
+                State::Closed => return Err(self.inner.closed()),
+            }
+        }
+        let weak: Weak<Inner<T>> = Arc::downgrade(&self.inner);
+        let handle = self.inner.client.add_listener(move |state| {
+            if matches!(
+                state,
+                ConnectionState::Connected | ConnectionState::Reconnected
+            ) {
+                if let Some(inner) = weak.upgrade() {
+                    inner.rewrite_static();
+                }
+            }
+        });
+        *self.inner.listener.lock() = Some(handle);
+        let this = self.inner.this_instance.lock().clone();
+        if let Some(instance) = this {
+            self.register_service(&instance)?;
+        }
+        Ok(())
+    }
+
+    /// Registers `instance`, or registers it again with its new contents
+    /// if its id is registered already (Curator's `registerService`).
+    ///
+    /// A dynamic instance waits for its node at most the builder's
+    /// [`register_timeout`](ServiceDiscoveryBuilder::register_timeout);
+    /// past it, this fails but the node keeps being tried until
+    /// [`unregister_service`](Self::unregister_service). A static or
+    /// permanent instance is created (or its node overwritten) now.
+    pub fn register_service(&self, instance: &ServiceInstance<T>) -> Result<()> {
+        if *self.inner.state.lock() == State::Closed {
+            return Err(self.inner.closed());
+        }
+        let path = self.inner.path_for(&instance.name, &instance.id)?;
+        let bytes = self.inner.serializer.serialize(instance)?;
+        let mut services = self.inner.services.lock();
+        // Checked again under the map's lock: a `close` since then has
+        // taken the map already, and would miss this entry.
+        if *self.inner.state.lock() == State::Closed {
+            return Err(self.inner.closed());
+        }
+        // Another type than before: the old node goes first.
+        if let Some(old) = services.get(&instance.id) {
+            if old.instance.service_type != instance.service_type
+                || old.instance.name != instance.name
+            {
+                let old = services.remove(&instance.id);
+                if let Some(old) = old {
+                    self.inner.remove_node(old)?;
+                }
+            }
+        }
+        match services.get_mut(&instance.id) {
+            Some(entry) => {
+                entry.instance = instance.clone();
+                self.inner.write(entry, &bytes)
+            }
+            None => {
+                let node = match instance.service_type {
+                    ServiceType::Dynamic | ServiceType::DynamicSequential => {
+                        let mode = match instance.service_type {
+                            ServiceType::Dynamic => CreateMode::Ephemeral,
+                            _ => CreateMode::EphemeralSequential,
+                        };
+                        let node =
+                            PersistentNode::new(&self.inner.client, mode, false, &path, &bytes)?;
+                        node.start()?;
+                        Some(node)
+                    }
+                    ServiceType::Static | ServiceType::Permanent => {
+                        self.inner.write_persistent(&path, &bytes)?;
+                        None
+                    }
+                };
+                let dynamic = node.is_some();
+                services.insert(
+                    instance.id.clone(),
+                    Entry {
+                        instance: instance.clone(),
+                        bytes,
+                        node,
+                        watch: None,
+                    },
+                );
+                drop(services);
+                if dynamic {
+                    // The wait happens without the map's lock.
+                    self.wait_created(&instance.id, &path)?;
+                }
+                if self.inner.watch_instances {
+                    Inner::watch(&self.inner, &instance.id)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn wait_created(&self, id: &str, path: &str) -> Result<()> {
+        // `Duration::MAX`: as long as it takes.
+        let deadline = Instant::now().checked_add(self.inner.register_timeout);
+        loop {
+            let created = {
+                let services = self.inner.services.lock();
+                match services.get(id).and_then(|e| e.node.as_ref()) {
+                    // Unregistered meanwhile.
+                    None => return Ok(()),
+                    Some(node) => node.actual_path().is_some(),
+                }
+            };
+            if created {
+                return Ok(());
+            }
+            if self.inner.client.is_closed() {
+                return Err(Error::ZooKeeper(latchkey_framework::Error::Closed));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Error::IllegalState(format!(
+                    "the instance {path} was not registered within {:?} (ZooKeeper unreachable?); \
+                     it is still being tried",
+                    self.inner.register_timeout
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Writes an instance registered here with new contents (Curator's
+    /// `updateService`); [`Error::NotRegistered`] if its id is not.
+    pub fn update_service(&self, instance: &ServiceInstance<T>) -> Result<()> {
+        if *self.inner.state.lock() == State::Closed {
+            return Err(self.inner.closed());
+        }
+        let mut services = self.inner.services.lock();
+        let Some(entry) = services.get_mut(&instance.id) else {
+            return Err(Error::NotRegistered {
+                name: instance.name.clone(),
+                id: instance.id.clone(),
+            });
+        };
+        if entry.instance.name != instance.name
+            || entry.instance.service_type != instance.service_type
+        {
+            return Err(Error::InvalidArgument(format!(
+                "an update of {}/{} cannot change its name or service type; register it again",
+                entry.instance.name, instance.id
+            )));
+        }
+        let bytes = self.inner.serializer.serialize(instance)?;
+        entry.instance = instance.clone();
+        self.inner.write(entry, &bytes)
+    }
+
+    /// Unregisters the instance with `instance`'s id and deletes its node
+    /// (guaranteed: retried in the background if ZooKeeper cannot be
+    /// reached). Nothing happens for an id not registered here.
+    pub fn unregister_service(&self, instance: &ServiceInstance<T>) -> Result<()> {
+        let entry = self.inner.services.lock().remove(&instance.id);
+        match entry {
+            Some(entry) => self.inner.remove_node(entry),
+            None => Ok(()),
+        }
+    }
+
+    /// The names of every service under the base path (Curator's
+    /// `queryForNames`), sorted; empty if the base path does not exist.
+    pub fn query_for_names(&self) -> Result<Vec<String>> {
+        let mut names = match self.inner.client.get_children(&self.inner.base_path) {
+            Ok(n) => n,
+            Err(e) if e.is(ErrorCode::NoNode) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        names.sort();
+        Ok(names)
+    }
+
+    /// Every instance of the service `name` (Curator's
+    /// `queryForInstances`), sorted by node name. A node that is not a
+    /// readable instance (bad JSON, no data, a payload of another type) is
+    /// skipped with a warning in the log, never hiding the others.
+    pub fn query_for_instances(&self, name: &str) -> Result<Vec<ServiceInstance<T>>> {
+        self.inner.query_for_instances(name)
+    }
+
+    /// The instance `id` of the service `name` (Curator's
+    /// `queryForInstance`), `None` if there is no such node; an error if
+    /// its node is not a readable instance.
+    pub fn query_for_instance(&self, name: &str, id: &str) -> Result<Option<ServiceInstance<T>>> {
+        let path = self.inner.path_for(name, id)?;
+        match self.inner.client.get_data(&path) {
+            Ok((data, _)) => self.inner.decode(&path, &data).map(Some),
+            Err(e) if e.is(ErrorCode::NoNode) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The instance registered here with `id`, as last registered or
+    /// updated (Curator's `getRegisteredService`).
+    pub fn registered_service(&self, id: &str) -> Option<ServiceInstance<T>> {
+        self.inner
+            .services
+            .lock()
+            .get(id)
+            .map(|e| e.instance.clone())
+    }
+
+    /// The instances registered here.
+    pub fn registered_services(&self) -> Vec<ServiceInstance<T>> {
+        self.inner
+            .services
+            .lock()
+            .values()
+            .map(|e| e.instance.clone())
+            .collect()
+    }
+
+    /// The node path of the instance registered here with `id` (with its
+    /// sequence number for a `DynamicSequential` one, once created).
+    pub fn registered_path(&self, id: &str) -> Option<String> {
+        let services = self.inner.services.lock();
+        let entry = services.get(id)?;
+        match &entry.node {
+            Some(node) => node.actual_path(),
+            None => self
+                .inner
+                .path_for(&entry.instance.name, &entry.instance.id)
+                .ok(),
+        }
+    }
+
+    /// A builder of a [`ServiceCache`](crate::ServiceCache) of one service.
+    pub fn service_cache_builder(&self) -> ServiceCacheBuilder<T> {
+        ServiceCacheBuilder::new(Arc::clone(&self.inner))
+    }
+
+    /// A builder of a [`ServiceProvider`](crate::ServiceProvider) of one
+    /// service (round robin by default).
+    pub fn service_provider_builder(&self) -> ServiceProviderBuilder<T> {
+        ServiceProviderBuilder::new(Arc::clone(&self.inner))
+    }
+
+    /// The base path.
+    pub fn base_path(&self) -> &str {
+        &self.inner.base_path
+    }
+
+    /// Unregisters every instance registered here (static and permanent
+    /// ones too, as Curator does) and stops. Idempotent; dropping the
+    /// discovery does the same.
+    pub fn close(&self) {
+        {
+            let mut state = self.inner.state.lock();
+            if *state == State::Closed {
+                return;
+            }
+            *state = State::Closed;
+        }
+        self.inner.listener.lock().take();
+        let entries = std::mem::take(&mut *self.inner.services.lock());
+        for (_, entry) in entries {
+            let what = format!("{}/{}", entry.instance.name, entry.instance.id);
+            if let Err(e) = self.inner.remove_node(entry) {
+                log::warn!("closing the service discovery: unregistering {what}: {e}");
+            }
+        }
+    }
+}
+
+impl<T> Drop for ServiceDiscovery<T> {
+    fn drop(&mut self) {
+        // `close` without the `Payload` bound: the same steps.
+        {
+            let mut state = self.inner.state.lock();
+            if *state == State::Closed {
+                return;
+            }
+            *state = State::Closed;
+        }
+        self.inner.listener.lock().take();
+        let entries = std::mem::take(&mut *self.inner.services.lock());
+        for (_, entry) in entries {
+            let _ = self.inner.remove_node(entry);
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for ServiceDiscovery<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceDiscovery")
+            .field("base_path", &self.inner.base_path)
+            .field("registered", &self.inner.services.lock().len())
+            .finish()
+    }
+}
+
+impl<T> Inner<T> {
+    fn closed(&self) -> Error {
+        Error::IllegalState(format!(
+            "the service discovery on {} is closed",
+            self.base_path
+        ))
+    }
+
+    /// `<base>/<name>`, refusing names that are not one path segment.
+    pub(crate) fn path_for_name(&self, name: &str) -> Result<String> {
+        check_segment("service name", name)?;
+        Ok(format!("{}/{name}", self.base_path))
+    }
+
+    /// `<base>/<name>/<id>`.
+    pub(crate) fn path_for(&self, name: &str, id: &str) -> Result<String> {
+        check_segment("instance id", id)?;
+        Ok(format!("{}/{id}", self.path_for_name(name)?))
+    }
+
+    /// Decodes a node's data, naming the node in the error.
+    pub(crate) fn decode(&self, path: &str, data: &[u8]) -> Result<ServiceInstance<T>> {
+        decode_with(&*self.serializer, path, data)
+    }
+
+    pub(crate) fn query_for_instances(&self, name: &str) -> Result<Vec<ServiceInstance<T>>> {
+        let parent = self.path_for_name(name)?;
+        let mut ids = match self.client.get_children(&parent) {
+            Ok(ids) => ids,
+            Err(e) if e.is(ErrorCode::NoNode) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        ids.sort();
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let path = format!("{parent}/{id}");
+            match self.client.get_data(&path) {
+                Ok((data, _)) => match self.decode(&path, &data) {
+                    Ok(instance) => out.push(instance),
+                    Err(e) => log::warn!("skipping a service instance: {e}"),
+                },
+                // Gone since the listing.
+                Err(e) if e.is(ErrorCode::NoNode) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes new bytes of a registered instance.
+    fn write(&self, entry: &mut Entry<T>, bytes: &[u8]) -> Result<()> {
+        let path = self.path_for(&entry.instance.name, &entry.instance.id)?;
+        entry.bytes = bytes.to_vec();
+        match &entry.node {
+            Some(node) => {
+                // Kept for re-creates; written now as well, so a query
+                // right after sees it.
+                node.set_data(bytes)?;
+                if let Some(actual) = node.actual_path() {
+                    match self.client.set_data(&actual, bytes, None) {
+                        Err(e) if e.is(ErrorCode::NoNode) => {}
+                        other => {
+                            other?;
+                        }
+                    }
+                }
+                Ok(())
+            }
+            None => self.write_persistent(&path, bytes),
+        }
+    }
+
+    /// Creates a persistent instance node, or overwrites it.
+    fn write_persistent(&self, path: &str, bytes: &[u8]) -> Result<()> {
+        let created = self
+            .client
+            .create()
+            .creating_parent_containers_if_needed()
+            .mode(CreateMode::Persistent)
+            .for_path(path, bytes);
+        match created {
+            Ok(_) => Ok(()),
+            Err(e) if e.is(ErrorCode::NodeExists) => {
+                match self.client.set_data(path, bytes, None) {
+                    // Deleted meanwhile: once more.
+                    Err(e) if e.is(ErrorCode::NoNode) => {
+                        self.client
+                            .create()
+                            .creating_parent_containers_if_needed()
+                            .for_path(path, bytes)?;
+                        Ok(())
+                    }
+                    other => other.map(|_| ()).map_err(Error::from),
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Deletes an unregistered instance's node.
+    fn remove_node(&self, entry: Entry<T>) -> Result<()> {
+        let path = match &entry.node {
+            Some(node) => node.actual_path(),
+            None => Some(self.path_for(&entry.instance.name, &entry.instance.id)?),
+        };
+        if let Some(watch) = entry.watch {
+            // Its thread ends as its channel disconnects.
+            watch.close();
+        }
+        if let Some(node) = entry.node {
+            // Stops the keeping; its delete runs in the background.
+            node.close();
+        }
+        if let Some(path) = path {
+            // Also now, so that a query right after no longer lists it.
+            match self.client.delete().guaranteed().for_path(&path) {
+                Err(e) if e.is(ErrorCode::NoNode) => {}
+                other => other?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts watching the node of the instance registered as `id`.
+    fn watch(inner: &Arc<Inner<T>>, id: &str) -> Result<()>
+    where
+        T: Payload,
+    {
+        let path = {
+            let services = inner.services.lock();
+            let Some(entry) = services.get(id) else {
+                return Ok(());
+            };
+            match &entry.node {
+                Some(node) => node.actual_path(),
+                None => Some(inner.path_for(&entry.instance.name, &entry.instance.id)?),
+            }
+        };
+        let Some(path) = path else {
+            // A sequential node not created yet: its name is not known.
+            log::debug!("service instance {id}: not created yet, not watched");
+            return Ok(());
+        };
+        let cache = CuratorCache::builder(&inner.client, &path)
+            .single_node()
+            .build()?;
+        let events = cache.listen();
+        let weak = Arc::downgrade(inner);
+        let owned_id = id.to_owned();
+        std::thread::Builder::new()
+            .name("latchkey-discovery-watch".into())
+            .spawn(move || {
+                let mut initialized = false;
+                for event in events {
+                    match event {
+                        CacheEvent::Initialized => initialized = true,
+                        CacheEvent::Created(node) | CacheEvent::Changed { new: node, .. }
+                            if initialized =>
+                        {
+                            let Some(inner) = weak.upgrade() else { break };
+                            inner.reload(&owned_id, &node.path, &node.data);
+                        }
+                        CacheEvent::Deleted(node) => {
+                            log::debug!("service instance {}: its node was deleted", node.path)
+                        }
+                        _ => {}
+                    }
+                }
+            })
+            .map_err(|e| Error::IllegalState(format!("cannot start a thread: {e}")))?;
+        cache.start()?;
+        let mut services = inner.services.lock();
+        match services.get_mut(id) {
+            Some(entry) => {
+                if let Some(old) = entry.watch.replace(cache) {
+                    old.close();
+                }
+            }
+            // Unregistered meanwhile.
+            None => cache.close(),
+        }
+        Ok(())
+    }
+
+    /// Another process wrote the node of the instance registered as `id`:
+    /// the registration takes its contents.
+    fn reload(&self, id: &str, path: &str, data: &[u8])
+    where
+        T: Payload,
+    {
+        let mut services = self.services.lock();
+        let Some(entry) = services.get_mut(id) else {
+            return;
+        };
+        if entry.bytes == data {
+            // Our own write.
+            return;
+        }
+        match self.decode(path, data) {
+            Ok(instance) if instance.id == id && instance.name == entry.instance.name => {
+                entry.instance = instance;
+                entry.bytes = data.to_vec();
+                if let Some(node) = &entry.node {
+                    // Kept for re-creates.
+                    let _ = node.set_data(data);
+                }
+            }
+            Ok(other) => log::warn!(
+                "service instance {path}: rewritten as {}/{}, not taken",
+                other.name,
+                other.id
+            ),
+            Err(e) => log::warn!("service instance rewritten, not taken: {e}"),
+        }
+    }
+
+    /// After a (re)connection: static instances whose nodes went missing
+    /// are written again (Curator re-registers every instance then;
+    /// dynamic ones are kept by their persistent nodes here).
+    fn rewrite_static(&self) {
+        let client = self
+            .client
+            .with_deadline(Some(Instant::now() + RECONNECT_WORK));
+        let services = self.services.lock();
+        for entry in services.values().filter(|e| e.node.is_none()) {
+            let Ok(path) = self.path_for(&entry.instance.name, &entry.instance.id) else {
+                continue;
+            };
+            let Ok(bytes) = self.serializer.serialize(&entry.instance) else {
+                continue;
+            };
+            let created = client
+                .create()
+                .creating_parent_containers_if_needed()
+                .for_path(&path, &bytes);
+            match created {
+                Ok(_) => log::info!("service instance {path} written again after a reconnection"),
+                Err(e) if e.is(ErrorCode::NodeExists) => {}
+                Err(e) => log::warn!("writing the service instance {path} again: {e}"),
+            }
+        }
+    }
+}
+
+/// Decodes `data`, naming `path` in the error; a panic in the payload's
+/// `Deserialize` is a bad instance too.
+pub(crate) fn decode_with<T>(
+    serializer: &dyn InstanceSerializer<T>,
+    path: &str,
+    data: &[u8],
+) -> Result<ServiceInstance<T>> {
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        serializer.deserialize(data)
+    }));
+    match decoded {
+        Ok(Ok(instance)) => Ok(instance),
+        Ok(Err(Error::BadInstance { reason, .. })) => Err(Error::BadInstance {
+            path: path.to_owned(),
+            reason,
+        }),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(Error::BadInstance {
+            path: path.to_owned(),
+            reason: "the deserializer panicked".into(),
+        }),
+    }
+}
+
+/// One path segment: not empty, no `/`, not `.` or `..`, a valid path.
+fn check_segment(what: &str, s: &str) -> Result<()> {
+    let shown = || s.chars().take(200).collect::<String>();
+    if s.is_empty() || s.contains('/') || s == "." || s == ".." {
+        return Err(Error::InvalidArgument(format!(
+            "{what} {:?} must be one non-empty path segment",
+            shown()
+        )));
+    }
+    paths::validate_path(&format!("/{s}"))
+        .map_err(|e| Error::InvalidArgument(format!("{what} {:?}: {}", shown(), e.kind())))
+}
