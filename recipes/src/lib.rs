@@ -16,6 +16,8 @@
 //! | [`LeaderSelector`] | `LeaderSelector` |
 //! | [`DistributedAtomicLong`], [`DistributedAtomicInteger`] | `DistributedAtomicLong`, `DistributedAtomicInteger` |
 //! | [`DistributedBarrier`], [`DistributedDoubleBarrier`] | `DistributedBarrier`, `DistributedDoubleBarrier` |
+//! | [`SimpleDistributedQueue`] | `SimpleDistributedQueue` |
+//! | [`DistributedQueue`], [`DistributedPriorityQueue`], [`DistributedDelayQueue`], [`DistributedIdQueue`] (built by [`QueueBuilder`]) | `DistributedQueue`, `DistributedPriorityQueue`, `DistributedDelayQueue`, `DistributedIdQueue` (`QueueBuilder`) |
 //!
 //! A semaphore's maximum may follow a [`SharedCount`]
 //! ([`InterProcessSemaphoreV2::with_shared_count`]).
@@ -122,6 +124,7 @@ mod cache;
 mod leader;
 mod locks;
 mod nodes;
+mod queue;
 mod shared;
 
 /// The channel receiver that `events()` and `listen()` return
@@ -160,6 +163,13 @@ pub use locks::semaphore::{
     SemaphoreMutexGuard, LEASE_NAME,
 };
 pub use nodes::persistent_node::{GroupMember, PersistentNode};
+pub use queue::distributed::{ConsumeResult, DistributedQueue, ErrorMode, QueueBuilder};
+pub use queue::names::QUEUE_ITEM_PREFIX;
+pub use queue::serializer::{
+    BytesSerializer, ItemSerializer, QueueError, QueueSerializer, StringSerializer,
+};
+pub use queue::simple::{SimpleDistributedQueue, SIMPLE_QUEUE_PREFIX};
+pub use queue::variants::{DistributedDelayQueue, DistributedIdQueue, DistributedPriorityQueue};
 pub use shared::shared_count::{SharedCount, VersionedValue};
 
 /// This crate's README (its page on crates.io): its Rust examples are
