@@ -41,6 +41,10 @@
 //! | `bench rw <path> <sessions> <seconds> <write_every>` | `OK <ops> <elapsed_us> <acquire_p50_us> <acquire_p99_us> <writes>`: read lock, write lock every `write_every`-th turn |
 //! | `bench sem <path> <sessions> <max_leases> <seconds>` | `OK <ops> <elapsed_us> <acquire_p50_us> <acquire_p99_us>`: one lease at a time |
 //! | `bench hold <path> <sessions>` / `bench unhold` | `OK <sessions>` once each new session holds a mutex on `<path>/s<i>` / `OK released` |
+//! | `queue <kind> <path> put <item> [arg]` / `putmulti <a,b,…> [arg]` | `OK put`: on a producer-only Curator queue per kind and path (`plain`, `priority`, `delay`, `id`; `arg` the priority, the due time in epoch ms, or the id; `putmulti` one node of several items, not for `id`), string items as UTF-8, `putInBackground(false)` (Curator peer only) |
+//! | `queue <kind> <path> consume [lock_path]` / `taken` / `await <n> <ms>` / `close` | `OK started` / `OK <item,item,…>` consumed so far in order / `OK true\|false` (n items consumed within ms) / `OK closed`, on one consumer queue per kind and path, lock-safe with `lock_path` (priority queues with `minItemsBeforeRefresh` 0; Curator peer only) |
+//! | `queue id <path> remove <id>` | `OK <count>`: Curator's `DistributedIdQueue.remove` (Curator peer only) |
+//! | `queue simple <path> offer <item>` / `poll <ms>` | `OK offered` / `OK item <item>` or `OK none`: Curator's `SimpleDistributedQueue` (Curator peer only) |
 //! | `version` | `OK <library version> <runtime>-<version>` |
 //! | `ping` | `OK pong` |
 //! | `quit` | `OK bye`, then the peer exits |

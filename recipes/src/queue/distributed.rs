@@ -233,6 +233,22 @@ pub(crate) struct Core<T> {
     waker: Mutex<Option<ListenerHandle>>,
 }
 
+/// What a consumer made of one node's items.
+enum Consumed {
+    /// All consumed (or the node was corrupt).
+    Done,
+    /// One failed.
+    Failed,
+    /// Not handed over: the queue is closing.
+    Abandoned,
+}
+
+/// Why an item was not handed over.
+enum HandOver {
+    Failed(QueueError),
+    Closing,
+}
+
 /// What became of one item node.
 enum Outcome {
     /// Consumed (or removed), or taken by another consumer.
@@ -309,7 +325,7 @@ impl<T: Send + 'static> Core<T> {
         }
     }
 
-    fn check_started(&self) -> Result<()> {
+    pub(crate) fn check_started(&self) -> Result<()> {
         match self.state.load(Ordering::Acquire) {
             STARTED => Ok(()),
             LATENT => Err(Error::IllegalState(format!(
@@ -581,19 +597,21 @@ impl<T: Send + 'static> Core<T> {
             Err(e) if taken_by_another(&e) => return Ok(Outcome::Done),
             Err(e) => return Err(e),
         };
-        let failed = self.consume(name, &data);
-        // From here on the item was consumed: finish even while closing.
-        let requeue = failed && *self.error_mode.lock() == ErrorMode::Requeue && self.is_running();
-        let finished = if requeue {
-            let again = format!("{}/{}", self.path, names::requeue_name(name));
-            self.finishing
-                .transaction()
-                .delete(&item)
-                .create_with_mode(&again, &data, CreateMode::PersistentSequential)
-                .commit()
-                .map(|_| ())
-        } else {
-            self.finishing.delete().for_path(&item)
+        // From here on, finish even while closing (a close cannot cut
+        // the removal of an item consumed short).
+        let finished = match self.consume(name, &data) {
+            // Not handed over (closing): it stays for the next consumer.
+            Consumed::Abandoned => return Ok(Outcome::Done),
+            Consumed::Failed if *self.error_mode.lock() == ErrorMode::Requeue => {
+                let again = format!("{}/{}", self.path, names::requeue_name(name));
+                self.finishing
+                    .transaction()
+                    .delete(&item)
+                    .create_with_mode(&again, &data, CreateMode::PersistentSequential)
+                    .commit()
+                    .map(|_| ())
+            }
+            Consumed::Failed | Consumed::Done => self.finishing.delete().for_path(&item),
         };
         match finished {
             Ok(()) => Ok(Outcome::Done),
@@ -614,10 +632,11 @@ impl<T: Send + 'static> Core<T> {
         }
     }
 
-    /// Hands every item framed in `data` to the consumer; true if one
-    /// failed (in lock-safe mode with `Requeue`, the rest are not tried,
-    /// as in Curator). A corrupt node counts as consumed (logged).
-    fn consume(&self, name: &str, data: &[u8]) -> bool {
+    /// Hands every item framed in `data` to the consumer. After a failure,
+    /// in lock-safe mode with `Requeue`, the rest are not tried (the node
+    /// is put back whole), as in Curator. A corrupt node counts as
+    /// consumed (logged), so it does not block the queue.
+    fn consume(&self, name: &str, data: &[u8]) -> Consumed {
         let items = match ItemSerializer::deserialize(data).and_then(|frames| {
             frames
                 .iter()
@@ -631,31 +650,35 @@ impl<T: Send + 'static> Core<T> {
             Ok(items) => items,
             Err(e) => {
                 log::error!("the queue {}: {name}: {e}", self.path);
-                return false;
+                return Consumed::Done;
             }
         };
         let stop_on_failure =
             self.lock_path.is_some() && *self.error_mode.lock() == ErrorMode::Requeue;
-        let mut failed = false;
+        let mut outcome = Consumed::Done;
         for item in items {
-            if let Err(e) = self.hand_over(item) {
-                log::error!("the queue {}: consuming {name}: {e}", self.path);
-                failed = true;
-                if stop_on_failure {
-                    break;
+            match self.hand_over(item) {
+                Ok(()) => {}
+                Err(HandOver::Closing) => return Consumed::Abandoned,
+                Err(HandOver::Failed(e)) => {
+                    log::error!("the queue {}: consuming {name}: {e}", self.path);
+                    outcome = Consumed::Failed;
+                    if stop_on_failure {
+                        break;
+                    }
                 }
             }
         }
-        failed
+        outcome
     }
 
-    fn hand_over(&self, item: T) -> ConsumeResult {
+    fn hand_over(&self, item: T) -> std::result::Result<(), HandOver> {
         match &self.consumer {
             None => Ok(()),
             Some(Consumer::Callback(consume)) => {
                 match catch_unwind(AssertUnwindSafe(|| consume(item))) {
-                    Ok(result) => result,
-                    Err(_) => Err("the consumer panicked".into()),
+                    Ok(result) => result.map_err(HandOver::Failed),
+                    Err(_) => Err(HandOver::Failed("the consumer panicked".into())),
                 }
             }
             Some(Consumer::Channel(tx, _)) => {
@@ -665,13 +688,12 @@ impl<T: Send + 'static> Core<T> {
                         Ok(()) => return Ok(()),
                         Err(SendTimeoutError::Timeout(back)) => {
                             if !self.is_running() {
-                                return Err("the queue closed before the item was taken".into());
+                                return Err(HandOver::Closing);
                             }
                             item = back;
                         }
-                        Err(SendTimeoutError::Disconnected(_)) => {
-                            return Err("no receiver".into());
-                        }
+                        // The queue keeps a receiver: cannot happen.
+                        Err(SendTimeoutError::Disconnected(_)) => return Err(HandOver::Closing),
                     }
                 }
             }
@@ -680,13 +702,14 @@ impl<T: Send + 'static> Core<T> {
 
     /// All item nodes (for the id queue's `remove`).
     pub(crate) fn children(&self) -> Result<Vec<String>> {
-        self.client.get_children(&self.path)
+        self.finishing.get_children(&self.path)
     }
 
     /// Curator's `tryRemove`: removes the item node `name` without
     /// consuming it (through its lock node in lock-safe mode); false if
     /// another got it first.
     pub(crate) fn try_remove(&self, name: &str) -> Result<bool> {
+        self.check_started()?;
         let item = format!("{}/{name}", self.path);
         let lock = self.lock_path.as_ref().map(|l| format!("{l}/{name}"));
         if let Some(lock) = &lock {

@@ -189,6 +189,7 @@ impl<T: Send + 'static> DistributedIdQueue<T> {
     /// `/` and `|` in `id` match `_`, as they are stored.
     pub fn remove(&self, id: &str) -> Result<usize> {
         let id = self.valid(id)?;
+        self.core.check_started()?;
         let mut count = 0;
         for name in self.core.children()? {
             if names::parse_id(&name).0 == id && self.core.try_remove(&name)? {
