@@ -1364,3 +1364,63 @@ fn closing_a_channel_consumer_keeps_an_item_not_taken() {
     next.start().unwrap();
     assert_eq!(next.receiver().unwrap().recv_timeout(WAIT).unwrap(), "kept");
 }
+
+/// A delay queue's item due in the far future, written by another process
+/// (the largest time Curator can write), neither stops the consumer nor
+/// holds back the items due now.
+#[test]
+fn delay_queue_survives_an_item_due_at_the_end_of_time() {
+    let c = client();
+    let path = unique("delay-end-of-time");
+    let q = QueueBuilder::new(&c, IntText, &path)
+        .channel_consumer()
+        .build_delay_queue()
+        .unwrap();
+    q.start().unwrap();
+    let rx = q.receiver().unwrap();
+    c.create()
+        .mode(CreateMode::PersistentSequential)
+        .for_path(
+            &format!("{path}/queue-|7FFFFFFFFFFFFFFF|"),
+            &ItemSerializer::serialize(&[b"-1"]),
+        )
+        .unwrap();
+    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+    q.put(&7, SystemTime::now()).unwrap();
+    assert_eq!(rx.recv_timeout(WAIT).unwrap(), 7);
+}
+
+/// A blocked `take` ends with an error when its client closes; a consumer
+/// thread stops with its client, and closing the queue then returns.
+#[test]
+fn a_closed_client_ends_blocked_calls() {
+    let c = client();
+    let q = SimpleDistributedQueue::new(&c, &unique("simple-closed")).unwrap();
+    let taker = thread::spawn(move || q.take());
+    let consumer = QueueBuilder::new(&c, StringSerializer, &unique("queue-closed"))
+        .channel_consumer()
+        .build_queue()
+        .unwrap();
+    consumer.start().unwrap();
+    thread::sleep(Duration::from_millis(200)); // both are waiting
+    c.close();
+    let taken = call_within("the take", WAIT, move || taker.join().unwrap());
+    assert!(taken.is_err(), "{taken:?}");
+    call_within("closing the queue", WAIT, move || consumer.close());
+}
+
+/// Data too large for a node fails the put with an error, naming the
+/// queue; nothing hangs or panics.
+#[test]
+fn an_oversized_put_fails() {
+    let c = client();
+    let path = unique("queue-oversized");
+    let q = QueueBuilder::new(&c, BytesSerializer, &path)
+        .build_queue()
+        .unwrap();
+    q.start().unwrap();
+    let e = call_within("the put", WAIT, move || q.put(&vec![0u8; 2 << 20])).unwrap_err();
+    assert!(!e.to_string().is_empty());
+    let simple = SimpleDistributedQueue::new(&c, &unique("simple-oversized")).unwrap();
+    assert!(simple.offer(&vec![0u8; 2 << 20]).is_err());
+}

@@ -462,6 +462,13 @@ impl<T: Send + 'static> Core<T> {
             let mut children = match self.list(&self.client) {
                 Ok(children) => children,
                 Err(e) => {
+                    if self.finishing.is_closed() {
+                        log::warn!(
+                            "the queue {}: its client is closed; consumer stopped",
+                            self.path
+                        );
+                        return;
+                    }
                     if self.is_running() {
                         log::debug!("the queue {}: {e}; looking again", self.path);
                     }
@@ -480,7 +487,9 @@ impl<T: Send + 'static> Core<T> {
             if let Some(first) = children.first() {
                 let wait = self.delay(first);
                 if wait > Duration::ZERO {
-                    until = Some(Instant::now() + wait);
+                    // A time too far to wait for (another process may
+                    // write any): wait for changes only.
+                    until = Instant::now().checked_add(wait);
                     continue;
                 }
             }
@@ -493,9 +502,12 @@ impl<T: Send + 'static> Core<T> {
         if self.kind != Kind::Delay {
             return Duration::ZERO;
         }
-        let due = std::time::UNIX_EPOCH + Duration::from_millis(names::epoch_of(name));
-        due.duration_since(std::time::SystemTime::now())
-            .unwrap_or(Duration::ZERO)
+        match std::time::UNIX_EPOCH.checked_add(Duration::from_millis(names::epoch_of(name))) {
+            Some(due) => due
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or(Duration::ZERO),
+            None => Duration::MAX,
+        }
     }
 
     /// Curator's `processChildren`: takes the sorted `children` in turn;
