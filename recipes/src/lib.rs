@@ -18,6 +18,7 @@
 //! | [`DistributedBarrier`], [`DistributedDoubleBarrier`] | `DistributedBarrier`, `DistributedDoubleBarrier` |
 //! | [`SimpleDistributedQueue`] | `SimpleDistributedQueue` |
 //! | [`DistributedQueue`], [`DistributedPriorityQueue`], [`DistributedDelayQueue`], [`DistributedIdQueue`] (built by [`QueueBuilder`]) | `DistributedQueue`, `DistributedPriorityQueue`, `DistributedDelayQueue`, `DistributedIdQueue` (`QueueBuilder`) |
+//! | [`QueueSharder`] | `QueueSharder` |
 //!
 //! A semaphore's maximum may follow a [`SharedCount`]
 //! ([`InterProcessSemaphoreV2::with_shared_count`]).
@@ -168,6 +169,7 @@ pub use queue::names::QUEUE_ITEM_PREFIX;
 pub use queue::serializer::{
     BytesSerializer, ItemSerializer, QueueError, QueueSerializer, StringSerializer,
 };
+pub use queue::sharder::{QueueSharder, QueueSharderPolicies, ShardQueue};
 pub use queue::simple::{SimpleDistributedQueue, SIMPLE_QUEUE_PREFIX};
 pub use queue::variants::{DistributedDelayQueue, DistributedIdQueue, DistributedPriorityQueue};
 pub use shared::shared_count::{SharedCount, VersionedValue};

@@ -36,7 +36,9 @@
 //! | TestDistributedDelayQueue.testSorting | `delay_queue_sorts_items_put_in_random_order` (1000 items cut to 200) |
 //! | TestBoundedDistributedQueue.testSimple | `bounded_queue_put_waits_for_room` |
 //! | TestBoundedDistributedQueue.testMulti | `bounded_queue_stays_near_its_bound_with_many_producers` (4 × 1000 items cut to 4 × 40) |
-//! | TestQueueSharder.testDistribution, testSharderWatchSync, testSimpleDistributedQueue | not done: `QueueSharder` is not provided |
+//! | TestQueueSharder.testDistribution | `sharder_spreads_items_over_shards` (1000 items over a threshold of 100 cut to 200 over 40) |
+//! | TestQueueSharder.testSharderWatchSync | `two_sharders_agree_on_the_shards` |
+//! | TestQueueSharder.testSimpleDistributedQueue | `sharded_items_are_all_consumed_and_shards_found_again` |
 
 mod common;
 
@@ -49,8 +51,9 @@ use std::time::{Duration, Instant, SystemTime};
 use common::*;
 use latchkey_framework::{Client, CreateMode};
 use latchkey_recipes::{
-    BytesSerializer, ErrorMode, ItemSerializer, QueueBuilder, QueueError, QueueSerializer,
-    Receiver, SimpleDistributedQueue, StringSerializer,
+    BytesSerializer, DistributedQueue, ErrorMode, ItemSerializer, QueueBuilder, QueueError,
+    QueueSerializer, QueueSharder, QueueSharderPolicies, Receiver, SimpleDistributedQueue,
+    StringSerializer,
 };
 use latchkey_test::peers::{peer_available, Peer, PeerKind};
 use latchkey_test::{ServerConfig, TestingServer};
@@ -1423,4 +1426,128 @@ fn an_oversized_put_fails() {
     assert!(!e.to_string().is_empty());
     let simple = SimpleDistributedQueue::new(&c, &unique("simple-oversized")).unwrap();
     assert!(simple.offer(&vec![0u8; 2 << 20]).is_err());
+}
+
+// ---- QueueSharder ----
+
+/// A sharder of string queues whose consumer sends each item to `tx`
+/// once `gate` lets it (Curator's test allocator).
+fn string_sharder(
+    c: &Client,
+    path: &str,
+    threshold: usize,
+    gate: Receiver<()>,
+    tx: crossbeam_channel::Sender<String>,
+) -> QueueSharder<DistributedQueue<String>> {
+    QueueSharder::new(
+        c,
+        move |client: &Client, shard: &str| {
+            let (gate, tx) = (gate.clone(), tx.clone());
+            QueueBuilder::new(client, StringSerializer, shard)
+                .consumer(move |item: String| {
+                    // Open once the gate's sender is gone.
+                    let _ = gate.recv_timeout(Duration::from_secs(30));
+                    let _ = tx.send(item);
+                    Ok(())
+                })
+                .build_queue()
+        },
+        path,
+        &format!("{path}-leader"),
+        QueueSharderPolicies::default()
+            .new_queue_threshold(threshold)
+            .threshold_check(Duration::from_millis(1)),
+    )
+    .unwrap()
+}
+
+/// Curator's TestQueueSharder.testDistribution: ten times the threshold
+/// of items spread over the (at most ten) shards.
+#[test]
+fn sharder_spreads_items_over_shards() {
+    const THRESHOLD: usize = 20;
+    const ITEMS: usize = 10 * THRESHOLD;
+    let c = client();
+    let path = unique("sharder-distribution");
+    let (gate_tx, gate) = crossbeam_channel::bounded::<()>(0);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let sharder = string_sharder(&c, &path, THRESHOLD, gate, tx);
+    let gate_tx = gate_tx; // dropped first: a failed test opens the gate
+    sharder.start().unwrap();
+    for i in 0..ITEMS {
+        sharder.queue().unwrap().put(&i.to_string()).unwrap();
+        thread::sleep(Duration::from_millis(2));
+    }
+    thread::sleep(Duration::from_millis(200)); // the last check
+    let sizes: Vec<usize> = sharder
+        .queue_paths()
+        .iter()
+        .map(|p| c.exists(p).unwrap().unwrap().num_children as usize)
+        .collect();
+    assert!(sizes.len() > 1, "{sizes:?}");
+    // One item per shard is in its consumer's hands.
+    assert!(sizes.iter().all(|n| *n + 1 >= THRESHOLD / 10), "{sizes:?}");
+    let mean = sizes.iter().sum::<usize>() as f64 / sizes.len() as f64;
+    assert!(mean >= THRESHOLD as f64 * 0.9 - 1.0, "{sizes:?}");
+    drop(gate_tx);
+    take_n(&rx, ITEMS);
+}
+
+/// Curator's TestQueueSharder.testSharderWatchSync.
+#[test]
+fn two_sharders_agree_on_the_shards() {
+    let c = client();
+    let path = unique("sharder-sync");
+    let (gate_tx, gate) = crossbeam_channel::bounded::<()>(0);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let one = string_sharder(&c, &path, 2, gate.clone(), tx.clone());
+    let two = string_sharder(&c, &path, 2, gate, tx);
+    let gate_tx = gate_tx; // dropped first: a failed test opens the gate
+    one.start().unwrap();
+    two.start().unwrap();
+    for i in 0..20 {
+        one.queue().unwrap().put(&i.to_string()).unwrap();
+    }
+    wait_until(
+        WAIT,
+        || one.shard_qty() > 1 || two.shard_qty() > 1,
+        || "no shard added".into(),
+    );
+    drop(gate_tx);
+    take_n(&rx, 20);
+    wait_until(
+        WAIT,
+        || one.queue_paths() == two.queue_paths(),
+        || format!("{:?} vs {:?}", one.queue_paths(), two.queue_paths()),
+    );
+}
+
+/// Curator's TestQueueSharder.testSimpleDistributedQueue.
+#[test]
+fn sharded_items_are_all_consumed_and_shards_found_again() {
+    let c = client();
+    let path = unique("sharder-simple");
+    let (gate_tx, gate) = crossbeam_channel::bounded::<()>(0);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let sharder = string_sharder(&c, &path, 2, gate.clone(), tx.clone());
+    let gate_tx = gate_tx; // dropped first: a failed test opens the gate
+    sharder.start().unwrap();
+    let items = [
+        "one", "two", "three", "four", "five", "six", "seven", "eight",
+    ];
+    for item in &items[..4] {
+        sharder.queue().unwrap().put(&item.to_string()).unwrap();
+    }
+    wait_until(WAIT, || sharder.shard_qty() > 1, || "no shard added".into());
+    for item in &items[4..] {
+        sharder.queue().unwrap().put(&item.to_string()).unwrap();
+    }
+    drop(gate_tx);
+    let consumed: BTreeSet<String> = take_n(&rx, 8).into_iter().collect();
+    assert_eq!(consumed, items.iter().map(|s| s.to_string()).collect());
+    let shards = sharder.shard_qty();
+    sharder.close();
+    let again = string_sharder(&c, &path, 2, gate, tx);
+    again.start().unwrap();
+    assert_eq!(again.shard_qty(), shards, "the shards are found again");
 }

@@ -13,7 +13,9 @@
 //!   [`ItemSerializer`](crate::ItemSerializer) in `queue-…` nodes, taken by
 //!   a consumer thread that hands them to a callback or a channel, with
 //!   Curator's lock-safe mode (`lock_path`) and bounded queues
-//!   (`max_items`).
+//!   (`max_items`);
+//! - [`QueueSharder`](crate::QueueSharder): one logical queue over several
+//!   queue nodes, a new one added by the leader when one holds too many.
 //!
 //! A put returns only once its node is in ZooKeeper (Curator's
 //! `putInBackground(false)`).
@@ -21,5 +23,6 @@
 pub(crate) mod distributed;
 pub(crate) mod names;
 pub(crate) mod serializer;
+pub(crate) mod sharder;
 pub(crate) mod simple;
 pub(crate) mod variants;
