@@ -620,6 +620,10 @@ fn queue_lifecycle_and_bad_arguments() {
         .build_queue()
         .is_err());
     assert!(QueueBuilder::new(&c, StringSerializer, &path)
+        .lock_path(&path)
+        .build_queue()
+        .is_err());
+    assert!(QueueBuilder::new(&c, StringSerializer, &path)
         .max_items(0)
         .build_queue()
         .is_err());
@@ -1550,4 +1554,103 @@ fn sharded_items_are_all_consumed_and_shards_found_again() {
     let again = string_sharder(&c, &path, 2, gate, tx);
     again.start().unwrap();
     assert_eq!(again.shard_qty(), shards, "the shards are found again");
+}
+
+// ---- faults ----
+
+/// A consumer whose session expires while it waits for items sets its
+/// watch again in the new session and takes the next item; a simple
+/// queue's poll waiting across the expiry does too.
+#[test]
+fn consumers_go_on_after_their_session_expires() {
+    let (c, producer_client) = (client(), client());
+    let path = unique("queue-expiry");
+    let q = QueueBuilder::new(&c, StringSerializer, &path)
+        .channel_consumer()
+        .lock_path(&format!("{path}-locks"))
+        .build_queue()
+        .unwrap();
+    q.start().unwrap();
+    let simple_path = unique("simple-expiry");
+    let simple = SimpleDistributedQueue::new(&c, &simple_path).unwrap();
+    let poller = thread::spawn(move || simple.poll_timeout(Duration::from_secs(20)));
+    thread::sleep(Duration::from_millis(200)); // both are waiting
+    let before = c.session_id();
+    c.expire_session_for_testing().unwrap();
+    wait_until(
+        WAIT,
+        || c.session_id() != before && c.session_id() != 0,
+        || format!("no new session: {:?}", c.state_history()),
+    );
+    let producer = QueueBuilder::new(&producer_client, StringSerializer, &path)
+        .build_queue()
+        .unwrap();
+    producer.start().unwrap();
+    producer.put(&"after".to_string()).unwrap();
+    assert_eq!(q.receiver().unwrap().recv_timeout(WAIT).unwrap(), "after");
+    SimpleDistributedQueue::new(&producer_client, &simple_path)
+        .unwrap()
+        .offer(b"after")
+        .unwrap();
+    let polled = call_within("the poll", WAIT * 3, move || poller.join().unwrap());
+    assert_eq!(polled.unwrap().unwrap(), b"after");
+}
+
+/// Rust and Curator consumers take from one lock-safe queue at once: every
+/// item is taken, none by both.
+#[test]
+fn rust_and_curator_consumers_share_a_lock_safe_queue() {
+    const ITEMS: usize = 60;
+    let Some(mut java) = curator() else { return };
+    let c = client();
+    let path = unique("interop-shared-consumers");
+    let locks = format!("{path}-locks");
+    let rust_taken = Arc::new(Mutex::new(Vec::new()));
+    let q = {
+        let taken = rust_taken.clone();
+        QueueBuilder::new(&c, StringSerializer, &path)
+            .consumer(move |item: String| {
+                taken.lock().unwrap().push(item);
+                thread::sleep(Duration::from_millis(2));
+                Ok(())
+            })
+            .lock_path(&locks)
+            .build_queue()
+            .unwrap()
+    };
+    q.start().unwrap();
+    ok(&mut java, &format!("queue plain {path} consume {locks}"));
+    let producer = QueueBuilder::new(&client(), StringSerializer, &path)
+        .build_queue()
+        .unwrap();
+    producer.start().unwrap();
+    for i in 0..ITEMS {
+        producer.put(&i.to_string()).unwrap();
+    }
+    wait_until(
+        Duration::from_secs(20),
+        || sorted_children(&c, &path).is_empty() && sorted_children(&c, &locks).is_empty(),
+        || format!("left: {:?}", sorted_children(&c, &path)),
+    );
+    q.close();
+    let reply = ok(&mut java, &format!("queue plain {path} taken"));
+    let java_taken: Vec<String> = reply["OK ".len()..]
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let rust_taken = rust_taken.lock().unwrap().clone();
+    let mut all: Vec<String> = rust_taken.iter().chain(&java_taken).cloned().collect();
+    all.sort_by_key(|s| s.parse::<usize>().unwrap());
+    assert_eq!(
+        all,
+        (0..ITEMS).map(|i| i.to_string()).collect::<Vec<_>>(),
+        "rust {rust_taken:?} java {java_taken:?}"
+    );
+    eprintln!(
+        "rust took {}, java took {}",
+        rust_taken.len(),
+        java_taken.len()
+    );
+    java.quit(Duration::from_secs(10)).unwrap();
 }

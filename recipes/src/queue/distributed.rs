@@ -35,6 +35,18 @@ const HANDOVER_CHECK: Duration = Duration::from_millis(100);
 /// What a consumer does when a consumer callback fails, in lock-safe mode
 /// (Curator's `ErrorMode`). Without a lock path an item is removed before
 /// it is consumed, and a failure loses it.
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use latchkey_recipes::{ErrorMode, QueueBuilder, StringSerializer};
+///
+/// let queue = QueueBuilder::new(client, StringSerializer, "/queues/best-effort")
+///     .consumer(|item: String| Err(format!("cannot do {item}").into()))
+///     .lock_path("/queues/best-effort-locks")
+///     .build_queue()?;
+/// queue.set_error_mode(ErrorMode::Delete)?; // a failed item is dropped, not retried
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ErrorMode {
     /// Put the item back at the tail of the queue (the default).
@@ -117,7 +129,10 @@ impl<T: Send + 'static> QueueBuilder<T> {
     /// Items go to the queue's [`receiver`](DistributedQueue::receiver)
     /// (Curator's `BlockingQueueConsumer`), each handed over only when a
     /// receiver takes it: with a lock path, an item leaves ZooKeeper only
-    /// once taken from the channel.
+    /// once taken from the channel, and one not taken when the queue
+    /// closes stays for the next consumer. Without a lock path an item is
+    /// removed before it is handed over, and one in hand when the queue
+    /// closes is lost (as the items in Curator's local queue).
     pub fn channel_consumer(mut self) -> Self {
         let (tx, rx) = channel(0);
         self.consumer = Some(Consumer::Channel(tx, rx));
@@ -158,6 +173,13 @@ impl<T: Send + 'static> QueueBuilder<T> {
         validate_recipe_path(&self.client, &self.path)?;
         if let Some(lock) = &self.lock_path {
             validate_recipe_path(&self.client, lock)?;
+            // Lock nodes in the queue would be taken as items.
+            if lock.trim_end_matches('/') == self.path.trim_end_matches('/') {
+                return Err(Error::InvalidPath {
+                    path: lock.clone(),
+                    reason: "a queue's lock path must not be the queue's own path".into(),
+                });
+            }
         }
         if self.max_items == Some(0) {
             return Err(Error::InvalidArgument(format!(
@@ -812,6 +834,26 @@ pub(crate) use queue_common;
 /// [`ItemSerializer`], so Java producers and consumers share it. A single
 /// consumer gets the items in order; several share them, each item going to
 /// one consumer (at least one in lock-safe mode).
+///
+/// ```no_run
+/// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+/// use std::time::Duration;
+/// use latchkey_recipes::{QueueBuilder, StringSerializer};
+///
+/// // A worker: takes items from a channel, each removed from ZooKeeper
+/// // only once received.
+/// let queue = QueueBuilder::new(client, StringSerializer, "/queues/mail")
+///     .channel_consumer()
+///     .lock_path("/queues/mail-locks")
+///     .build_queue()?;
+/// queue.start()?;
+/// let items = queue.receiver().expect("built with a channel consumer");
+/// queue.put_multi(&["a".to_string(), "b".to_string()])?; // one node, two items
+/// while let Ok(mail) = items.recv_timeout(Duration::from_secs(5)) {
+///     println!("sending {mail}");
+/// }
+/// # Ok(()) }
+/// ```
 pub struct DistributedQueue<T: Send + 'static> {
     core: Arc<Core<T>>,
 }
