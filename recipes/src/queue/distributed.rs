@@ -142,8 +142,9 @@ impl<T: Send + 'static> QueueBuilder<T> {
     /// Lock-safe mode (Curator's `lockPath`): a consumer takes an item by
     /// creating an ephemeral node `<lock_path>/<item name>`, and removes
     /// the item only after it was consumed, so an item whose consumer dies
-    /// goes to another consumer. Each item is consumed at least once (more
-    /// than once only if a consumer's session ends while it consumes).
+    /// goes to another consumer. Each item is consumed at least once: more
+    /// than once only if a consumer's session ends while it consumes, or
+    /// it cannot reach ZooKeeper to remove the item it consumed.
     pub fn lock_path(mut self, lock_path: &str) -> Self {
         self.lock_path = Some(lock_path.to_owned());
         self

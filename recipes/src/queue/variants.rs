@@ -46,7 +46,9 @@ impl<T: Send + 'static> QueueBuilder<T> {
 /// built by [`QueueBuilder::build_priority_queue`]: item nodes are
 /// `queue-<1 or 0><8 hex digits of the priority><sequence>` (Curator's
 /// encoding), so that names sort as priorities, lowest first, and items of
-/// one priority in the order put.
+/// one priority in the order put. An item put back after its consumer
+/// failed (lock-safe mode, [`ErrorMode::Requeue`](crate::ErrorMode))
+/// keeps its priority; Curator puts it back as a plain `queue-` item.
 ///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
