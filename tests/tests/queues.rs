@@ -1654,3 +1654,31 @@ fn rust_and_curator_consumers_share_a_lock_safe_queue() {
     );
     java.quit(Duration::from_secs(10)).unwrap();
 }
+
+/// A lock-safe priority item put back after its consumer failed keeps its
+/// priority in its name (Curator puts it back as a plain `queue-` item).
+#[test]
+fn a_requeued_priority_item_keeps_its_priority() {
+    let c = client();
+    let path = unique("priority-requeue");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let q = {
+        let calls = calls.clone();
+        QueueBuilder::new(&c, StringSerializer, &path)
+            .consumer(move |_item: String| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err("always fails".into())
+            })
+            .lock_path(&format!("{path}-locks"))
+            .build_priority_queue(0)
+            .unwrap()
+    };
+    q.start().unwrap();
+    q.put(&"x".to_string(), 5).unwrap();
+    wait_until(WAIT, || calls.load(Ordering::SeqCst) >= 3, || "not retried".into());
+    q.close();
+    let names = sorted_children(&c, &path);
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(names[0].starts_with("queue-100000005"), "{names:?}");
+    assert_eq!(names[0].len(), "queue-100000005".len() + 10, "{names:?}");
+}
