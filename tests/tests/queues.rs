@@ -1675,7 +1675,11 @@ fn a_requeued_priority_item_keeps_its_priority() {
     };
     q.start().unwrap();
     q.put(&"x".to_string(), 5).unwrap();
-    wait_until(WAIT, || calls.load(Ordering::SeqCst) >= 3, || "not retried".into());
+    wait_until(
+        WAIT,
+        || calls.load(Ordering::SeqCst) >= 3,
+        || "not retried".into(),
+    );
     q.close();
     let names = sorted_children(&c, &path);
     assert_eq!(names.len(), 1, "{names:?}");
