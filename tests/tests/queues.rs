@@ -714,6 +714,7 @@ fn an_item_held_by_a_consumer_that_dies_goes_to_another() {
         .lock_path(&locks)
         .build_queue()
         .unwrap();
+    let release_tx = release_tx; // dropped first: a failed test releases
     first.start().unwrap();
     first.put(&"precious".to_string()).unwrap();
     assert_eq!(holding.recv_timeout(WAIT).unwrap(), "precious");
@@ -759,6 +760,7 @@ fn id_queue_cannot_remove_an_item_being_consumed() {
         .lock_path(&format!("{path}-locks"))
         .build_id_queue()
         .unwrap();
+    let go_tx = go_tx; // dropped first: a failed test releases
     q.start().unwrap();
     q.put(&"test".to_string(), "id").unwrap();
     consuming.recv_timeout(WAIT).unwrap();
@@ -1047,6 +1049,7 @@ fn bounded_queue_put_waits_for_room() {
             .build_queue()
             .unwrap()
     };
+    let gate_tx = gate_tx; // dropped first: a failed test opens the gate
     q.start().unwrap();
     assert!(
         q.put_timeout(&"1".into(), WAIT).unwrap(),
@@ -1685,4 +1688,67 @@ fn a_requeued_priority_item_keeps_its_priority() {
     assert_eq!(names.len(), 1, "{names:?}");
     assert!(names[0].starts_with("queue-100000005"), "{names:?}");
     assert_eq!(names[0].len(), "queue-100000005".len() + 10, "{names:?}");
+}
+
+/// A consumer whose session expired while it held an item does not
+/// remove, when it lets the item go, the lock node that another consumer
+/// has since taken on the same item (Curator deletes it regardless, and a
+/// third consumer may then take the item too).
+#[test]
+fn a_consumer_does_not_remove_another_consumers_lock() {
+    let path = unique("queue-foreign-lock");
+    let locks = format!("{path}-locks");
+    let (first_client, second_client) = (client(), client());
+    let first = QueueBuilder::new(&first_client, StringSerializer, &path)
+        .channel_consumer()
+        .lock_path(&locks)
+        .build_queue()
+        .unwrap();
+    first.start().unwrap();
+    first.put(&"item".to_string()).unwrap();
+    // The first consumer holds the item's lock, waiting for a receiver.
+    wait_until(
+        WAIT,
+        || sorted_children(&second_client, &locks).len() == 1,
+        || "the first consumer did not lock the item".into(),
+    );
+    let before = first_client.session_id();
+    first_client.expire_session_for_testing().unwrap();
+    wait_until(
+        WAIT,
+        || first_client.session_id() != before && first_client.session_id() != 0,
+        || format!("no new session: {:?}", first_client.state_history()),
+    );
+    let (holding_tx, holding) = crossbeam_channel::bounded(1);
+    let (release_tx, release) = crossbeam_channel::bounded::<()>(1);
+    let second = QueueBuilder::new(&second_client, StringSerializer, &path)
+        .consumer(move |item: String| {
+            let _ = holding_tx.send(item);
+            let _ = release.recv_timeout(Duration::from_secs(30));
+            Ok(())
+        })
+        .lock_path(&locks)
+        .build_queue()
+        .unwrap();
+    let release_tx = release_tx; // dropped first: a failed test releases
+    second.start().unwrap();
+    assert_eq!(holding.recv_timeout(WAIT).unwrap(), "item");
+    let lock = sorted_children(&second_client, &locks);
+    assert_eq!(lock.len(), 1);
+    let (_, stat) = second_client
+        .get_data(&format!("{locks}/{}", lock[0]))
+        .unwrap();
+    assert_eq!(stat.ephemeral_owner, second_client.session_id());
+    first.close(); // lets its item go
+    assert_eq!(
+        sorted_children(&second_client, &locks),
+        lock,
+        "the second consumer's lock node was removed"
+    );
+    release_tx.send(()).unwrap();
+    wait_until(
+        WAIT,
+        || sorted_children(&second_client, &path).is_empty(),
+        || "the item stayed".into(),
+    );
 }

@@ -602,6 +602,9 @@ impl<T: Send + 'static> Core<T> {
             .for_path(&lock, &[])
         {
             Ok(_) => {}
+            // Ours if a create retried after a connection loss had been
+            // applied: then the item is ours to take.
+            Err(e) if e.is(ErrorCode::NodeExists) && self.owns(&lock) => {}
             Err(e) if e.is(ErrorCode::NodeExists) => {
                 self.watch_lock(&lock);
                 return Ok(Outcome::Locked);
@@ -614,15 +617,33 @@ impl<T: Send + 'static> Core<T> {
             }
             Err(e) => return Err(e),
         }
+        let owner = self.client.session_id();
         let result = self.consume_locked(name);
-        // Guaranteed: a failed delete goes on in the background.
-        if let Err(e) = self.finishing.delete().guaranteed().for_path(&lock) {
+        if owner != 0 && self.finishing.session_id() == owner {
+            // Guaranteed: a failed delete goes on in the background.
+            if let Err(e) = self.finishing.delete().guaranteed().for_path(&lock) {
+                log::debug!(
+                    "the queue {}: removing the lock node {lock}: {e}",
+                    self.path
+                );
+            }
+        } else {
+            // Our lock node went with our session; a node at its path now
+            // is another consumer's lock (Curator deletes it regardless).
             log::debug!(
-                "the queue {}: removing the lock node {lock}: {e}",
+                "the queue {}: the lock node {lock} went with its session",
                 self.path
             );
         }
         result
+    }
+
+    /// Whether the node at `path` is an ephemeral of this client's session.
+    fn owns(&self, path: &str) -> bool {
+        matches!(
+            self.client.exists(path),
+            Ok(Some(stat)) if stat.ephemeral_owner != 0 && stat.ephemeral_owner == self.client.session_id()
+        )
     }
 
     fn consume_locked(&self, name: &str) -> Result<Outcome> {
