@@ -637,6 +637,21 @@ fn queue_lifecycle_and_bad_arguments() {
         .build_queue()
         .unwrap();
     assert!(q.start().is_err());
+    // A start that failed (here: the lock path's parent is a node that
+    // cannot have children) may be tried again.
+    let ephemeral_parent = unique("queue-ephemeral-parent");
+    c.create()
+        .mode(CreateMode::Ephemeral)
+        .for_path(&ephemeral_parent, b"")
+        .unwrap();
+    let q = QueueBuilder::new(&c, StringSerializer, &unique("queue-retry-start"))
+        .lock_path(&format!("{ephemeral_parent}/locks"))
+        .build_queue()
+        .unwrap();
+    let e = q.start().unwrap_err();
+    assert!(!e.to_string().contains("started already"), "{e}");
+    c.delete().for_path(&ephemeral_parent).unwrap();
+    q.start().unwrap();
 }
 
 /// Corrupt data written by another process is logged and removed; the

@@ -293,7 +293,7 @@ impl<T: Send + 'static> Core<T> {
             .is_err()
         {
             return Err(Error::IllegalState(format!(
-                "the queue {} was started already",
+                "the queue {} was started already or is closed",
                 self.path
             )));
         }
@@ -301,7 +301,10 @@ impl<T: Send + 'static> Core<T> {
             .ensure(&self.path)
             .and_then(|()| self.lock_path.as_deref().map_or(Ok(()), |l| self.ensure(l)));
         if let Err(e) = created {
-            self.state.store(STOPPED, Ordering::Release);
+            // Nothing started: it may be started again (unless closed meanwhile).
+            let _ =
+                self.state
+                    .compare_exchange(STARTED, LATENT, Ordering::AcqRel, Ordering::Acquire);
             return Err(e);
         }
         let signal = Arc::downgrade(&self.signal);
