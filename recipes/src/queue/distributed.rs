@@ -607,7 +607,7 @@ impl<T: Send + 'static> Core<T> {
             Ok(_) => {}
             // Ours if a create retried after a connection loss had been
             // applied: then the item is ours to take.
-            Err(e) if e.is(ErrorCode::NodeExists) && self.owns(&lock) => {}
+            Err(e) if e.is(ErrorCode::NodeExists) && self.owns(&self.client, &lock) => {}
             Err(e) if e.is(ErrorCode::NodeExists) => {
                 self.watch_lock(&lock);
                 return Ok(Outcome::Locked);
@@ -618,7 +618,10 @@ impl<T: Send + 'static> Core<T> {
                 self.signal.notify();
                 return Ok(Outcome::Locked);
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                self.forget_lock_in_doubt(&lock);
+                return Err(e);
+            }
         }
         let owner = self.client.session_id();
         let result = self.consume_locked(name);
@@ -642,11 +645,27 @@ impl<T: Send + 'static> Core<T> {
     }
 
     /// Whether the node at `path` is an ephemeral of this client's session.
-    fn owns(&self, path: &str) -> bool {
+    fn owns(&self, client: &Client, path: &str) -> bool {
         matches!(
-            self.client.exists(path),
-            Ok(Some(stat)) if stat.ephemeral_owner != 0 && stat.ephemeral_owner == self.client.session_id()
+            client.exists(path),
+            Ok(Some(stat)) if stat.ephemeral_owner != 0 && stat.ephemeral_owner == client.session_id()
         )
+    }
+
+    /// After a lock node's create failed without an answer (cut short by
+    /// a close, or out of retries), the server may have made it: if it is
+    /// ours, remove it, or it would hold the item for as long as this
+    /// session lives. (A consumer that goes on finds it again and takes
+    /// the item; see `take_locked`.)
+    fn forget_lock_in_doubt(&self, lock: &str) {
+        if self.owns(&self.finishing, lock) {
+            if let Err(e) = self.finishing.delete().guaranteed().for_path(lock) {
+                log::debug!(
+                    "the queue {}: removing the lock node {lock}: {e}",
+                    self.path
+                );
+            }
+        }
     }
 
     fn consume_locked(&self, name: &str) -> Result<Outcome> {
@@ -782,7 +801,10 @@ impl<T: Send + 'static> Core<T> {
                 Err(e) if e.is(ErrorCode::NodeExists) || e.is(ErrorCode::NoNode) => {
                     return Ok(false)
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.forget_lock_in_doubt(lock);
+                    return Err(e);
+                }
             }
         }
         let removed = match self.client.delete().for_path(&item) {
