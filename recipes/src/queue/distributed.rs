@@ -880,7 +880,10 @@ pub(crate) use queue_common;
 /// node `<path>/queue-<sequence>` whose data is framed by
 /// [`ItemSerializer`], so Java producers and consumers share it. A single
 /// consumer gets the items in order; several share them, each item going to
-/// one consumer (at least one in lock-safe mode).
+/// one consumer (at least one in lock-safe mode). Without a lock path an
+/// item is removed before it is consumed: one whose consumer fails, or
+/// whose removal's answer is lost with the connection (the retried delete
+/// finds it gone), is lost, as in Curator.
 ///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
@@ -909,7 +912,9 @@ impl<T: Send + 'static> DistributedQueue<T> {
     queue_common!();
 
     /// Adds `item`; returns once its node is in ZooKeeper. In a bounded
-    /// queue, first waits as long as it takes for room.
+    /// queue, first waits as long as it takes for room. An error after the
+    /// request was sent (the connection lost, the retries spent) leaves it
+    /// in doubt: the item may be in the queue.
     pub fn put(&self, item: &T) -> Result<()> {
         self.core.put(&[item], "", None).map(|_| ())
     }

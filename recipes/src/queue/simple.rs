@@ -17,8 +17,10 @@ pub const SIMPLE_QUEUE_PREFIX: &str = "qn-";
 /// A plain FIFO queue of byte items (Curator's `SimpleDistributedQueue`):
 /// [`offer`](Self::offer) adds an item, [`take`](Self::take) and
 /// [`poll_timeout`](Self::poll_timeout) block until one is there. Every
-/// item is taken by exactly one taker (the one whose delete succeeds); an
-/// item whose taker dies after the delete is lost. Items are nodes
+/// item is taken by at most one taker (the one whose delete succeeds); an
+/// item whose taker dies after the delete, or whose delete's answer is
+/// lost with the connection (the retried delete finds it gone, and the
+/// taker moves on to the next item), is lost, as in Curator. Items are nodes
 /// `<path>/qn-<sequence>`, so Curator's and ZooKeeper's Java queues on the
 /// same path share the items.
 ///
