@@ -164,7 +164,8 @@ pub use locks::semaphore::{
     SemaphoreMutexGuard, LEASE_NAME,
 };
 pub use nodes::persistent_node::{GroupMember, PersistentNode};
-pub use queue::distributed::{ConsumeResult, DistributedQueue, ErrorMode, QueueBuilder};
+pub use queue::builder::{ConsumeResult, ErrorMode, QueueBuilder};
+pub use queue::distributed::DistributedQueue;
 pub use queue::names::QUEUE_ITEM_PREFIX;
 pub use queue::serializer::{
     BytesSerializer, ItemSerializer, QueueError, QueueSerializer, StringSerializer,

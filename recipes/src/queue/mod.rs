@@ -19,7 +19,15 @@
 //!
 //! A put returns only once its node is in ZooKeeper (Curator's
 //! `putInBackground(false)`).
+//!
+//! Inside: `serializer` (items to bytes, and the framing), `names` (the
+//! node names of each kind and the order they are taken in), `builder`,
+//! `distributed` (the queue's state, its puts and its lifecycle),
+//! `consumer` (the thread that takes items), `variants` (the priority,
+//! delay and id queues), `simple`, `sharder`.
 
+pub(crate) mod builder;
+pub(crate) mod consumer;
 pub(crate) mod distributed;
 pub(crate) mod names;
 pub(crate) mod serializer;

@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use latchkey_framework::{Error, Result};
 
-use super::distributed::{queue_common, Core, QueueBuilder};
+use super::builder::QueueBuilder;
+use super::distributed::{queue_common, Core};
 use super::names::{self, Kind};
 
 impl<T: Send + 'static> QueueBuilder<T> {
