@@ -73,6 +73,8 @@
 //   queue id <path> remove <id>             OK <count>
 //   queue simple <path> offer <item>        OK offered  (SimpleDistributedQueue)
 //   queue simple <path> poll <ms>           OK item <item> | OK none
+//   queue bench <path> <consumers> <items>  OK <items> <elapsed_us> <p50_us> <p99_us>: the peer's client
+//                                           puts items one by one, <consumers> sessions take them
 //   version                                 OK <curator version> java-<java version>
 //   ping                                    OK pong
 //   quit                                    OK bye (then exits)
@@ -1473,6 +1475,10 @@ public final class CuratorPeer {
         String kind = w[1];
         String path = w[2];
         String key = kind + " " + path;
+        if (kind.equals("bench")) {
+            need(w, 5, 5);
+            return queueBench(path, (int) parseLong(w[3], "consumers"), (int) parseLong(w[4], "items"));
+        }
         if (kind.equals("simple")) {
             need(w, 5, 5);
             org.apache.curator.framework.recipes.queue.SimpleDistributedQueue q =
@@ -1617,6 +1623,90 @@ public final class CuratorPeer {
             }
             default:
                 throw new Usage("unknown queue operation: " + w[3]);
+        }
+    }
+
+    /**
+     * One producer (the peer's client) puts items one by one on a DistributedQueue, consumer
+     * sessions take them: OK items elapsed_us p50_us p99_us, the latency from a put's start
+     * to the item's consumer.
+     */
+    private String queueBench(String path, int consumers, int items) throws Exception {
+        if (consumers < 1 || items < 1) {
+            throw new Usage("queue bench needs consumers and items of at least 1");
+        }
+        long[] putAt = new long[items];
+        long[] latency = new long[items];
+        CountDownLatch taken = new CountDownLatch(items);
+        List<CuratorFramework> clients = new ArrayList<>();
+        List<org.apache.curator.framework.recipes.queue.DistributedQueue<String>> queues = new ArrayList<>();
+        try {
+            for (int i = 0; i < consumers; i++) {
+                CuratorFramework c = newClient(connectString, sessionMs);
+                clients.add(c);
+                c.start();
+                if (!c.blockUntilConnected((int) BENCH_CONNECT_MS, TimeUnit.MILLISECONDS)) {
+                    throw new Usage("queue bench: a consumer did not connect");
+                }
+                org.apache.curator.framework.recipes.queue.QueueConsumer<String> consumer =
+                        new org.apache.curator.framework.recipes.queue.QueueConsumer<String>() {
+                            @Override
+                            public void consumeMessage(String message) {
+                                int i = Integer.parseInt(message);
+                                long at;
+                                synchronized (putAt) {
+                                    at = putAt[i];
+                                }
+                                latency[i] = (System.nanoTime() - at) / 1000;
+                                taken.countDown();
+                            }
+
+                            @Override
+                            public void stateChanged(CuratorFramework cf,
+                                    org.apache.curator.framework.state.ConnectionState s) {
+                                // nothing to do
+                            }
+                        };
+                org.apache.curator.framework.recipes.queue.DistributedQueue<String> q =
+                        org.apache.curator.framework.recipes.queue.QueueBuilder
+                                .builder(c, consumer, QUEUE_STRINGS, path).putInBackground(false).buildQueue();
+                q.start();
+                queues.add(q);
+            }
+            org.apache.curator.framework.recipes.queue.DistributedQueue<String> producer =
+                    org.apache.curator.framework.recipes.queue.QueueBuilder
+                            .builder(client, null, QUEUE_STRINGS, path).putInBackground(false).buildQueue();
+            producer.start();
+            queues.add(producer);
+            long start = System.nanoTime();
+            for (int i = 0; i < items; i++) {
+                synchronized (putAt) {
+                    putAt[i] = System.nanoTime();
+                }
+                producer.put(Integer.toString(i));
+            }
+            if (!taken.await(BENCH_JOIN_GRACE_MS, TimeUnit.MILLISECONDS)) {
+                throw new Usage("queue bench: " + (items - taken.getCount()) + " of " + items + " items taken");
+            }
+            long elapsedUs = (System.nanoTime() - start) / 1000;
+            long[] sorted;
+            synchronized (putAt) {
+                sorted = latency.clone();
+            }
+            Arrays.sort(sorted);
+            return "OK " + items + " " + elapsedUs + " " + sorted[(int) ((items - 1) * 0.50)] + " "
+                    + sorted[(int) ((items - 1) * 0.99)];
+        } finally {
+            for (org.apache.curator.framework.recipes.queue.DistributedQueue<String> q : queues) {
+                try {
+                    q.close();
+                } catch (IOException e) {
+                    // its client closes below
+                }
+            }
+            for (CuratorFramework c : clients) {
+                c.close();
+            }
         }
     }
 

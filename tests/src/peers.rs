@@ -45,6 +45,7 @@
 //! | `queue <kind> <path> consume [lock_path]` / `taken` / `await <n> <ms>` / `close` | `OK started` / `OK <item,item,…>` consumed so far in order / `OK true\|false` (n items consumed within ms) / `OK closed`, on one consumer queue per kind and path, lock-safe with `lock_path` (priority queues with `minItemsBeforeRefresh` 0; Curator peer only) |
 //! | `queue id <path> remove <id>` | `OK <count>`: Curator's `DistributedIdQueue.remove` (Curator peer only) |
 //! | `queue simple <path> offer <item>` / `poll <ms>` | `OK offered` / `OK item <item>` or `OK none`: Curator's `SimpleDistributedQueue` (Curator peer only) |
+//! | `queue bench <path> <consumers> <items>` | `OK <items> <elapsed_us> <p50_us> <p99_us>`: the peer's client puts `items` one by one on a `DistributedQueue`, `consumers` sessions of their own take them; latency from a put's start to the item's consumer (Curator peer only) |
 //! | `version` | `OK <library version> <runtime>-<version>` |
 //! | `ping` | `OK pong` |
 //! | `quit` | `OK bye`, then the peer exits |

@@ -1803,3 +1803,21 @@ fn closing_a_lock_safe_consumer_at_any_moment_leaves_no_lock_node() {
         assert!(left.is_empty(), "round {round}: lock nodes left: {left:?}");
     }
 }
+
+/// The benchmark's Curator queue run answers with its figures.
+#[test]
+fn the_curator_queue_bench_command_answers() {
+    let Some(mut java) = curator() else { return };
+    let reply = ok(
+        &mut java,
+        &format!("queue bench {} 2 50", unique("queue-bench")),
+    );
+    let n: Vec<u64> = reply["OK ".len()..]
+        .split(' ')
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(n.len(), 4, "{reply}");
+    assert_eq!(n[0], 50, "{reply}");
+    assert!(n[2] <= n[3], "p50 above p99: {reply}");
+    java.quit(Duration::from_secs(10)).unwrap();
+}
