@@ -21,6 +21,8 @@ const RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// How often a consumer blocked handing an item to the channel checks
 /// whether the queue is closing.
 const HANDOVER_CHECK: Duration = Duration::from_millis(100);
+/// How many foreign nodes in the queue a consumer tells of in its log.
+const MAX_FOREIGN_TOLD: usize = 100;
 
 /// What a consumer made of one node's items.
 enum Consumed {
@@ -53,6 +55,7 @@ impl<T: Send + 'static> Core<T> {
     pub(super) fn run(&self) {
         let mut epoch = self.signal.epoch().wrapping_sub(1);
         let mut until: Option<Instant> = None;
+        let mut foreign = std::collections::HashSet::new();
         while self.is_running() {
             self.signal.wait(epoch, until);
             epoch = self.signal.epoch();
@@ -78,7 +81,8 @@ impl<T: Send + 'static> Core<T> {
             };
             children.retain(|c| {
                 let ours = c.starts_with(QUEUE_ITEM_PREFIX);
-                if !ours {
+                // Told once per node, not at every listing (bounded).
+                if !ours && foreign.len() < MAX_FOREIGN_TOLD && foreign.insert(c.clone()) {
                     log::warn!("foreign node in queue {}: {c}", self.path);
                 }
                 ours
