@@ -21,6 +21,9 @@
 //! | [`DistributedBarrier`], [`DistributedDoubleBarrier`] | `DistributedBarrier`, `DistributedDoubleBarrier` |
 //! | [`PathChildrenCache`] | `PathChildrenCache` (deprecated in Curator 5) |
 //! | [`TreeCache`] | `TreeCache` (deprecated in Curator 5) |
+//! | [`SimpleDistributedQueue`] | `SimpleDistributedQueue` |
+//! | [`DistributedQueue`], [`DistributedPriorityQueue`], [`DistributedDelayQueue`], [`DistributedIdQueue`] (built by [`QueueBuilder`]) | `DistributedQueue`, `DistributedPriorityQueue`, `DistributedDelayQueue`, `DistributedIdQueue` (`QueueBuilder`) |
+//! | [`QueueSharder`] | `QueueSharder` |
 //!
 //! A semaphore's maximum may follow a [`SharedCount`]
 //! ([`InterProcessSemaphoreV2::with_shared_count`]).
@@ -175,6 +178,7 @@ mod cache;
 mod leader;
 mod locks;
 mod nodes;
+mod queue;
 mod shared;
 mod watch;
 
@@ -223,6 +227,16 @@ pub use nodes::persistent_ttl_node::{PersistentTtlNode, PersistentTtlNodeBuilder
 pub use shared::shared_count::SharedCount;
 pub use shared::shared_value::{SharedValue, SharedValueEvent, VersionedValue};
 pub use watch::persistent_watcher::{PersistentWatcher, WatchReset};
+
+pub use queue::builder::{ConsumeResult, ErrorMode, QueueBuilder};
+pub use queue::distributed::DistributedQueue;
+pub use queue::names::QUEUE_ITEM_PREFIX;
+pub use queue::serializer::{
+    BytesSerializer, ItemSerializer, QueueError, QueueSerializer, StringSerializer,
+};
+pub use queue::sharder::{QueueSharder, QueueSharderPolicies, ShardQueue};
+pub use queue::simple::{SimpleDistributedQueue, SIMPLE_QUEUE_PREFIX};
+pub use queue::variants::{DistributedDelayQueue, DistributedIdQueue, DistributedPriorityQueue};
 
 // Every recipe handle can be shared between threads, and the cheap ones
 // cloned (see "Sharing a recipe between threads"): a change that breaks

@@ -76,6 +76,18 @@
 //   cachenode set <path> <data>             OK set
 //   cachenode delete <path>                 OK deleted  (children first)
 //   cachenode fill <path> <n>               OK filled  (children 0..n-1, each with its index as data)
+//   queue <kind> <path> put <item> [arg]    OK put  (kind plain|priority|delay|id, arg the priority, the
+//                                           due time in epoch ms or the id; a producer-only queue per kind+path)
+//   queue <kind> <path> putmulti <a,b,..> [arg]  OK put  (plain|priority|delay: one node, several items)
+//   queue <kind> <path> consume [lockPath]  OK started  (a consumer queue per kind+path recording items)
+//   queue <kind> <path> taken               OK <item,item,...> consumed so far, in order
+//   queue <kind> <path> await <n> <ms>      OK true | OK false  (n items consumed within ms)
+//   queue <kind> <path> close               OK closed  (the consumer queue)
+//   queue id <path> remove <id>             OK <count>
+//   queue simple <path> offer <item>        OK offered  (SimpleDistributedQueue)
+//   queue simple <path> poll <ms>           OK item <item> | OK none
+//   queue bench <path> <consumers> <items>  OK <items> <elapsed_us> <p50_us> <p99_us>: the peer's client
+//                                           puts items one by one, <consumers> sessions take them
 //   version                                 OK <curator version> java-<java version>
 //   ping                                    OK pong
 //   quit                                    OK bye (then exits)
@@ -390,6 +402,8 @@ public final class CuratorPeer {
             case "selector":
                 need(w, 4, 5);
                 return selectorCommand(w);
+            case "queue":
+                return queueCommand(w);
             case "atomic":
                 need(w, 3, 4);
                 return atomicCommand(w);
@@ -1584,6 +1598,294 @@ public final class CuratorPeer {
             return p.getProperty("version", "unknown");
         } catch (IOException e) {
             return "unknown";
+        }
+    }
+
+    // ---- queues (org.apache.curator.framework.recipes.queue), UTF-8 string items ----
+
+    /** Producer-only queues by "kind path", built on first use. */
+    private final Map<String, Object> queueProducers = new HashMap<>();
+    /** Consumer queues by "kind path", and what each consumed, in order. */
+    private final Map<String, java.io.Closeable> queueConsumers = new HashMap<>();
+    private final Map<String, List<String>> queueTaken = new HashMap<>();
+
+    private static final org.apache.curator.framework.recipes.queue.QueueSerializer<String> QUEUE_STRINGS =
+            new org.apache.curator.framework.recipes.queue.QueueSerializer<String>() {
+                @Override
+                public byte[] serialize(String item) {
+                    return item.getBytes(StandardCharsets.UTF_8);
+                }
+
+                @Override
+                public String deserialize(byte[] bytes) {
+                    return new String(bytes, StandardCharsets.UTF_8);
+                }
+            };
+
+    private String queueCommand(String[] w) throws Exception {
+        need(w, 4, 6);
+        String kind = w[1];
+        String path = w[2];
+        String key = kind + " " + path;
+        if (kind.equals("bench")) {
+            need(w, 5, 5);
+            return queueBench(path, (int) parseLong(w[3], "consumers"), (int) parseLong(w[4], "items"));
+        }
+        if (kind.equals("simple")) {
+            need(w, 5, 5);
+            org.apache.curator.framework.recipes.queue.SimpleDistributedQueue q =
+                    new org.apache.curator.framework.recipes.queue.SimpleDistributedQueue(client, path);
+            switch (w[3]) {
+                case "offer":
+                    q.offer(w[4].getBytes(StandardCharsets.UTF_8));
+                    return "OK offered";
+                case "poll": {
+                    byte[] got = q.poll(parseLong(w[4], "ms"), TimeUnit.MILLISECONDS);
+                    return got == null ? "OK none" : "OK item " + new String(got, StandardCharsets.UTF_8);
+                }
+                default:
+                    throw new Usage("unknown simple queue operation: " + w[3]);
+            }
+        }
+        if (!List.of("plain", "priority", "delay", "id").contains(kind)) {
+            throw new Usage("unknown queue kind: " + kind);
+        }
+        switch (w[3]) {
+            case "put":
+            case "putmulti": {
+                need(w, 5, kind.equals("plain") ? 5 : 6);
+                Object q = queueProducers.get(key);
+                if (q == null) {
+                    q = buildQueue(kind, org.apache.curator.framework.recipes.queue.QueueBuilder
+                            .builder(client, null, QUEUE_STRINGS, path).putInBackground(false));
+                    queueProducers.put(key, q);
+                }
+                String arg = w.length > 5 ? w[5] : null;
+                if (!kind.equals("plain") && arg == null) {
+                    throw new Usage(kind + " queue put needs an argument");
+                }
+                if (w[3].equals("putmulti")) {
+                    java.util.Iterator<String> items = Arrays.asList(w[4].split(",")).iterator();
+                    org.apache.curator.framework.recipes.queue.MultiItem<String> multi =
+                            () -> items.hasNext() ? items.next() : null;
+                    switch (kind) {
+                        case "plain":
+                            ((org.apache.curator.framework.recipes.queue.DistributedQueue<String>) q).putMulti(multi);
+                            break;
+                        case "priority":
+                            ((org.apache.curator.framework.recipes.queue.DistributedPriorityQueue<String>) q)
+                                    .putMulti(multi, parseInt(arg, "priority"));
+                            break;
+                        case "delay":
+                            ((org.apache.curator.framework.recipes.queue.DistributedDelayQueue<String>) q)
+                                    .putMulti(multi, parseLong(arg, "epoch ms"));
+                            break;
+                        default:
+                            throw new Usage("an id queue has no putMulti");
+                    }
+                    return "OK put";
+                }
+                switch (kind) {
+                    case "plain":
+                        ((org.apache.curator.framework.recipes.queue.DistributedQueue<String>) q).put(w[4]);
+                        break;
+                    case "priority":
+                        ((org.apache.curator.framework.recipes.queue.DistributedPriorityQueue<String>) q)
+                                .put(w[4], parseInt(arg, "priority"));
+                        break;
+                    case "delay":
+                        ((org.apache.curator.framework.recipes.queue.DistributedDelayQueue<String>) q)
+                                .put(w[4], parseLong(arg, "epoch ms"));
+                        break;
+                    default:
+                        ((org.apache.curator.framework.recipes.queue.DistributedIdQueue<String>) q).put(w[4], arg);
+                }
+                return "OK put";
+            }
+            case "remove": {
+                need(w, 5, 5);
+                if (!kind.equals("id")) {
+                    throw new Usage("remove is for id queues");
+                }
+                Object q = queueProducers.get(key);
+                if (q == null) {
+                    q = buildQueue(kind, org.apache.curator.framework.recipes.queue.QueueBuilder
+                            .builder(client, null, QUEUE_STRINGS, path).putInBackground(false));
+                    queueProducers.put(key, q);
+                }
+                return "OK " + ((org.apache.curator.framework.recipes.queue.DistributedIdQueue<String>) q).remove(w[4]);
+            }
+            case "consume": {
+                need(w, 4, 5);
+                if (queueConsumers.containsKey(key)) {
+                    throw new Usage("already consuming " + key);
+                }
+                List<String> taken = java.util.Collections.synchronizedList(new ArrayList<>());
+                org.apache.curator.framework.recipes.queue.QueueConsumer<String> consumer =
+                        new org.apache.curator.framework.recipes.queue.QueueConsumer<String>() {
+                            @Override
+                            public void consumeMessage(String message) {
+                                taken.add(message);
+                            }
+
+                            @Override
+                            public void stateChanged(CuratorFramework c,
+                                    org.apache.curator.framework.state.ConnectionState s) {
+                                // nothing to do
+                            }
+                        };
+                org.apache.curator.framework.recipes.queue.QueueBuilder<String> b =
+                        org.apache.curator.framework.recipes.queue.QueueBuilder
+                                .builder(client, consumer, QUEUE_STRINGS, path).putInBackground(false);
+                if (w.length > 4) {
+                    b = b.lockPath(w[4]);
+                }
+                Object q = buildQueue(kind, b);
+                queueConsumers.put(key, (java.io.Closeable) q);
+                queueTaken.put(key, taken);
+                return "OK started";
+            }
+            case "taken": {
+                need(w, 4, 4);
+                List<String> taken = queueTaken.getOrDefault(key, List.of());
+                synchronized (taken) {
+                    return "OK " + String.join(",", taken);
+                }
+            }
+            case "await": {
+                need(w, 6, 6);
+                List<String> taken = queueTaken.get(key);
+                if (taken == null) {
+                    throw new Usage("not consuming " + key);
+                }
+                int n = parseInt(w[4], "n");
+                long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(parseLong(w[5], "ms"));
+                while (taken.size() < n && System.nanoTime() < deadline) {
+                    Thread.sleep(10);
+                }
+                return "OK " + (taken.size() >= n);
+            }
+            case "close": {
+                need(w, 4, 4);
+                java.io.Closeable q = queueConsumers.remove(key);
+                if (q != null) {
+                    q.close();
+                }
+                return "OK closed";
+            }
+            default:
+                throw new Usage("unknown queue operation: " + w[3]);
+        }
+    }
+
+    /**
+     * One producer (the peer's client) puts items one by one on a DistributedQueue, consumer
+     * sessions take them: OK items elapsed_us p50_us p99_us, the latency from a put's start
+     * to the item's consumer.
+     */
+    private String queueBench(String path, int consumers, int items) throws Exception {
+        if (consumers < 1 || items < 1) {
+            throw new Usage("queue bench needs consumers and items of at least 1");
+        }
+        long[] putAt = new long[items];
+        long[] latency = new long[items];
+        CountDownLatch taken = new CountDownLatch(items);
+        List<CuratorFramework> clients = new ArrayList<>();
+        List<org.apache.curator.framework.recipes.queue.DistributedQueue<String>> queues = new ArrayList<>();
+        try {
+            for (int i = 0; i < consumers; i++) {
+                CuratorFramework c = newClient(connectString, sessionMs);
+                clients.add(c);
+                c.start();
+                if (!c.blockUntilConnected((int) BENCH_CONNECT_MS, TimeUnit.MILLISECONDS)) {
+                    throw new Usage("queue bench: a consumer did not connect");
+                }
+                org.apache.curator.framework.recipes.queue.QueueConsumer<String> consumer =
+                        new org.apache.curator.framework.recipes.queue.QueueConsumer<String>() {
+                            @Override
+                            public void consumeMessage(String message) {
+                                int i = Integer.parseInt(message);
+                                long at;
+                                synchronized (putAt) {
+                                    at = putAt[i];
+                                }
+                                latency[i] = (System.nanoTime() - at) / 1000;
+                                taken.countDown();
+                            }
+
+                            @Override
+                            public void stateChanged(CuratorFramework cf,
+                                    org.apache.curator.framework.state.ConnectionState s) {
+                                // nothing to do
+                            }
+                        };
+                org.apache.curator.framework.recipes.queue.DistributedQueue<String> q =
+                        org.apache.curator.framework.recipes.queue.QueueBuilder
+                                .builder(c, consumer, QUEUE_STRINGS, path).putInBackground(false).buildQueue();
+                q.start();
+                queues.add(q);
+            }
+            org.apache.curator.framework.recipes.queue.DistributedQueue<String> producer =
+                    org.apache.curator.framework.recipes.queue.QueueBuilder
+                            .builder(client, null, QUEUE_STRINGS, path).putInBackground(false).buildQueue();
+            producer.start();
+            queues.add(producer);
+            long start = System.nanoTime();
+            for (int i = 0; i < items; i++) {
+                synchronized (putAt) {
+                    putAt[i] = System.nanoTime();
+                }
+                producer.put(Integer.toString(i));
+            }
+            if (!taken.await(BENCH_JOIN_GRACE_MS, TimeUnit.MILLISECONDS)) {
+                throw new Usage("queue bench: " + (items - taken.getCount()) + " of " + items + " items taken");
+            }
+            long elapsedUs = (System.nanoTime() - start) / 1000;
+            long[] sorted;
+            synchronized (putAt) {
+                sorted = latency.clone();
+            }
+            Arrays.sort(sorted);
+            return "OK " + items + " " + elapsedUs + " " + sorted[(int) ((items - 1) * 0.50)] + " "
+                    + sorted[(int) ((items - 1) * 0.99)];
+        } finally {
+            for (org.apache.curator.framework.recipes.queue.DistributedQueue<String> q : queues) {
+                try {
+                    q.close();
+                } catch (IOException e) {
+                    // its client closes below
+                }
+            }
+            for (CuratorFramework c : clients) {
+                c.close();
+            }
+        }
+    }
+
+    /** Builds and starts the queue of this kind. */
+    private static Object buildQueue(String kind, org.apache.curator.framework.recipes.queue.QueueBuilder<String> b)
+            throws Exception {
+        switch (kind) {
+            case "plain": {
+                org.apache.curator.framework.recipes.queue.DistributedQueue<String> q = b.buildQueue();
+                q.start();
+                return q;
+            }
+            case "priority": {
+                org.apache.curator.framework.recipes.queue.DistributedPriorityQueue<String> q = b.buildPriorityQueue(0);
+                q.start();
+                return q;
+            }
+            case "delay": {
+                org.apache.curator.framework.recipes.queue.DistributedDelayQueue<String> q = b.buildDelayQueue();
+                q.start();
+                return q;
+            }
+            default: {
+                org.apache.curator.framework.recipes.queue.DistributedIdQueue<String> q = b.buildIdQueue();
+                q.start();
+                return q;
+            }
         }
     }
 }

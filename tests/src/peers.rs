@@ -51,6 +51,11 @@
 //! | `disc query <base> <name>` / `disc get <base> <name> <id>` | `OK <json>`: the instances (sorted by id) / the instance or `null`, each described from Java's getters as `{name, id, address, port, sslPort, registrationTimeUTC, serviceType, uriParts: [[value, variable], …], uri (buildUriSpec()), enabled, payloadClass, payload}` |
 //! | `disc cache <base> <name> start` / `ids` / `changes` / `close` | a Curator `ServiceCache` of the service: `OK started` / `OK <id,id,…>` sorted / `OK <cacheChanged calls>` / `OK closed` |
 //! | `disc close <base>` | `OK closed` (unregisters the peer's instances) |
+//! | `queue <kind> <path> put <item> [arg]` / `putmulti <a,b,…> [arg]` | `OK put`: on a producer-only Curator queue per kind and path (`plain`, `priority`, `delay`, `id`; `arg` the priority, the due time in epoch ms, or the id; `putmulti` one node of several items, not for `id`), string items as UTF-8, `putInBackground(false)` (Curator peer only) |
+//! | `queue <kind> <path> consume [lock_path]` / `taken` / `await <n> <ms>` / `close` | `OK started` / `OK <item,item,…>` consumed so far in order / `OK true\|false` (n items consumed within ms) / `OK closed`, on one consumer queue per kind and path, lock-safe with `lock_path` (priority queues with `minItemsBeforeRefresh` 0; Curator peer only) |
+//! | `queue id <path> remove <id>` | `OK <count>`: Curator's `DistributedIdQueue.remove` (Curator peer only) |
+//! | `queue simple <path> offer <item>` / `poll <ms>` | `OK offered` / `OK item <item>` or `OK none`: Curator's `SimpleDistributedQueue` (Curator peer only) |
+//! | `queue bench <path> <consumers> <items>` | `OK <items> <elapsed_us> <p50_us> <p99_us>`: the peer's client puts `items` one by one on a `DistributedQueue`, `consumers` sessions of their own take them; latency from a put's start to the item's consumer (Curator peer only) |
 //! | `version` | `OK <library version> <runtime>-<version>` |
 //! | `ping` | `OK pong` |
 //! | `quit` | `OK bye`, then the peer exits |

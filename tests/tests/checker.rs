@@ -1,6 +1,7 @@
 //! The randomized checker (`src/bin/check`) on a short budget: the controls
 //! (no locks; a mutex that lets two holders in; a leader latch that lets two
-//! lead and a counter without a version check) must fail, and a run on a
+//! lead and a counter without a version check; queue consumers without
+//! lock nodes) must fail, and a run on a
 //! single server and one on a 3-member ensemble, with faults, must pass. About a minute in all; the
 //! runs take turns so that they do not load the machine together.
 //!
@@ -174,6 +175,45 @@ fn a_latch_that_lets_two_lead_and_a_counter_that_loses_updates_are_caught() {
     );
 }
 
+/// Curator's queue recipes promise at-least-once; the checker holds the
+/// lock-safe queue to exactly once while nothing fails, and catches
+/// consumers that take items without lock nodes.
+#[test]
+fn a_queue_whose_consumers_take_items_twice_is_caught() {
+    let run = check(
+        &[
+            "--seed",
+            "13",
+            "--single",
+            "--broken-queue",
+            "--no-faults",
+            "--curator",
+            "0",
+            "--latches",
+            "0",
+        ],
+        4,
+    );
+    assert_eq!(
+        run.code,
+        Some(1),
+        "the broken queue must fail:\n{}",
+        run.output
+    );
+    assert!(
+        run.output.contains("times without a fault"),
+        "no item taken twice reported:\n{}",
+        run.output
+    );
+}
+
+/// The queue line's `name=value` figure.
+fn queue_figure(output: &str, name: &str) -> Option<u64> {
+    let line = output.lines().find(|l| l.starts_with("check: queue "))?;
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+}
+
 fn assert_passes(run: &Run) {
     assert_eq!(run.code, Some(0), "the checker failed:\n{}", run.output);
     assert_eq!(figure(&run.output, "violations"), Some(0), "{}", run.output);
@@ -190,6 +230,11 @@ fn assert_passes(run: &Run) {
             run.output
         );
     }
+    assert!(
+        queue_figure(&run.output, "takes").is_some_and(|t| t > 0),
+        "no queue takes:\n{}",
+        run.output
+    );
 }
 
 #[test]

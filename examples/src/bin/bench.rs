@@ -26,6 +26,10 @@
 //!   mutex); from the server's `mntr`, the requests and watch events per
 //!   handoff, which must not grow with W;
 //! - read-write lock with mostly readers, and semaphore leases;
+//! - a `DistributedQueue` (Curator's layout): one producer putting items
+//!   one by one, N consumer sessions taking them; items per second and
+//!   the time from a put's start to the item's consumer (latchkey and
+//!   Curator only);
 //! - resident memory of one process holding 100 sessions (each with a lock).
 //!
 //! The timed runs check themselves: a counter shared by a process' threads
@@ -56,7 +60,10 @@ use latchkey_examples::bench::scale_child;
 use latchkey_examples::bench::svg::{Chart, Series};
 use latchkey_examples::bench::{procfs, stats};
 use latchkey_framework::{Client, CreateMode, ExponentialBackoffRetry, TlsConfig};
-use latchkey_recipes::{InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2};
+use latchkey_recipes::{
+    InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2, QueueBuilder,
+    StringSerializer,
+};
 use latchkey_test::peers::{peer_available, Peer, PeerKind};
 use latchkey_test::{
     four_letter_word, unique_path, ClientAuth, ServerConfig, TestCerts, TestingServer,
@@ -120,6 +127,9 @@ struct Config {
     rw_write_every: usize,
     sem_sessions: usize,
     sem_leases: usize,
+    /// The queue run: consumer sessions, and items put.
+    queue_consumers: usize,
+    queue_items: usize,
     hold_sessions: usize,
     warmup_cycles: usize,
 }
@@ -138,6 +148,8 @@ impl Config {
             rw_write_every: 10,
             sem_sessions: 8,
             sem_leases: 2,
+            queue_consumers: 4,
+            queue_items: 1000,
             hold_sessions: 100,
             warmup_cycles: 500,
         }
@@ -152,6 +164,7 @@ impl Config {
             run: Duration::from_secs(1),
             herd_run: Duration::from_secs(1),
             warmup_cycles: 200,
+            queue_items: 300,
             ..Config::full()
         }
     }
@@ -724,6 +737,13 @@ trait Driver {
     ) -> Res<Contended>;
     fn rw(&mut self, path: &str, sessions: usize, run: Duration, write_every: usize) -> Res<Timed>;
     fn sem(&mut self, path: &str, sessions: usize, leases: usize, run: Duration) -> Res<Timed>;
+    /// One producer puts `items` on a `DistributedQueue` at `path`,
+    /// `consumers` sessions take them: `ops` items taken, and the time from
+    /// each put's start to its consumer. `None` where the library has no
+    /// queue of Curator's layout here.
+    fn queue(&mut self, _path: &str, _consumers: usize, _items: usize) -> Res<Option<Timed>> {
+        Ok(None)
+    }
 }
 
 fn warm_up(drivers: &mut [Box<dyn Driver>], cfg: &Config) -> Res<()> {
@@ -936,6 +956,45 @@ fn run_round(
         );
         println!(
             "  {:<8} semaphore   {per_s:>8.0} leases/s, p50 {} µs, p99 {} µs",
+            lib.name(),
+            t.p50_us,
+            t.p99_us
+        );
+    }
+    for d in drivers.iter_mut().filter(|d| !d.lib().floor_only()) {
+        let lib = d.lib();
+        let (n, items) = (cfg.queue_consumers, cfg.queue_items);
+        let Some(t) = d.queue(&path(d.as_ref(), "queue"), n, items)? else {
+            continue;
+        };
+        let per_s = t.ops as f64 / (t.elapsed_us.max(1) as f64 / 1e6);
+        let l = |what: &str| format!("queue, 1 producer, {n} consumers: {what}");
+        results.add(
+            "queue.throughput",
+            &l("throughput"),
+            "items/s",
+            Better::Higher,
+            lib,
+            per_s,
+        );
+        results.add(
+            "queue.p50",
+            &l("put to consumer p50"),
+            "µs",
+            Better::Lower,
+            lib,
+            t.p50_us as f64,
+        );
+        results.add(
+            "queue.p99",
+            &l("put to consumer p99"),
+            "µs",
+            Better::Lower,
+            lib,
+            t.p99_us as f64,
+        );
+        println!(
+            "  {:<8} queue       {per_s:>8.0} items/s, p50 {} µs, p99 {} µs",
             lib.name(),
             t.p50_us,
             t.p99_us
@@ -1279,6 +1338,68 @@ impl Driver for Ours {
         clients.iter().for_each(Client::close);
         result
     }
+
+    fn queue(&mut self, path: &str, consumers: usize, items: usize) -> Res<Option<Timed>> {
+        let clients = connected(&self.connect, consumers + 1)?;
+        let result = queue_on(&clients, path, items);
+        clients.iter().for_each(Client::close);
+        result.map(Some)
+    }
+}
+
+/// The queue run: `clients[0]` puts `items` one by one on a producer-only
+/// `DistributedQueue`, each other client consumes with a callback; the
+/// latency of an item is from its put's start to its consumer.
+fn queue_on(clients: &[Client], path: &str, items: usize) -> Res<Timed> {
+    let err = |e: latchkey_framework::Error| format!("latchkey queue: {e}");
+    let put_at: Arc<Vec<OnceLock<Instant>>> =
+        Arc::new((0..items).map(|_| OnceLock::new()).collect());
+    let (tx, rx) = std::sync::mpsc::channel::<u64>();
+    let consumers = clients[1..]
+        .iter()
+        .map(|c| {
+            let (put_at, tx) = (Arc::clone(&put_at), tx.clone());
+            let q = QueueBuilder::new(c, StringSerializer, path)
+                .consumer(move |item: String| {
+                    let i: usize = item.parse()?;
+                    let at = put_at
+                        .get(i)
+                        .and_then(OnceLock::get)
+                        .ok_or("an item never put")?;
+                    let _ = tx.send(micros(at.elapsed()));
+                    Ok(())
+                })
+                .build_queue()
+                .map_err(err)?;
+            q.start().map_err(err)?;
+            Ok(q)
+        })
+        .collect::<Res<Vec<_>>>()?;
+    let producer = QueueBuilder::new(&clients[0], StringSerializer, path)
+        .build_queue()
+        .map_err(err)?;
+    producer.start().map_err(err)?;
+    let start = Instant::now();
+    for (i, at) in put_at.iter().enumerate() {
+        let _ = at.set(Instant::now());
+        producer.put(&i.to_string()).map_err(err)?;
+    }
+    let deadline = Instant::now() + GRACE;
+    let mut latencies = Vec::with_capacity(items);
+    while latencies.len() < items {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(us) => latencies.push(us),
+            Err(_) => {
+                return Err(format!(
+                    "latchkey queue: {} of {items} items taken within {GRACE:?}",
+                    latencies.len()
+                ))
+            }
+        }
+    }
+    let elapsed = start.elapsed();
+    drop(consumers);
+    Ok(Timed::of(vec![latencies], elapsed))
 }
 
 /// The contended mutex run, measured as the peers measure it: each holder
@@ -1543,6 +1664,17 @@ impl Driver for PeerDriver {
     fn sem(&mut self, path: &str, sessions: usize, leases: usize, run: Duration) -> Res<Timed> {
         let secs = run.as_secs_f64();
         self.timed(&format!("bench sem {path} {sessions} {leases} {secs}"), run)
+    }
+
+    fn queue(&mut self, path: &str, consumers: usize, items: usize) -> Res<Option<Timed>> {
+        if self.lib != Library::Curator {
+            return Ok(None);
+        }
+        self.timed(
+            &format!("queue bench {path} {consumers} {items}"),
+            Duration::ZERO,
+        )
+        .map(Some)
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 pub const USAGE: &str =
     "usage: check [--seed N] [--seconds S] [--single|--ensemble] [--no-lock] [--broken-lock] \
-[--broken-leader] [--broken-counter] [--no-faults] [--clients N] [--curator N] [--threads N] [--latches N] [--session-timeout-ms MS] [--progress-bound-s S] \
+[--broken-leader] [--broken-counter] [--broken-queue] [--no-faults] [--clients N] [--curator N] [--threads N] [--latches N] [--session-timeout-ms MS] [--progress-bound-s S] \
 [--strict-deadlines] [--history FILE]";
 
 #[derive(Clone, Debug)]
@@ -17,6 +17,8 @@ pub struct Args {
     pub broken_lock: bool,
     pub broken_leader: bool,
     pub broken_counter: bool,
+    /// Queue consumers that take items without lock nodes.
+    pub broken_queue: bool,
     pub faults: bool,
     pub clients: usize,
     /// Curator peer processes beside the latchkey sessions.
@@ -41,6 +43,7 @@ impl Args {
             broken_lock: false,
             broken_leader: false,
             broken_counter: false,
+            broken_queue: false,
             faults: true,
             clients: 3,
             curator: 1,
@@ -68,6 +71,7 @@ impl Args {
                 "--broken-lock" => a.broken_lock = true,
                 "--broken-leader" => a.broken_leader = true,
                 "--broken-counter" => a.broken_counter = true,
+                "--broken-queue" => a.broken_queue = true,
                 "--no-faults" => a.faults = false,
                 "--clients" => a.clients = bounded("--clients", value("--clients")?, 1, 32)?,
                 "--curator" => a.curator = bounded("--curator", value("--curator")?, 0, 8)?,
@@ -114,6 +118,7 @@ impl Args {
             (self.broken_lock, " --broken-lock"),
             (self.broken_leader, " --broken-leader"),
             (self.broken_counter, " --broken-counter"),
+            (self.broken_queue, " --broken-queue"),
             (!self.faults, " --no-faults"),
             (self.strict_deadlines, " --strict-deadlines"),
         ] {

@@ -16,8 +16,9 @@
 //! Controls prove the checker can fail: `--no-lock` enters the oracle
 //! without taking any lock, `--broken-lock` uses mutexes whose queue lets
 //! two holders in at once, `--broken-leader` has latch participants lead
-//! when their node is one of the first two, and `--broken-counter`
-//! increments without a version check; each must report violations.
+//! when their node is one of the first two, `--broken-counter`
+//! increments without a version check, and `--broken-queue` takes queue
+//! items without lock nodes; each must report violations.
 
 mod args;
 mod counter;
@@ -28,6 +29,7 @@ mod history;
 mod nemesis;
 mod oracle;
 mod orphans;
+mod queue;
 mod rng;
 mod session;
 mod workload;
@@ -181,6 +183,7 @@ fn exercise(
             workers.push((name, handle));
         }
     }
+    let queue_load = queue::QueueLoad::start(world, sessions, args.seed, args.broken_queue)?;
     let mut peers = Vec::new();
     for (i, mut peer) in start_peers(args, world).into_iter().enumerate() {
         let who = format!("curator{i}");
@@ -260,6 +263,8 @@ fn exercise(
     for s in &stuck {
         world.oracle.violation(s.clone());
     }
+    // Faults healed, sessions open: the queue is drained and checked.
+    queue_load.finish(world, &sessions[0].client, args.progress_bound);
     // Every increment has returned: the counter holds its final value.
     let counter_final = if args.no_lock {
         None

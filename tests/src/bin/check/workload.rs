@@ -38,6 +38,9 @@ pub struct Paths {
     pub latch: String,
     /// The `DistributedAtomicLong` every session increments.
     pub atomic: String,
+    /// The lock-safe `DistributedQueue` every session puts to and takes
+    /// from (`queue.rs`).
+    pub queue: String,
 }
 
 impl Paths {
@@ -52,6 +55,7 @@ impl Paths {
             shared_max: 3,
             latch: format!("{root}/latch"),
             atomic: format!("{root}/counter"),
+            queue: format!("{root}/queue"),
         }
     }
 }
