@@ -229,9 +229,16 @@ impl PersistentNode {
     /// requests under way end at once; a first create cut short that the
     /// server applied all the same is deleted too (found by its name, or
     /// by its protection prefix; an unprotected sequential node's name is
-    /// unknown, so use protection with sequential modes). Idempotent;
-    /// dropping does the same.
+    /// unknown, so use protection with sequential modes). A plain node
+    /// started and closed before its first create was sent deletes the
+    /// node at its path all the same, as Curator's does: a node there
+    /// already is adopted once started. Idempotent; dropping does the
+    /// same.
     pub fn close(&self) {
+        // Started: the node at its path is ours to delete, also if the
+        // close came before the first create was sent (a plain node that
+        // was there already is adopted at start, as in Curator).
+        let was_started = self.inner.keeper.is_running();
         if !self.inner.keeper.close() {
             return;
         }
@@ -261,6 +268,9 @@ impl PersistentNode {
                         self.inner.base_path
                     );
                     None
+                }
+                (None, false) if was_started && !self.inner.mode.is_sequential() => {
+                    Some(self.inner.base_path.clone())
                 }
                 (None, _) => None,
             }
@@ -359,11 +369,12 @@ impl Inner {
         }
         let (path, made) = match created {
             // A plain node that is there already (ours from an earlier
-            // session, or someone's): keep it, with our data.
-            // The next pass (woken below) writes it.
+            // session, or someone's): keep it, with our data, written
+            // before the first create counts as done (as Curator's
+            // `waitForInitialCreate` waits for that write). Gone
+            // meanwhile: the next pass creates it.
             Err(e) if e.is(ErrorCode::NodeExists) => {
-                self.state.lock().dirty = true;
-                self.keeper.signal().notify();
+                self.client.set_data(&self.base_path, data, None)?;
                 (self.base_path.clone(), false)
             }
             other => (other?, true),
