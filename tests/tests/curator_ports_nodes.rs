@@ -58,6 +58,12 @@
 //! | testNoCreatePermission | `pen_no_create_permission` (latchkey has no `isAuthFailure()`: the port asserts the node is not created) |
 //! | testNoWritePermission | `pen_no_write_permission` (no `isAuthFailure()`, as above: the port asserts the refused write never lands) |
 //!
+//! ## TestPersistentEphemeralNodeListener
+//!
+//! | Curator method | Rust test |
+//! |---|---|
+//! | testListenersReconnectedIsOK | `penl_listeners_reconnected_is_ok` |
+//!
 //! ## TestGroupMember
 //!
 //! | Curator method | Rust test |
@@ -92,6 +98,12 @@
 //! |---|---|
 //! | testReconnectConsistency | `cce_reconnect_consistency` (Curator shares one `CuratorCacheStorage` between two caches, a storage latchkey does not expose; the port makes the same changes during a partition of one cache and checks the copy it converges to) |
 //! | testServerLoss | cache_faults.rs::`caches_converge_to_the_ensembles_state_after_leader_kills_and_a_rolling_restart` (caches on a 3-member ensemble through leader kills and a rolling restart, which stops the member their client is connected to in turn) |
+//!
+//! ## TestCuratorCacheEventOrdering
+//!
+//! | Curator method | Rust test |
+//! |---|---|
+//! | testEventOrdering (from `TestEventOrdering`) | `cceo_event_ordering` |
 //!
 //! ## TestCuratorCacheConsistency
 //!
@@ -319,11 +331,12 @@ fn pn_ephemeral_sequential_with_protection_reconnection() {
 
 // ---- TestPersistentEphemeralNode -----------------------------------------
 
-/// Curator's TestPersistentEphemeralNode.testListenersReconnectedIsFast:
-/// the server is down when the node starts; the node is created once it is
-/// up, and after a second outage the client tells `Reconnected` soon.
-#[test]
-fn pen_listeners_reconnected_is_fast() {
+/// The server is down when an ephemeral node starts; the node is created
+/// once it is up, and after a second outage the client tells
+/// `Reconnected`, within `WAIT`. Returns the proxy (its drop cuts the
+/// connection), the client and its states channel.
+fn created_after_the_server_comes_up_then_reconnected(
+) -> (FaultProxy, Client, Receiver<ConnectionState>) {
     let proxy = FaultProxy::start(shared_server().addr()).expect("start the proxy");
     server_down(&proxy);
     let c = Client::builder()
@@ -353,6 +366,28 @@ fn pen_listeners_reconnected_is_fast() {
     println!(
         "reconnected {:?} after the server was back",
         began.elapsed()
+    );
+    (proxy, c, states)
+}
+
+/// Curator's TestPersistentEphemeralNode.testListenersReconnectedIsFast.
+#[test]
+fn pen_listeners_reconnected_is_fast() {
+    created_after_the_server_comes_up_then_reconnected();
+}
+
+/// Curator's TestPersistentEphemeralNodeListener.testListenersReconnectedIsOK:
+/// as testListenersReconnectedIsFast, and `Reconnected` stays the last
+/// state told.
+#[test]
+fn penl_listeners_reconnected_is_ok() {
+    let (_proxy, c, states) = created_after_the_server_comes_up_then_reconnected();
+    thread::sleep(Duration::from_millis(300));
+    let later: Vec<ConnectionState> = states.try_iter().collect();
+    assert!(
+        later.is_empty(),
+        "states after Reconnected: {later:?}\n{}",
+        ctx(&c).dump()
     );
 }
 
@@ -1137,4 +1172,87 @@ fn cce_reconnect_consistency() {
         || format!("the cache holds {:?}\n{}", copy(), cx.dump()),
     );
     assert_eq!(cache.size(), 11);
+}
+
+// ---- TestCuratorCacheEventOrdering --------------------------------------
+
+/// Curator's TestCuratorCacheEventOrdering.testEventOrdering (its
+/// `TestEventOrdering`): threads create, change and delete ten nodes at
+/// random; once they are done, the creates the cache told minus the
+/// deletes it told is the number of nodes it holds.
+#[test]
+fn cceo_event_ordering() {
+    const THREADS: usize = 100;
+    const ITERATIONS: usize = 100;
+    const NODES: u64 = 10;
+    let c = client();
+    let cx = ctx(&c);
+    let root = unique("/ports/cceo/root");
+    c.create()
+        .creating_parents_if_needed()
+        .for_path(&root, b"")
+        .unwrap();
+    let cache = CuratorCache::new(&c, &root).unwrap();
+    let events = cache.listen();
+    cache.start().unwrap();
+    let began = Instant::now();
+    thread::scope(|s| {
+        for t in 0..THREADS {
+            let (c, root) = (&c, &root);
+            s.spawn(move || {
+                // A small xorshift per thread: no dependency for random.
+                let mut x = 0x9E37_79B9_7F4A_7C15_u64 ^ (t as u64 + 1);
+                let mut next = || {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x
+                };
+                for _ in 0..ITERATIONS {
+                    let node = format!("{root}/{}", next() % NODES);
+                    // Refusals (the node there already, or missing) are
+                    // part of the game, as in Curator's.
+                    let _ = match next() % 3 {
+                        0 => c.create().for_path(&node, b"").map(|_| ()),
+                        1 => c.set_data(&node, b"new", None).map(|_| ()),
+                        _ => c.delete().for_path(&node),
+                    };
+                }
+            });
+        }
+    });
+    println!(
+        "{} operations in {:?}",
+        THREADS * ITERATIONS,
+        began.elapsed()
+    );
+    let want = sorted_children(&c, &root).len() + 1;
+    let suggested = std::cell::Cell::new(0_i64);
+    let told = std::cell::RefCell::new(Vec::new());
+    wait_until(
+        WAIT,
+        || {
+            for e in events.try_iter() {
+                match &e {
+                    CacheEvent::Created(_) => suggested.set(suggested.get() + 1),
+                    CacheEvent::Deleted(_) => suggested.set(suggested.get() - 1),
+                    _ => {}
+                }
+                told.borrow_mut().push(e);
+            }
+            cache.size() == want && suggested.get() == want as i64
+        },
+        || {
+            let told = told.borrow();
+            format!(
+                "the cache holds {} nodes, its {} events suggest {}, the server has {want}; \
+                 the last events: {:?}\n{}",
+                cache.size(),
+                told.len(),
+                suggested.get(),
+                &told[told.len().saturating_sub(20)..],
+                cx.dump()
+            )
+        },
+    );
 }
