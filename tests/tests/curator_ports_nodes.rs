@@ -53,7 +53,7 @@
 //! | testData | `pen_data` |
 //! | testSetDataWhenNodeExists | `pen_set_data_when_node_exists` |
 //! | testSetDataWhenDisconnected | `pen_set_data_when_disconnected` |
-//! | testSetUpdatedDataWhenReconnected | `pen_set_updated_data_when_reconnected` (a deliberate difference: `set_data` never waits on ZooKeeper, its write follows on the node's thread within a round trip, so the port waits for it where Curator reads it at once) |
+//! | testSetUpdatedDataWhenReconnected | `pen_set_updated_data_when_reconnected` |
 //! | testProtected | `pen_protected` |
 //! | testNoCreatePermission | `pen_no_create_permission` (latchkey has no `isAuthFailure()`: the port asserts the node is not created) |
 //! | testNoWritePermission | `pen_no_write_permission` (no `isAuthFailure()`, as above: the port asserts the refused write never lands) |
@@ -624,15 +624,20 @@ fn pen_set_data_when_disconnected() {
     server_down(&proxy);
     let (watcher, updated) = trigger(DATA_CHANGED);
     observer.get_data_watch(&actual, watcher).unwrap();
+    // Disconnected, `set_data` leaves the write to the node's thread.
+    let began = Instant::now();
     node.set_data(b"Updated").unwrap();
+    let took = began.elapsed();
+    assert!(took < Duration::from_secs(1), "set_data took {took:?}");
     server_up(&proxy);
     assert!(fired(&updated, WAIT), "not written\n{}", ctx(&c).dump());
     assert_eq!(data(&c, &actual), b"Updated");
 }
 
 /// Curator's TestPersistentEphemeralNode.testSetUpdatedDataWhenReconnected:
-/// new data stays through a reconnection (not the first data again).
-/// `set_data` does not wait for its write, so the port waits for it.
+/// `set_data` has written its data when it returns (while connected: a
+/// read on the same client sees it), and the new data stays through a
+/// reconnection (not the first data again).
 #[test]
 fn pen_set_updated_data_when_reconnected() {
     let (proxy, c, states) = proxied();
@@ -643,11 +648,18 @@ fn pen_set_updated_data_when_reconnected() {
     let actual = started(&node);
     assert_eq!(data(&c, &actual), b"Hello World");
     node.set_data(b"Updated").unwrap();
-    wait_until(
-        WAIT,
-        || c.get_data(&actual).is_ok_and(|(d, _)| d == b"Updated"),
-        || cx.dump(),
+    assert_eq!(
+        String::from_utf8_lossy(&data(&c, &actual)),
+        "Updated",
+        "read right after set_data"
     );
+    // More of the same: each write is there when `set_data` returns.
+    for i in 0..20 {
+        let value = format!("Updated {i}");
+        node.set_data(value.as_bytes()).unwrap();
+        assert_eq!(String::from_utf8_lossy(&data(&c, &actual)), value);
+    }
+    node.set_data(b"Updated").unwrap();
     server_down(&proxy);
     server_up(&proxy);
     cx.expect(&states, ConnectionState::Reconnected, WAIT);
@@ -1255,4 +1267,49 @@ fn cceo_event_ordering() {
             )
         },
     );
+}
+
+// ---- Beyond Curator's tests ----------------------------------------------
+
+/// `set_data` writes from the caller's thread while the node's thread may
+/// write too (woken by the watch each write fires): from 4 threads at
+/// once, the node ends with the last data set, and no older write lands
+/// after it.
+#[test]
+fn set_data_from_many_threads_ends_with_the_last_data() {
+    const THREADS: usize = 4;
+    const WRITES: usize = 50;
+    let (c, other) = (client(), client());
+    let path = unique("/ports/extra/many-writers");
+    let node = PersistentNode::new(&c, CreateMode::Persistent, false, &path, b"").unwrap();
+    started(&node);
+    thread::scope(|s| {
+        for t in 0..THREADS {
+            let node = &node;
+            s.spawn(move || {
+                for i in 0..WRITES {
+                    node.set_data(format!("{t}-{i}").as_bytes()).unwrap();
+                }
+            });
+        }
+    });
+    let last = node.data();
+    wait_until(
+        WAIT,
+        || other.get_data(&path).is_ok_and(|(d, _)| d == last),
+        || {
+            format!(
+                "the node holds {:?}, the last data set is {:?}",
+                other.get_data(&path).map(|(d, _)| d),
+                last
+            )
+        },
+    );
+    // And stays so: no older write lands after it.
+    let until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < until {
+        assert_eq!(data(&other, &path), last);
+        thread::sleep(Duration::from_millis(50));
+    }
+    drop(node);
 }

@@ -5,11 +5,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use latchkey_framework::paths;
-use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result};
+use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result, HANDOVER_AFTER};
 use parking_lot::{Condvar, Mutex};
 
 use crate::armed::{read_watched, waking, WatchArms};
@@ -58,6 +58,10 @@ struct Inner {
     mode: CreateMode,
     protected: bool,
     state: Mutex<NodeState>,
+    /// Held while the node's data is written (or the node created with
+    /// it), by the node's thread or by `set_data`: each takes the data
+    /// under it, so writes reach ZooKeeper in the order their data was set.
+    writes: Mutex<()>,
     /// Notified when the node is created for the first time.
     created: Condvar,
     /// The watch on the node still pending.
@@ -118,6 +122,7 @@ impl PersistentNode {
                     dirty: false,
                     create_sent: false,
                 }),
+                writes: Mutex::new(()),
                 created: Condvar::new(),
                 armed: Arc::default(),
                 keeper,
@@ -206,9 +211,15 @@ impl PersistentNode {
         self.inner.state.lock().data.clone()
     }
 
-    /// Sets the node's data: written now if the node exists, and used
-    /// whenever it is re-created. Fails on a closed node; a failure to
-    /// write now is retried in the background.
+    /// Sets the node's data, used whenever it is re-created. While the
+    /// node exists and the client is connected it is written before this
+    /// returns, as Curator's `setData` sends its write before returning (a
+    /// read on the same client then sees it): the call waits at most
+    /// [`HANDOVER_AFTER`] for a write of the node's thread under way, and
+    /// as long for ZooKeeper's answer. Otherwise, or if that write fails,
+    /// the node's thread writes it as soon as it can. Before the first
+    /// create it is the data the node is created with (Curator refuses a
+    /// `setData` then). Fails on a closed node.
     pub fn set_data(&self, data: &[u8]) -> Result<()> {
         if self.inner.keeper.is_closed() {
             return Err(Error::IllegalState(format!(
@@ -220,7 +231,9 @@ impl PersistentNode {
         state.data = data.to_vec();
         state.dirty = true;
         drop(state);
-        self.inner.keeper.signal().notify();
+        if !self.inner.write_now() {
+            self.inner.keeper.signal().notify();
+        }
         Ok(())
     }
 
@@ -311,8 +324,47 @@ impl Kept for Inner {
 }
 
 impl Inner {
+    /// Writes the latest data to the node from the caller's thread (see
+    /// [`PersistentNode::set_data`]): true if it is written, false if
+    /// that is left to the node's thread (not running, not connected, no
+    /// node yet, its write under way for too long, or this write failed).
+    fn write_now(&self) -> bool {
+        if !self.keeper.is_running() || !self.client.state().is_some_and(|s| s.is_connected()) {
+            return false;
+        }
+        let Some(_writing) = self.writes.try_lock_for(HANDOVER_AFTER) else {
+            return false;
+        };
+        let (path, data) = {
+            let mut s = self.state.lock();
+            let Some(path) = s.actual.clone() else {
+                return false;
+            };
+            if !s.dirty {
+                // The node's thread took this data and has written it
+                // (a failed write marks it again).
+                return true;
+            }
+            s.dirty = false;
+            (path, s.data.clone())
+        };
+        let bounded = self
+            .client
+            .with_deadline(Some(Instant::now() + HANDOVER_AFTER));
+        match bounded.set_data_once(&path, &data, None) {
+            Ok(_) => true,
+            Err(e) => {
+                log::debug!("writing the persistent node {path}: {e}; left to its thread");
+                self.state.lock().dirty = true;
+                false
+            }
+        }
+    }
+
     /// Creates the node if it is missing, watches it, and writes new data.
     fn ensure(&self) -> Result<()> {
+        // Data is taken and written under this lock, as by `write_now`.
+        let _writing = self.writes.lock();
         // The data and its mark are taken together: a `set_data` from now
         // on marks its data again, for the next pass.
         let (actual, data, mut dirty) = {
