@@ -4,6 +4,7 @@
 //! on it.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,6 +58,11 @@ struct Inner {
     base_path: String,
     mode: CreateMode,
     protected: bool,
+    /// Missing parents are created (as containers); see
+    /// [`PersistentNode::without_parent_creation`].
+    parent_creation: AtomicBool,
+    /// The last create failed for want of a parent, not created.
+    parent_failure: AtomicBool,
     state: Mutex<NodeState>,
     /// Held while the node's data is written (or the node created with
     /// it), by the node's thread or by `set_data`: each takes the data
@@ -116,6 +122,8 @@ impl PersistentNode {
                 base_path: path.to_owned(),
                 mode,
                 protected,
+                parent_creation: AtomicBool::new(true),
+                parent_failure: AtomicBool::new(false),
                 state: Mutex::new(NodeState {
                     data: data.to_vec(),
                     actual: None,
@@ -200,6 +208,42 @@ impl PersistentNode {
         Ok(true)
     }
 
+    /// Does not create the node's missing parents (Curator's
+    /// `useParentCreation = false`): while a parent is missing the node is
+    /// not created (or created again), [`is_parent_creation_failure`]
+    /// says so, and [`set_data`](Self::set_data) is refused. It tries
+    /// again when the client connects again or the node's thread is woken
+    /// otherwise, as Curator's does on reconnection. By default parents are
+    /// created, as containers. Give it before [`start`](Self::start).
+    ///
+    /// [`is_parent_creation_failure`]: Self::is_parent_creation_failure
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use latchkey_framework::CreateMode;
+    /// use latchkey_recipes::PersistentNode;
+    ///
+    /// // Registered only while /services/api exists: deleting it deregisters.
+    /// let node = PersistentNode::new(client, CreateMode::Ephemeral, false, "/services/api/host-1", b"")?
+    ///     .without_parent_creation();
+    /// node.start()?;
+    /// if node.is_parent_creation_failure() {
+    ///     eprintln!("/services/api is missing");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn without_parent_creation(self) -> Self {
+        self.inner.parent_creation.store(false, Ordering::Release);
+        self
+    }
+
+    /// Whether the node's last create failed because a parent is missing
+    /// (only [`without_parent_creation`](Self::without_parent_creation);
+    /// Curator's `isParentCreationFailure`).
+    pub fn is_parent_creation_failure(&self) -> bool {
+        self.inner.parent_failure.load(Ordering::Acquire)
+    }
+
     /// The node's full path once created (with its sequence number or
     /// protection prefix, if any).
     pub fn actual_path(&self) -> Option<String> {
@@ -219,11 +263,19 @@ impl PersistentNode {
     /// as long for ZooKeeper's answer. Otherwise, or if that write fails,
     /// the node's thread writes it as soon as it can. Before the first
     /// create it is the data the node is created with (Curator refuses a
-    /// `setData` then). Fails on a closed node.
+    /// `setData` then). Fails on a closed node, and while its parent is
+    /// missing without [parent creation](Self::without_parent_creation).
     pub fn set_data(&self, data: &[u8]) -> Result<()> {
         if self.inner.keeper.is_closed() {
             return Err(Error::IllegalState(format!(
                 "the persistent node {} is closed",
+                self.inner.base_path
+            )));
+        }
+        if self.is_parent_creation_failure() {
+            return Err(Error::IllegalState(format!(
+                "the persistent node {} cannot be created: a parent is missing \
+                 (parent creation is off)",
                 self.inner.base_path
             )));
         }
@@ -399,12 +451,34 @@ impl Inner {
         result
     }
 
+    /// A create of the node, its parents too unless parent creation is
+    /// off.
+    fn create_builder(&self, mode: CreateMode) -> latchkey_framework::CreateBuilder<'_> {
+        let builder = self.client.create().mode(mode);
+        match self.parent_creation.load(Ordering::Acquire) {
+            true => builder.creating_parent_containers_if_needed(),
+            false => builder,
+        }
+    }
+
+    /// Whether a failed create is for want of a parent that we may not
+    /// create; then marked, and not an error to retry (Curator's waits for
+    /// a reconnection).
+    fn parent_missing(&self, created: &Result<String>) -> bool {
+        let missing = !self.parent_creation.load(Ordering::Acquire)
+            && created.as_ref().is_err_and(|e| e.is(ErrorCode::NoNode));
+        self.parent_failure.store(missing, Ordering::Release);
+        if missing {
+            log::warn!(
+                "the persistent node {}: a parent is missing, and parent creation is off",
+                self.base_path
+            );
+        }
+        missing
+    }
+
     fn create_first(&self, data: &[u8]) -> Result<()> {
-        let builder = self
-            .client
-            .create()
-            .creating_parent_containers_if_needed()
-            .mode(self.mode);
+        let builder = self.create_builder(self.mode);
         let builder = match self.protected {
             true => builder.with_protection(),
             false => builder,
@@ -418,6 +492,9 @@ impl Inner {
             // ZooKeeper refused it: no node (an earlier attempt's would
             // have made this one `NodeExists`).
             self.state.lock().create_sent = false;
+        }
+        if self.parent_missing(&created) {
+            return Ok(());
         }
         let (path, made) = match created {
             // A plain node that is there already (ours from an earlier
@@ -452,12 +529,10 @@ impl Inner {
             CreateMode::PersistentSequentialWithTtl(ttl) => CreateMode::PersistentWithTtl(ttl),
             other => other,
         };
-        let created = self
-            .client
-            .create()
-            .creating_parent_containers_if_needed()
-            .mode(mode)
-            .for_path(path, data);
+        let created = self.create_builder(mode).for_path(path, data);
+        if self.parent_missing(&created) {
+            return Ok(());
+        }
         match created {
             // Someone (or our previous session) made it meanwhile: write
             // our data to it.
