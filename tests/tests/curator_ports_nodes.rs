@@ -55,8 +55,8 @@
 //! | testSetDataWhenDisconnected | `pen_set_data_when_disconnected` |
 //! | testSetUpdatedDataWhenReconnected | `pen_set_updated_data_when_reconnected` |
 //! | testProtected | `pen_protected` |
-//! | testNoCreatePermission | `pen_no_create_permission` (latchkey has no `isAuthFailure()`: the port asserts the node is not created) |
-//! | testNoWritePermission | `pen_no_write_permission` (no `isAuthFailure()`, as above: the port asserts the refused write never lands) |
+//! | testNoCreatePermission | `pen_no_create_permission` |
+//! | testNoWritePermission | `pen_no_write_permission` |
 //!
 //! ## TestPersistentEphemeralNodeListener
 //!
@@ -759,6 +759,7 @@ fn pen_no_create_permission() {
             .session_timeout(SESSION)
             .authorization("digest", b"me1:pass1"),
     );
+    authed.ensure_path("/ports/pen").unwrap();
     authed
         .create()
         .with_acl(vec![Acl::new(Perms::WRITE, "auth", "")])
@@ -776,6 +777,7 @@ fn pen_no_create_permission() {
         "created without create permission"
     );
     assert!(c.exists(&path).unwrap().is_none());
+    assert!(node.is_auth_failure());
 }
 
 /// Nodes made with read, create and delete permission for anyone, but not
@@ -806,12 +808,17 @@ fn pen_no_write_permission() {
     let node = PersistentNode::new(&c, CreateMode::Ephemeral, false, &path, b"").unwrap();
     started(&node);
     assert!(c.exists(&path).unwrap().is_some());
+    assert!(!node.is_auth_failure(), "an auth failure creating the node");
     node.set_data(b"NEW_DATA").unwrap();
     let until = Instant::now() + Duration::from_millis(500);
     while Instant::now() < until {
         assert_ne!(data(&c, &path), b"NEW_DATA", "the write went through");
         thread::sleep(Duration::from_millis(50));
     }
+    assert!(
+        node.is_auth_failure(),
+        "no auth failure for the refused write"
+    );
 }
 
 // ---- TestGroupMember ----------------------------------------------------

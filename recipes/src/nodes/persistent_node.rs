@@ -63,6 +63,8 @@ struct Inner {
     parent_creation: AtomicBool,
     /// The last create failed for want of a parent, not created.
     parent_failure: AtomicBool,
+    /// The last create or write of data was refused `NoAuth`.
+    auth_failure: AtomicBool,
     state: Mutex<NodeState>,
     /// Held while the node's data is written (or the node created with
     /// it), by the node's thread or by `set_data`: each takes the data
@@ -124,6 +126,7 @@ impl PersistentNode {
                 protected,
                 parent_creation: AtomicBool::new(true),
                 parent_failure: AtomicBool::new(false),
+                auth_failure: AtomicBool::new(false),
                 state: Mutex::new(NodeState {
                     data: data.to_vec(),
                     actual: None,
@@ -242,6 +245,14 @@ impl PersistentNode {
     /// Curator's `isParentCreationFailure`).
     pub fn is_parent_creation_failure(&self) -> bool {
         self.inner.parent_failure.load(Ordering::Acquire)
+    }
+
+    /// Whether ZooKeeper refused the node's last create or write of its
+    /// data for want of permission (`NoAuth`; Curator's `isAuthFailure`).
+    /// The node's thread keeps trying (each second or so), in case the
+    /// permission is granted; a create or write that succeeds clears it.
+    pub fn is_auth_failure(&self) -> bool {
+        self.inner.auth_failure.load(Ordering::Acquire)
     }
 
     /// The node's full path once created (with its sequence number or
@@ -403,7 +414,9 @@ impl Inner {
         let bounded = self
             .client
             .with_deadline(Some(Instant::now() + HANDOVER_AFTER));
-        match bounded.set_data_once(&path, &data, None) {
+        let written = bounded.set_data_once(&path, &data, None);
+        self.note_auth(written.as_ref().map(|_| ()), true);
+        match written {
             Ok(_) => true,
             Err(e) => {
                 log::debug!("writing the persistent node {path}: {e}; left to its thread");
@@ -427,6 +440,7 @@ impl Inner {
                 std::mem::take(&mut s.dirty),
             )
         };
+        let creating = actual.is_none();
         let result = match actual {
             None => self.create_first(&data),
             Some(path) => match self.watch(&path) {
@@ -448,7 +462,18 @@ impl Inner {
             // Not written: the next try writes it.
             self.state.lock().dirty = true;
         }
+        self.note_auth(result.as_ref().map(|_| ()), creating || dirty);
         result
+    }
+
+    /// Marks a create or write refused for want of permission; clears
+    /// the mark when one succeeds (`wrote`: this pass created or wrote).
+    fn note_auth(&self, result: std::result::Result<(), &Error>, wrote: bool) {
+        match result {
+            Err(e) if e.is(ErrorCode::NoAuth) => self.auth_failure.store(true, Ordering::Release),
+            Ok(()) if wrote => self.auth_failure.store(false, Ordering::Release),
+            _ => {}
+        }
     }
 
     /// A create of the node, its parents too unless parent creation is
