@@ -1375,3 +1375,22 @@ fn set_data_from_many_threads_ends_with_the_last_data() {
     }
     drop(node);
 }
+
+/// Data larger than ZooKeeper takes (2 MiB; `jute.maxbuffer` is 1 MiB) is
+/// refused by `set_data`, naming the node, and the node keeps its data
+/// and takes new data after. Before, `set_data` took it, and the write,
+/// refused before it was sent, was tried again every second for good
+/// while the node kept its old data.
+#[test]
+fn data_too_large_for_zookeeper_is_refused_by_set_data() {
+    let c = client();
+    let path = unique("/ports/extra/too-large");
+    let node = PersistentNode::new(&c, CreateMode::Ephemeral, false, &path, b"small").unwrap();
+    started(&node);
+    let err = node.set_data(&vec![7u8; 2 << 20]).unwrap_err();
+    assert!(err.to_string().contains(&path), "{err}");
+    assert_eq!(node.data(), b"small");
+    assert_eq!(data(&c, &path), b"small");
+    node.set_data(b"next").unwrap();
+    assert_eq!(data(&c, &path), b"next");
+}

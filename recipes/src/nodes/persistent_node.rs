@@ -274,8 +274,10 @@ impl PersistentNode {
     /// as long for ZooKeeper's answer. Otherwise, or if that write fails,
     /// the node's thread writes it as soon as it can. Before the first
     /// create it is the data the node is created with (Curator refuses a
-    /// `setData` then). Fails on a closed node, and while its parent is
-    /// missing without [parent creation](Self::without_parent_creation).
+    /// `setData` then). Fails on a closed node, while its parent is
+    /// missing without [parent creation](Self::without_parent_creation),
+    /// and, keeping the data it had, on data longer than ZooKeeper takes
+    /// ([`Error::RequestTooLarge`], found when it writes now).
     pub fn set_data(&self, data: &[u8]) -> Result<()> {
         if self.inner.keeper.is_closed() {
             return Err(Error::IllegalState(format!(
@@ -290,12 +292,27 @@ impl PersistentNode {
                 self.inner.base_path
             )));
         }
-        let mut state = self.inner.state.lock();
-        state.data = data.to_vec();
-        state.dirty = true;
-        drop(state);
-        if !self.inner.write_now() {
-            self.inner.keeper.signal().notify();
+        let previous = {
+            let mut state = self.inner.state.lock();
+            state.dirty = true;
+            std::mem::replace(&mut state.data, data.to_vec())
+        };
+        match self.inner.write_now() {
+            Ok(true) => {}
+            Ok(false) => self.inner.keeper.signal().notify(),
+            Err(e) => {
+                // Never writable: back to the data before, unless newer
+                // data came meanwhile; written again in case that data
+                // was not yet.
+                let mut state = self.inner.state.lock();
+                if state.data == data {
+                    state.data = previous;
+                }
+                state.dirty = true;
+                drop(state);
+                self.inner.keeper.signal().notify();
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -390,23 +407,24 @@ impl Inner {
     /// Writes the latest data to the node from the caller's thread (see
     /// [`PersistentNode::set_data`]): true if it is written, false if
     /// that is left to the node's thread (not running, not connected, no
-    /// node yet, its write under way for too long, or this write failed).
-    fn write_now(&self) -> bool {
+    /// node yet, its write under way for too long, or this write failed),
+    /// an error if the data can never be written (too long).
+    fn write_now(&self) -> Result<bool> {
         if !self.keeper.is_running() || !self.client.state().is_some_and(|s| s.is_connected()) {
-            return false;
+            return Ok(false);
         }
         let Some(_writing) = self.writes.try_lock_for(HANDOVER_AFTER) else {
-            return false;
+            return Ok(false);
         };
         let (path, data) = {
             let mut s = self.state.lock();
             let Some(path) = s.actual.clone() else {
-                return false;
+                return Ok(false);
             };
             if !s.dirty {
                 // The node's thread took this data and has written it
                 // (a failed write marks it again).
-                return true;
+                return Ok(true);
             }
             s.dirty = false;
             (path, s.data.clone())
@@ -417,11 +435,12 @@ impl Inner {
         let written = bounded.set_data_once(&path, &data, None);
         self.note_auth(written.as_ref().map(|_| ()), true);
         match written {
-            Ok(_) => true,
+            Ok(_) => Ok(true),
+            Err(e) if too_large(&e) => Err(e),
             Err(e) => {
                 log::debug!("writing the persistent node {path}: {e}; left to its thread");
                 self.state.lock().dirty = true;
-                false
+                Ok(false)
             }
         }
     }
@@ -602,6 +621,15 @@ impl Inner {
             |w| self.client.exists_watch(path, w),
             || self.client.exists(path),
         )
+    }
+}
+
+/// Whether `e` is a request too long for ZooKeeper, which no retry fixes.
+fn too_large(e: &Error) -> bool {
+    match e {
+        Error::RequestTooLarge { .. } => true,
+        Error::Operation { source, .. } => too_large(source),
+        _ => false,
     }
 }
 
