@@ -3,7 +3,7 @@
 //! test method of each class, ported here, covered by an existing suite
 //! (named with its file), or not applicable with the reason.
 //!
-//! All ports share this binary's server, with 3 s sessions. Where Curator
+//! All ports share this binary's server, with 3 or 4 s sessions. Where Curator
 //! stops and restarts its server while the session outlives the outage, the
 //! port cuts the client's connection through a `FaultProxy` that refuses
 //! new connections for the outage instead: the client sees the same
@@ -115,6 +115,13 @@
 //! ported here: they test Java adapters (`CuratorCacheBridge`, and the
 //! listener builder's `forPathChildrenCache`/`forTreeCache`/`forNodeCache`
 //! wrappers) that latchkey's `CuratorCache` has no counterpart of.
+//!
+//! ## Beyond Curator's tests
+//!
+//! `set_data_from_many_threads_ends_with_the_last_data` and
+//! `data_too_large_for_zookeeper_is_refused_by_set_data` try what the
+//! ports' fixes to `set_data` opened up: writes from the caller's thread
+//! racing the node's own, and data ZooKeeper never takes.
 
 mod common;
 
