@@ -157,6 +157,10 @@ impl Replay {
     }
 }
 
+/// Caches on a 3-member ensemble converge to its state through leader
+/// kills and a rolling restart (Curator's TestCuratorCacheEdges.testServerLoss,
+/// which kills the member the cache's client is connected to: the
+/// rolling restart stops each member in turn).
 #[test]
 fn caches_converge_to_the_ensembles_state_after_leader_kills_and_a_rolling_restart() {
     let mut cluster = TestingCluster::start(3).unwrap();

@@ -65,6 +65,8 @@ fn cache_and_writer() -> (Client, Client, Ctx) {
     (cache_client, writer, ctx)
 }
 
+/// A node cache follows a node's create, changes and delete, and tells
+/// each (Curator's TestNodeCache.testBasics).
 #[test]
 fn a_node_cache_follows_creates_changes_and_deletes() {
     let (cache_client, writer, ctx) = cache_and_writer();

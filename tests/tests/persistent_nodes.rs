@@ -95,6 +95,9 @@ fn an_ephemeral_node_comes_back_after_its_session_is_lost_and_after_a_delete() {
     }
 }
 
+/// A node started while ZooKeeper is down is created once it is up
+/// (Curator's TestPersistentEphemeralNode.testNoServerAtStart), and a wait
+/// for its first create keeps its deadline meanwhile.
 #[test]
 fn waiting_for_the_first_create_keeps_its_deadline_while_zookeeper_is_down() {
     let mut server = TestingServer::start().expect("start ZooKeeper");
@@ -270,6 +273,9 @@ fn a_refused_re_create_is_retried_after_a_pause() {
     );
 }
 
+/// Bad arguments are refused with an error naming the path (Curator's
+/// TestPersistentEphemeralNode.testNullPath: a path Rust cannot make null
+/// is empty or invalid here).
 #[test]
 fn bad_arguments_are_refused_naming_the_path() {
     let client = &clients(1, Duration::from_secs(20))[0];
@@ -613,7 +619,7 @@ fn a_sequential_ttl_node_comes_back_under_its_first_name() {
 }
 
 /// Nodes closed while their first create is under way are deleted all
-/// the same (Curator's testQuickCloseNodeExists). Each node is closed
+/// the same (Curator's TestPersistentNode.testQuickClose, 150 times). Each node is closed
 /// right after its client sent the create; before, a create that the
 /// server applied after the close left its node for good.
 #[test]

@@ -6,11 +6,11 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use latchkey_framework::paths;
-use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result};
+use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result, HANDOVER_AFTER};
 use parking_lot::{Condvar, Mutex};
 
 use crate::armed::{read_watched, waking, WatchArms};
@@ -65,7 +65,21 @@ struct Inner {
     base_path: String,
     mode: CreateMode,
     protected: bool,
+    /// Missing parents are created (as containers); see
+    /// [`PersistentNode::without_parent_creation`].
+    parent_creation: AtomicBool,
+    /// The last create failed for want of a parent, not created.
+    parent_failure: AtomicBool,
+    /// The last create or write of data was refused `NoAuth`.
+    auth_failure: AtomicBool,
+    /// Delete the node on close (Curator's `deleteNode`; `PersistentTtlNode`
+    /// leaves it to its TTL).
+    delete_on_close: bool,
     state: Mutex<NodeState>,
+    /// Held while the node's data is written (or the node created with
+    /// it), by the node's thread or by `set_data`: each takes the data
+    /// under it, so writes reach ZooKeeper in the order their data was set.
+    writes: Mutex<()>,
     /// Notified when the node is created for the first time.
     created: Condvar,
     /// The watch on the node still pending.
@@ -73,10 +87,6 @@ struct Inner {
     keeper: Keeper,
     /// Told the node's path each time this node creates it.
     listeners: Mutex<Vec<Sender<String>>>,
-    options: NodeOptions,
-    /// A create without parent creation found the parent missing; set
-    /// again by the next create that succeeds.
-    parent_missing: AtomicBool,
 }
 
 /// How a [`PersistentNode`] is created and left, for recipes built on it.
@@ -155,18 +165,21 @@ impl PersistentNode {
                 base_path: path.to_owned(),
                 mode,
                 protected,
+                parent_creation: AtomicBool::new(options.create_parents),
+                parent_failure: AtomicBool::new(false),
+                auth_failure: AtomicBool::new(false),
+                delete_on_close: options.delete_on_close,
                 state: Mutex::new(NodeState {
                     data: data.to_vec(),
                     actual: None,
                     dirty: false,
                     create_sent: false,
                 }),
+                writes: Mutex::new(()),
                 created: Condvar::new(),
                 armed: Arc::default(),
                 keeper,
                 listeners: Mutex::new(Vec::new()),
-                options,
-                parent_missing: AtomicBool::new(false),
             }),
         })
     }
@@ -240,6 +253,50 @@ impl PersistentNode {
         Ok(true)
     }
 
+    /// Does not create the node's missing parents (Curator's
+    /// `useParentCreation = false`): while a parent is missing the node is
+    /// not created (or created again), [`is_parent_creation_failure`]
+    /// says so, and [`set_data`](Self::set_data) is refused. It tries
+    /// again when the client connects again or the node's thread is woken
+    /// otherwise, as Curator's does on reconnection. By default parents are
+    /// created, as containers. Give it before [`start`](Self::start).
+    ///
+    /// [`is_parent_creation_failure`]: Self::is_parent_creation_failure
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use latchkey_framework::CreateMode;
+    /// use latchkey_recipes::PersistentNode;
+    ///
+    /// // Registered only while /services/api exists: deleting it deregisters.
+    /// let node = PersistentNode::new(client, CreateMode::Ephemeral, false, "/services/api/host-1", b"")?
+    ///     .without_parent_creation();
+    /// node.start()?;
+    /// if node.is_parent_creation_failure() {
+    ///     eprintln!("/services/api is missing");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn without_parent_creation(self) -> Self {
+        self.inner.parent_creation.store(false, Ordering::Release);
+        self
+    }
+
+    /// Whether the node's last create failed because a parent is missing
+    /// (only [`without_parent_creation`](Self::without_parent_creation);
+    /// Curator's `isParentCreationFailure`).
+    pub fn is_parent_creation_failure(&self) -> bool {
+        self.inner.parent_failure.load(Ordering::Acquire)
+    }
+
+    /// Whether ZooKeeper refused the node's last create or write of its
+    /// data for want of permission (`NoAuth`; Curator's `isAuthFailure`).
+    /// The node's thread keeps trying (each second or so), in case the
+    /// permission is granted; a create or write that succeeds clears it.
+    pub fn is_auth_failure(&self) -> bool {
+        self.inner.auth_failure.load(Ordering::Acquire)
+    }
+
     /// The node's full path once created (with its sequence number or
     /// protection prefix, if any).
     pub fn actual_path(&self) -> Option<String> {
@@ -251,9 +308,18 @@ impl PersistentNode {
         self.inner.state.lock().data.clone()
     }
 
-    /// Sets the node's data: written now if the node exists, and used
-    /// whenever it is re-created. Fails on a closed node; a failure to
-    /// write now is retried in the background.
+    /// Sets the node's data, used whenever it is re-created. While the
+    /// node exists and the client is connected it is written before this
+    /// returns, as Curator's `setData` sends its write before returning (a
+    /// read on the same client then sees it): the call waits at most
+    /// [`HANDOVER_AFTER`] for a write of the node's thread under way, and
+    /// as long for ZooKeeper's answer. Otherwise, or if that write fails,
+    /// the node's thread writes it as soon as it can. Before the first
+    /// create it is the data the node is created with (Curator refuses a
+    /// `setData` then). Fails on a closed node, while its parent is
+    /// missing without [parent creation](Self::without_parent_creation),
+    /// and, keeping the data it had, on data longer than ZooKeeper takes
+    /// ([`Error::RequestTooLarge`], found when it writes now).
     pub fn set_data(&self, data: &[u8]) -> Result<()> {
         if self.inner.keeper.is_closed() {
             return Err(Error::IllegalState(format!(
@@ -261,18 +327,35 @@ impl PersistentNode {
                 self.inner.base_path
             )));
         }
-        if self.inner.parent_missing.load(Ordering::Acquire) {
-            // As Curator's: the node cannot be made again without them.
+        if self.is_parent_creation_failure() {
             return Err(Error::IllegalState(format!(
-                "the persistent node {}: its parent is missing and parent creation is off",
+                "the persistent node {} cannot be created: a parent is missing \
+                 (parent creation is off)",
                 self.inner.base_path
             )));
         }
-        let mut state = self.inner.state.lock();
-        state.data = data.to_vec();
-        state.dirty = true;
-        drop(state);
-        self.inner.keeper.signal().notify();
+        let previous = {
+            let mut state = self.inner.state.lock();
+            state.dirty = true;
+            std::mem::replace(&mut state.data, data.to_vec())
+        };
+        match self.inner.write_now() {
+            Ok(true) => {}
+            Ok(false) => self.inner.keeper.signal().notify(),
+            Err(e) => {
+                // Never writable: back to the data before, unless newer
+                // data came meanwhile; written again in case that data
+                // was not yet.
+                let mut state = self.inner.state.lock();
+                if state.data == data {
+                    state.data = previous;
+                }
+                state.dirty = true;
+                drop(state);
+                self.inner.keeper.signal().notify();
+                return Err(e);
+            }
+        }
         Ok(())
     }
 
@@ -281,9 +364,16 @@ impl PersistentNode {
     /// requests under way end at once; a first create cut short that the
     /// server applied all the same is deleted too (found by its name, or
     /// by its protection prefix; an unprotected sequential node's name is
-    /// unknown, so use protection with sequential modes). Idempotent;
-    /// dropping does the same.
+    /// unknown, so use protection with sequential modes). A plain node
+    /// started and closed before its first create was sent deletes the
+    /// node at its path all the same, as Curator's does: a node there
+    /// already is adopted once started. Idempotent; dropping does the
+    /// same.
     pub fn close(&self) {
+        // Started: the node at its path is ours to delete, also if the
+        // close came before the first create was sent (a plain node that
+        // was there already is adopted at start, as in Curator).
+        let was_started = self.inner.keeper.is_running();
         if !self.inner.keeper.close() {
             return;
         }
@@ -294,7 +384,7 @@ impl PersistentNode {
             let _state = self.inner.state.lock();
             self.inner.created.notify_all();
         }
-        if !self.inner.options.delete_on_close {
+        if !self.inner.delete_on_close {
             return;
         }
         // The node's thread has ended: `actual` is final. A first create
@@ -316,6 +406,9 @@ impl PersistentNode {
                         self.inner.base_path
                     );
                     None
+                }
+                (None, false) if was_started && !self.inner.mode.is_sequential() => {
+                    Some(self.inner.base_path.clone())
                 }
                 (None, _) => None,
             }
@@ -357,8 +450,51 @@ impl Kept for Inner {
 }
 
 impl Inner {
+    /// Writes the latest data to the node from the caller's thread (see
+    /// [`PersistentNode::set_data`]): true if it is written, false if
+    /// that is left to the node's thread (not running, not connected, no
+    /// node yet, its write under way for too long, or this write failed),
+    /// an error if the data can never be written (too long).
+    fn write_now(&self) -> Result<bool> {
+        if !self.keeper.is_running() || !self.client.state().is_some_and(|s| s.is_connected()) {
+            return Ok(false);
+        }
+        let Some(_writing) = self.writes.try_lock_for(HANDOVER_AFTER) else {
+            return Ok(false);
+        };
+        let (path, data) = {
+            let mut s = self.state.lock();
+            let Some(path) = s.actual.clone() else {
+                return Ok(false);
+            };
+            if !s.dirty {
+                // The node's thread took this data and has written it
+                // (a failed write marks it again).
+                return Ok(true);
+            }
+            s.dirty = false;
+            (path, s.data.clone())
+        };
+        let bounded = self
+            .client
+            .with_deadline(Some(Instant::now() + HANDOVER_AFTER));
+        let written = bounded.set_data_once(&path, &data, None);
+        self.note_auth(written.as_ref().map(|_| ()), true);
+        match written {
+            Ok(_) => Ok(true),
+            Err(e) if too_large(&e) => Err(e),
+            Err(e) => {
+                log::debug!("writing the persistent node {path}: {e}; left to its thread");
+                self.state.lock().dirty = true;
+                Ok(false)
+            }
+        }
+    }
+
     /// Creates the node if it is missing, watches it, and writes new data.
     fn ensure(&self) -> Result<()> {
+        // Data is taken and written under this lock, as by `write_now`.
+        let _writing = self.writes.lock();
         // The data and its mark are taken together: a `set_data` from now
         // on marks its data again, for the next pass.
         let (actual, data, mut dirty) = {
@@ -369,6 +505,7 @@ impl Inner {
                 std::mem::take(&mut s.dirty),
             )
         };
+        let creating = actual.is_none();
         let result = match actual {
             None => self.create_first(&data),
             Some(path) => match self.watch(&path) {
@@ -390,15 +527,48 @@ impl Inner {
             // Not written: the next try writes it.
             self.state.lock().dirty = true;
         }
+        self.note_auth(result.as_ref().map(|_| ()), creating || dirty);
         result
     }
 
-    fn create_first(&self, data: &[u8]) -> Result<()> {
-        let builder = self.client.create().mode(self.mode);
-        let builder = match self.options.create_parents {
+    /// Marks a create or write refused for want of permission; clears
+    /// the mark when one succeeds (`wrote`: this pass created or wrote).
+    fn note_auth(&self, result: std::result::Result<(), &Error>, wrote: bool) {
+        match result {
+            Err(e) if e.is(ErrorCode::NoAuth) => self.auth_failure.store(true, Ordering::Release),
+            Ok(()) if wrote => self.auth_failure.store(false, Ordering::Release),
+            _ => {}
+        }
+    }
+
+    /// A create of the node, its parents too unless parent creation is
+    /// off.
+    fn create_builder(&self, mode: CreateMode) -> latchkey_framework::CreateBuilder<'_> {
+        let builder = self.client.create().mode(mode);
+        match self.parent_creation.load(Ordering::Acquire) {
             true => builder.creating_parent_containers_if_needed(),
             false => builder,
-        };
+        }
+    }
+
+    /// Whether a failed create is for want of a parent that we may not
+    /// create; then marked, and not an error to retry (Curator's waits for
+    /// a reconnection).
+    fn parent_missing(&self, created: &Result<String>) -> bool {
+        let missing = !self.parent_creation.load(Ordering::Acquire)
+            && created.as_ref().is_err_and(|e| e.is(ErrorCode::NoNode));
+        self.parent_failure.store(missing, Ordering::Release);
+        if missing {
+            log::warn!(
+                "the persistent node {}: a parent is missing, and parent creation is off",
+                self.base_path
+            );
+        }
+        missing
+    }
+
+    fn create_first(&self, data: &[u8]) -> Result<()> {
+        let builder = self.create_builder(self.mode);
         let builder = match self.protected {
             true => builder.with_protection(),
             false => builder,
@@ -415,19 +585,21 @@ impl Inner {
             // have made this one `NodeExists`).
             self.state.lock().create_sent = false;
         }
+        if self.parent_missing(&created) {
+            return Ok(());
+        }
         let (path, made) = match created {
             // A plain node that is there already (ours from an earlier
-            // session, or someone's): keep it, with our data.
-            // The next pass (woken below) writes it.
+            // session, or someone's): keep it, with our data, written
+            // before the first create counts as done (as Curator's
+            // `waitForInitialCreate` waits for that write). Gone
+            // meanwhile: the next pass creates it.
             Err(e) if e.is(ErrorCode::NodeExists) => {
-                self.state.lock().dirty = true;
-                self.keeper.signal().notify();
+                self.client.set_data(&self.base_path, data, None)?;
                 (self.base_path.clone(), false)
             }
-            Err(e) if e.is(ErrorCode::NoNode) => return self.parent_gone(e),
             other => (other?, true),
         };
-        self.parent_missing.store(false, Ordering::Release);
         {
             let mut state = self.state.lock();
             state.actual = Some(path.clone());
@@ -449,16 +621,14 @@ impl Inner {
             CreateMode::PersistentSequentialWithTtl(ttl) => CreateMode::PersistentWithTtl(ttl),
             other => other,
         };
-        let builder = self.client.create().mode(mode);
-        let builder = match self.options.create_parents {
-            true => builder.creating_parent_containers_if_needed(),
-            false => builder,
-        };
-        let created = builder
+        let created = self
+            .create_builder(mode)
             .for_path_with_stat(path, data)
             .map(|(path, stat)| self.owned(path, &stat));
+        if self.parent_missing(&created) {
+            return Ok(());
+        }
         match created {
-            Err(e) if e.is(ErrorCode::NoNode) => self.parent_gone(e),
             // Someone (or our previous session) made it meanwhile: write
             // our data to it.
             Err(e) if e.is(ErrorCode::NodeExists) => {
@@ -468,27 +638,10 @@ impl Inner {
             }
             Err(e) => Err(e),
             Ok(_) => {
-                self.parent_missing.store(false, Ordering::Release);
                 self.tell_created(path);
                 self.watch_created(path)
             }
         }
-    }
-
-    /// A create without parent creation found no parent (with it, the
-    /// parent went between its creation and ours: try again). As Curator's,
-    /// it is not tried again until the next state change; `set_data`
-    /// fails meanwhile.
-    fn parent_gone(&self, e: Error) -> Result<()> {
-        if self.options.create_parents {
-            return Err(e);
-        }
-        log::warn!(
-            "{}: the parent is missing and parent creation is off",
-            self.what()
-        );
-        self.parent_missing.store(true, Ordering::Release);
-        Ok(())
     }
 
     /// `path`, the node just created with `stat`: an ephemeral one is
@@ -528,6 +681,15 @@ impl Inner {
             |w| self.client.exists_watch(path, w),
             || self.client.exists(path),
         )
+    }
+}
+
+/// Whether `e` is a request too long for ZooKeeper, which no retry fixes.
+fn too_large(e: &Error) -> bool {
+    match e {
+        Error::RequestTooLarge { .. } => true,
+        Error::Operation { source, .. } => too_large(source),
+        _ => false,
     }
 }
 
