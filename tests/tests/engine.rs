@@ -763,3 +763,63 @@ fn a_versioned_set_data_with_a_late_reply_succeeds() {
         t.dump()
     );
 }
+
+// ---------------------------------------------------------------------------
+// C. Writes larger than the socket takes at once.
+// ---------------------------------------------------------------------------
+
+/// Many large writes at once, more than the loopback socket buffers take
+/// in one go, so the connection's output is written in parts as the
+/// socket drains (`WouldBlock` on the way): every write arrives whole and
+/// in order, and the connection is never dropped for it. Mutation testing
+/// showed nothing pinned this: a `WouldBlock` taken for an error, or a
+/// partly written buffer cleared, passed every other test.
+#[test]
+fn large_writes_in_parts_arrive_whole_on_one_connection() {
+    let _watchdog = Watchdog::new("large writes", Duration::from_secs(120));
+    let server = shared_server();
+    let c = start_connected(
+        Client::builder()
+            .connect_string(server.connect_string())
+            .session_timeout(Duration::from_secs(30))
+            .connection_timeout(Duration::from_secs(10))
+            .retry_policy(RetryForever::new(Duration::from_millis(50))),
+    );
+    let base = unique("/engine-large");
+    c.create().for_path(&base, b"").unwrap();
+    let writers = 12;
+    let rounds = 3;
+    let size = 900 * 1024;
+    thread::scope(|s| {
+        for w in 0..writers {
+            let (c, base) = (&c, &base);
+            s.spawn(move || {
+                let path = format!("{base}/w{w}");
+                c.create().for_path(&path, b"").unwrap();
+                for round in 0..rounds {
+                    let byte = (w * rounds + round) as u8;
+                    c.set_data(&path, &vec![byte; size], None)
+                        .unwrap_or_else(|e| panic!("set_data {path} round {round}: {e}"));
+                }
+            });
+        }
+    });
+    for w in 0..writers {
+        let path = format!("{base}/w{w}");
+        let (data, _) = c.get_data(&path).unwrap();
+        let last = (w * rounds + rounds - 1) as u8;
+        assert!(
+            data.len() == size && data.iter().all(|b| *b == last),
+            "{path}: {} bytes, not {size} of {last}",
+            data.len()
+        );
+    }
+    let states: Vec<ConnectionState> = c.state_history().into_iter().map(|(_, s)| s).collect();
+    assert_eq!(
+        states,
+        [ConnectionState::Connected],
+        "the connection was dropped on the way"
+    );
+    c.delete().deleting_children_if_needed().for_path(&base).unwrap();
+    c.close();
+}
