@@ -820,6 +820,9 @@ fn large_writes_in_parts_arrive_whole_on_one_connection() {
         [ConnectionState::Connected],
         "the connection was dropped on the way"
     );
-    c.delete().deleting_children_if_needed().for_path(&base).unwrap();
+    c.delete()
+        .deleting_children_if_needed()
+        .for_path(&base)
+        .unwrap();
     c.close();
 }
