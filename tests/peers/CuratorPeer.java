@@ -399,6 +399,8 @@ public final class CuratorPeer {
             case "latch":
                 need(w, 4, 5);
                 return latchCommand(w);
+            case "group":
+                return groupCommand(w);
             case "selector":
                 need(w, 4, 5);
                 return selectorCommand(w);
@@ -630,6 +632,47 @@ public final class CuratorPeer {
                 }
             default:
                 throw new Usage("unknown lock operation: " + w[at]);
+        }
+    }
+
+    private final Map<String, org.apache.curator.framework.recipes.nodes.GroupMember> groups =
+            new HashMap<>();
+
+    /** group path id start | members | close: one Curator GroupMember per path. */
+    private String groupCommand(String[] w) throws Exception {
+        need(w, 4, 4);
+        String path = w[1];
+        switch (w[3]) {
+            case "start": {
+                if (groups.containsKey(path)) {
+                    throw new Usage("a group member on " + path + " is already started");
+                }
+                org.apache.curator.framework.recipes.nodes.GroupMember member =
+                        new org.apache.curator.framework.recipes.nodes.GroupMember(
+                                client, path, w[2], w[2].getBytes(StandardCharsets.UTF_8));
+                member.start();
+                groups.put(path, member);
+                return "OK started";
+            }
+            case "members": {
+                org.apache.curator.framework.recipes.nodes.GroupMember member = groups.get(path);
+                if (member == null) {
+                    throw new Usage("no group member on " + path);
+                }
+                List<String> ids = new ArrayList<>(member.getCurrentMembers().keySet());
+                java.util.Collections.sort(ids);
+                return list(ids);
+            }
+            case "close": {
+                org.apache.curator.framework.recipes.nodes.GroupMember member = groups.remove(path);
+                if (member == null) {
+                    throw new Usage("no group member on " + path);
+                }
+                member.close();
+                return "OK closed";
+            }
+            default:
+                throw new Usage("unknown group operation: " + w[3]);
         }
     }
 

@@ -272,19 +272,17 @@ fn rust_and_curator_share_barriers() {
 /// Issue 27: mixed Java/Rust groups on a three-member ensemble keep one
 /// leader and lose no update through two kills of the ensemble's leader.
 /// A Rust and a Curator `LeaderLatch` share one election, a Rust and a
-/// Curator `LeaderSelector` one lock, and both sides increment one
-/// `DistributedAtomicLong` all along. After each kill, once both clients
-/// are back, exactly one latch and one selector lead, both sides name the
-/// same leader, and the counter holds at least every increment reported
-/// successful (a retried set whose first reply was lost may add one more:
-/// in doubt, as in Curator) and at most every attempt. Curator's
-/// `GroupMember` is not driven here: the Curator peer has no group
-/// commands (a Rust group member through leader kills is in
-/// `persistent_nodes`).
+/// Curator `LeaderSelector` one lock, a Rust and a Curator `GroupMember`
+/// one group, and both sides increment one `DistributedAtomicLong` all
+/// along. After each kill, once both clients are back, exactly one latch
+/// and one selector lead, both sides name the same leader, both group
+/// members list both, and the counter holds at least every increment
+/// reported successful (a retried set whose first reply was lost may add
+/// one more: in doubt, as in Curator) and at most every attempt.
 #[test]
 fn mixed_groups_keep_one_leader_and_every_update_through_two_leader_kills() {
     use latchkey_framework::{ConnectionState, ExponentialBackoffRetry, RetryNTimes};
-    use latchkey_recipes::{DistributedAtomicLong, LeaderSelector};
+    use latchkey_recipes::{DistributedAtomicLong, GroupMember, LeaderSelector};
     use latchkey_test::TestingCluster;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -323,11 +321,15 @@ fn mixed_groups_keep_one_leader_and_every_update_through_two_leader_kills() {
             members.join("\n")
         )
     };
-    let (latch_path, selector_path, counter_path) = (
+    let (latch_path, selector_path, counter_path, group_path) = (
         unique("mixed-latch"),
         unique("mixed-selector"),
         unique("mixed-counter"),
+        unique("mixed-group"),
     );
+    let member = GroupMember::new(&c, &group_path, "rust", b"rust").unwrap();
+    member.start().unwrap();
+    ok(&mut java, &format!("group {group_path} java start"));
 
     let latch = LeaderLatch::with_id(&c, &latch_path, "rust").unwrap();
     latch.start().unwrap();
@@ -380,11 +382,17 @@ fn mixed_groups_keep_one_leader_and_every_update_through_two_leader_kills() {
                 let rust_sel = rust_leads.load(Ordering::SeqCst) && selector.has_leadership();
                 let rust_latch_sees = latch.leader().map(|p| p.id).unwrap_or_default();
                 let rust_sel_sees = selector.leader().map(|p| p.id).unwrap_or_default();
+                let java_members = java_says(&mut java, format!("group {group_path} java members"));
+                let rust_members: Vec<String> = member.current_members().into_keys().collect();
                 *last.borrow_mut() = format!(
                     "latch: rust {rust_latch} (sees {rust_latch_sees}), java {java_latch} \
                      (sees {java_latch_sees}); selector: rust {rust_sel} (sees \
-                     {rust_sel_sees}), java {java_sel} (sees {java_sel_sees})"
+                     {rust_sel_sees}), java {java_sel} (sees {java_sel_sees}); group: \
+                     rust lists {rust_members:?}, java lists {java_members}"
                 );
+                if rust_members != ["java", "rust"] || java_members != "java,rust" {
+                    return false;
+                }
                 let latch_leader = match (rust_latch, java_latch.as_str()) {
                     (true, "false") => "rust",
                     (false, "true") => "java",
@@ -456,6 +464,7 @@ fn mixed_groups_keep_one_leader_and_every_update_through_two_leader_kills() {
     );
     selector.close();
     latch.close().unwrap();
+    member.close();
     let _ = java.quit(STEP);
     let _ = java_counter.quit(STEP);
     c.close();
