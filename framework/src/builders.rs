@@ -88,10 +88,19 @@ pub struct CreateBuilder<'a> {
     parents: bool,
     parent_containers: bool,
     protected: bool,
+    compressed: bool,
     acl: Option<Vec<Acl>>,
 }
 
 impl CreateBuilder<'_> {
+    /// Writes the data gzipped, as Curator's `create().compressed()`
+    /// (read it with [`compression::decompress`](crate::compression::decompress),
+    /// or a `CuratorCache` built with `compressed_data()`).
+    pub fn compressed(mut self) -> Self {
+        self.compressed = true;
+        self
+    }
+
     /// The create mode (default persistent).
     pub fn mode(mut self, mode: CreateMode) -> Self {
         self.mode = mode;
@@ -158,6 +167,14 @@ impl CreateBuilder<'_> {
         data: &[u8],
         list_parent: bool,
     ) -> Result<(String, Stat, Option<Vec<String>>)> {
+        let packed;
+        let data = match self.compressed {
+            true => {
+                packed = crate::compression::compress(data);
+                &packed[..]
+            }
+            false => data,
+        };
         let shared = &self.client.shared;
         let valid = if self.mode.is_sequential() {
             paths::validate_path_sequential(path)
@@ -387,6 +404,7 @@ impl Client {
             parents: false,
             parent_containers: false,
             protected: false,
+            compressed: false,
             acl: None,
         }
     }

@@ -46,6 +46,7 @@ mod background;
 mod builders;
 mod cancel;
 mod client;
+pub mod compression;
 mod deadline;
 mod error;
 mod extended;

@@ -556,6 +556,12 @@ public final class CuratorPeer {
                 need(w, 4, 4);
                 client.setData().forPath(w[2], data);
                 return "OK set";
+            case "createz":
+                client.create().compressed().creatingParentContainersIfNeeded().forPath(w[2], data);
+                return "OK created";
+            case "getz":
+                need(w, 3, 3);
+                return "OK " + new String(client.getData().decompressed().forPath(w[2]), StandardCharsets.UTF_8);
             case "delete":
                 need(w, 3, 3);
                 client.delete().deletingChildrenIfNeeded().forPath(w[2]);

@@ -1204,3 +1204,89 @@ fn a_node_cache_rebuild_reads_the_node_at_once() {
     }
     assert_eq!(data_of(&cache).as_deref(), Some(&b"3"[..]));
 }
+
+/// Curator's `Options.COMPRESSED_DATA`: a cache built with
+/// `compressed_data()` keeps gzipped nodes' data gunzipped, whichever
+/// library wrote it (Curator's `create().compressed()` through the Curator
+/// peer, latchkey's `create().compressed()`), and Curator reads latchkey's
+/// compressed node back. A node whose data is not gzip is kept as it is.
+/// Without the option the cache keeps the bytes as they are on the server.
+#[test]
+fn a_compressed_data_cache_reads_what_curator_and_latchkey_compress() {
+    use latchkey_test::peers::{peer_available, Peer, PeerKind};
+    let (c, writer, ctx) = cache_and_writer();
+    let root = unique("/cache-gzip");
+    let text = "a config value ".repeat(40);
+    writer
+        .create()
+        .compressed()
+        .creating_parents_if_needed()
+        .for_path(&format!("{root}/rust"), text.as_bytes())
+        .unwrap();
+    writer
+        .create()
+        .for_path(&format!("{root}/plain"), b"not gzip")
+        .unwrap();
+    let stored = writer.get_data(&format!("{root}/rust")).unwrap().0;
+    assert!(
+        stored.starts_with(&[0x1f, 0x8b]) && stored.len() < text.len(),
+        "stored gzipped"
+    );
+    let mut java = match peer_available(PeerKind::Curator) {
+        Ok(()) => Some(Peer::start(PeerKind::Curator, &shared_server().connect_string()).unwrap()),
+        Err(why) => {
+            eprintln!("SKIPPED the Curator half: {why}");
+            None
+        }
+    };
+    if let Some(java) = java.as_mut() {
+        let reply = java
+            .command(
+                &format!("cachenode createz {root}/java {}", "java-side"),
+                Duration::from_secs(30),
+            )
+            .unwrap();
+        assert_eq!(reply, "OK created");
+        let reply = java
+            .command(
+                &format!("cachenode getz {root}/rust"),
+                Duration::from_secs(30),
+            )
+            .unwrap();
+        assert_eq!(
+            reply,
+            format!("OK {text}"),
+            "Curator reads latchkey's compressed node"
+        );
+    }
+
+    let cache = CuratorCache::builder(&c, &root)
+        .compressed_data()
+        .build()
+        .unwrap();
+    cache.start().unwrap();
+    let raw = CuratorCache::new(&c, &root).unwrap();
+    raw.start().unwrap();
+    let data =
+        |cache: &CuratorCache, name: &str| cache.get(&format!("{root}/{name}")).map(|n| n.data);
+    wait_until(
+        Duration::from_secs(10),
+        || data(&cache, "rust").is_some() && data(&cache, "plain").is_some(),
+        || ctx.dump(),
+    );
+    assert_eq!(data(&cache, "rust").unwrap(), text.as_bytes());
+    assert_eq!(data(&cache, "plain").unwrap(), b"not gzip", "kept as it is");
+    assert_eq!(
+        data(&raw, "rust").unwrap(),
+        stored,
+        "without the option: as stored"
+    );
+    if let Some(mut java) = java {
+        assert_eq!(data(&cache, "java").unwrap(), b"java-side");
+        let _ = java.quit(Duration::from_secs(30));
+    }
+    cache.close();
+    raw.close();
+    c.close();
+    writer.close();
+}

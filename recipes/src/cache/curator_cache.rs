@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use latchkey_framework::paths;
+use latchkey_framework::{compression, paths};
 use latchkey_framework::{
     AddWatchMode, Client, Error, ErrorCode, EventType, Result, WatchedEvent, WatcherType,
 };
@@ -74,9 +74,19 @@ pub struct CuratorCacheBuilder {
     single: bool,
     cache_data: bool,
     clear_on_close: bool,
+    compressed: bool,
 }
 
 impl CuratorCacheBuilder {
+    /// Reads the nodes' data as gzip and keeps it gunzipped (Curator's
+    /// `Options.COMPRESSED_DATA`, for data written with
+    /// `create().compressed()` by Curator or latchkey). A node whose data
+    /// is not gzip is kept as it is, and a warning names it.
+    pub fn compressed_data(mut self) -> Self {
+        self.compressed = true;
+        self
+    }
+
     /// Caches the root node alone, not its children (Curator's
     /// `Options.SINGLE_NODE_CACHE`): it is watched with a persistent,
     /// not recursive, watch (or a classic data watch), and only its
@@ -120,6 +130,7 @@ impl CuratorCacheBuilder {
                 single: self.single,
                 cache_data: self.cache_data,
                 clear_on_close: self.clear_on_close,
+                compressed: self.compressed,
                 nodes: Mutex::new(BTreeMap::new()),
                 subscribers: Mutex::new(Vec::new()),
                 dirty: Arc::default(),
@@ -203,6 +214,8 @@ struct Inner {
     cache_data: bool,
     /// [`CuratorCacheBuilder::clear_on_close`].
     clear_on_close: bool,
+    /// Data read is gunzipped ([`CuratorCacheBuilder::compressed_data`]).
+    compressed: bool,
     nodes: Mutex<BTreeMap<String, ChildData>>,
     subscribers: Mutex<Vec<Sender<CacheEvent>>>,
     /// What to read again: a watch fired, or the copy is being built.
@@ -237,6 +250,7 @@ impl CuratorCache {
             single: false,
             cache_data: true,
             clear_on_close: false,
+            compressed: false,
         }
     }
 
@@ -491,6 +505,13 @@ impl Inner {
         );
         match got {
             Ok((data, stat)) => {
+                let data = match self.compressed {
+                    true => compression::decompress(path, &data).unwrap_or_else(|e| {
+                        log::warn!("CuratorCache of {}: {e}; kept as it is", self.root);
+                        data
+                    }),
+                    false => data,
+                };
                 self.seen(ChildData {
                     path: path.to_owned(),
                     stat,
