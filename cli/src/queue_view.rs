@@ -91,8 +91,12 @@ fn shape(name: &str) -> Shape {
     }
     // Curator's priorityToString: `1` and the value's 8 hex digits for
     // zero and more, `0` and the two's complement for less.
-    if encoding.len() == 9 && is_upper_hex(&encoding[1..]) {
-        if let Ok(bits) = u32::from_str_radix(&encoding[1..], 16) {
+    // (`get`: the first character may be more than a byte.)
+    if let Some(hex) = encoding
+        .get(1..)
+        .filter(|h| encoding.len() == 9 && is_upper_hex(h))
+    {
+        if let Ok(bits) = u32::from_str_radix(hex, 16) {
             let value = bits as i32;
             match encoding.as_bytes()[0] {
                 b'1' if value >= 0 => return Shape::Priority(value),
@@ -480,6 +484,7 @@ mod tests {
             "qn-0000000001",
             "",
             "queue-é0000000001",
+            "queue-é12345670000000001",
         ] {
             assert_eq!(shape(odd), Shape::Unknown, "{odd}");
         }

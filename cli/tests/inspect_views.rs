@@ -507,3 +507,42 @@ fn curators_queue_items_and_discovery_instances_are_read() {
     let _ = java.command_ok(&format!("disc close {base}"), step);
     let _ = java.command("quit", step);
 }
+
+#[test]
+fn a_sharders_path_shows_each_shards_depth() {
+    use latchkey_recipes::{QueueSharder, QueueSharderPolicies};
+    let c = client();
+    let path = latchkey_test::unique_path("cli-sharder");
+    let sharder = QueueSharder::new(
+        &c,
+        |client, shard| QueueBuilder::new(client, StringSerializer, shard).build_queue(),
+        &path,
+        &format!("{path}-leader"),
+        QueueSharderPolicies::default(),
+    )
+    .unwrap();
+    sharder.start().unwrap();
+    let shard = sharder.queue().unwrap();
+    for item in ["a", "b", "c"] {
+        shard.put(&item.to_string()).unwrap();
+    }
+    let v = json(&path, &[]);
+    assert_eq!(v["recipe"], "sharded queue", "{v}");
+    assert_eq!(v["queue"]["depth"], 3, "{v}");
+    let shards = v["shards"].as_array().unwrap();
+    assert_eq!(shards.len(), 1, "{v}");
+    assert_eq!(shards[0]["path"], shard.path(), "{v}");
+    assert_eq!(shards[0]["depth"], 3, "{v}");
+    let t = text(&path, &[]);
+    assert!(t.contains("(sharded queue): 1 shard(s), depth 3"), "{t}");
+    assert!(t.contains(&format!("    3  {}", shard.path())), "{t}");
+    // A shard is a queue of its own.
+    let v = json(shard.path(), &[]);
+    assert_eq!(
+        field(&v, "data"),
+        [json!("a"), json!("b"), json!("c")],
+        "{v}"
+    );
+    sharder.close();
+    c.close();
+}
