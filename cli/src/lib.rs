@@ -15,10 +15,11 @@
 //! (Curator's `queue-…` and `qn-…` item nodes, a lock-safe queue's lock
 //! nodes, a sharder's shards) show their kind, depth and first items, and
 //! a service discovery base path (or one service's path) its services and
-//! their instances. It only reads (`get_children`, `get_data`, `exists`). `watch` prints each change under
-//! PATH as it happens, one line per change, from a `CuratorCache`: like any
-//! cache it tells the states it reads, so a node created and deleted
-//! between two reads may show no line at all.
+//! their instances. It only reads (`get_children`, `get_data`, `exists`).
+//! `watch` prints each change under PATH as it happens, one line per
+//! change, from a `CuratorCache`: like any cache it tells the states it
+//! reads, so a node created and deleted between two reads may show no line
+//! at all.
 //!
 //! The crate builds two programs from this library: `latchkey`, and `lock`,
 //! the same as `latchkey lock`. The library is their code, not an API:
