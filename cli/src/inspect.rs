@@ -1,4 +1,6 @@
-//! `latchkey inspect PATH`: the recipe nodes under a path, in queue order.
+//! `latchkey inspect PATH`: the recipe nodes under a path, in queue order;
+//! queues and service discovery have views of their own (`queue_view`,
+//! `discovery_view`).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -7,7 +9,7 @@ use latchkey_recipes::{
     sort_key, LATCH_NAME, LEASE_NAME, LOCK_NAME, READ_LOCK_NAME, WRITE_LOCK_NAME,
 };
 
-use crate::{zk_failure, Exit, Opts};
+use crate::{discovery_view, queue_view, zk_failure, Exit, Opts};
 
 /// kazoo's `Lock` and `WriteLock` node name.
 const KAZOO_LOCK: &str = "__lock__";
@@ -67,7 +69,7 @@ pub(crate) fn printable(data: &[u8]) -> Option<&str> {
         .filter(|s| !s.chars().any(char::is_control))
 }
 
-fn join(parent: &str, child: &str) -> String {
+pub(crate) fn join(parent: &str, child: &str) -> String {
     format!("{}/{child}", parent.trim_end_matches('/'))
 }
 
@@ -127,6 +129,18 @@ pub(crate) fn inspect(client: &Client, opts: &Opts) -> Result<(), Exit> {
     let Some(children) = sorted_children(client, &opts.path)? else {
         return print_inspect(opts, "none", false, &[]);
     };
+    if opts.leases.is_none() {
+        if let Some(layout) = queue_view::detect(&children) {
+            return queue_view::inspect(client, opts, layout, children);
+        }
+        // Instance ids are any names: probe unless every child is a
+        // recipe's node.
+        if children.iter().any(|c| kind_of(c) == "other")
+            && discovery_view::inspect(client, opts, &children)?
+        {
+            return Ok(());
+        }
+    }
     // (role, full path) in queue order.
     let mut queue: Vec<(&'static str, String)> = Vec::new();
     let what;

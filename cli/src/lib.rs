@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! latchkey lock [OPTIONS] PATH [OPTIONS] [--] CMD [ARGS...]
-//! latchkey inspect PATH [--connect HOSTS] [--json] [--leases N]
+//! latchkey inspect PATH [--connect HOSTS] [--json] [--leases N] [--limit N]
 //! latchkey watch PATH [--connect HOSTS] [--count N]
 //! ```
 //!
@@ -11,11 +11,15 @@
 //! manner of `flock(1)`. `inspect` reads the lock, lease and latch nodes
 //! under PATH, whichever library made them (Curator and latchkey name them
 //! alike; kazoo's `__lock__` and `__rlock__` nodes are read too), and prints
-//! them in queue order with their owner session, age and data. It only
-//! reads (`get_children`, `get_data`). `watch` prints each change under
-//! PATH as it happens, one line per change, from a `CuratorCache`: like any
-//! cache it tells the states it reads, so a node created and deleted
-//! between two reads may show no line at all.
+//! them in queue order with their owner session, age and data. Queues
+//! (Curator's `queue-…` and `qn-…` item nodes, a lock-safe queue's lock
+//! nodes, a sharder's shards) show their kind, depth and first items, and
+//! a service discovery base path (or one service's path) its services and
+//! their instances. It only reads (`get_children`, `get_data`, `exists`).
+//! `watch` prints each change under PATH as it happens, one line per
+//! change, from a `CuratorCache`: like any cache it tells the states it
+//! reads, so a node created and deleted between two reads may show no line
+//! at all.
 //!
 //! The crate builds two programs from this library: `latchkey`, and `lock`,
 //! the same as `latchkey lock`. The library is their code, not an API:
@@ -26,8 +30,11 @@ use std::time::Duration;
 
 use latchkey_framework::{Client, Error, ExponentialBackoffRetry};
 
+mod discovery_view;
+mod format;
 mod inspect;
 mod lock;
+mod queue_view;
 mod watch;
 
 /// Bad usage (sysexits' EX_USAGE).
@@ -39,7 +46,7 @@ const EX_SOFTWARE: i32 = 70;
 
 const USAGE: &str = "\
 Usage: latchkey lock [OPTIONS] PATH [OPTIONS] [--] CMD [ARGS...]
-       latchkey inspect PATH [--connect HOSTS] [--json] [--leases N]
+       latchkey inspect PATH [--connect HOSTS] [--json] [--leases N] [--limit N]
        latchkey watch PATH [--connect HOSTS] [--count N]
 
 Commands:
@@ -47,7 +54,9 @@ Commands:
             InterProcessMutex, read-write lock or semaphore), as flock does
             with a file; 'latchkey lock --help' tells its options
   inspect   print the lock, lease and latch nodes under PATH in queue order
-            (holders first), with owner session, age and data; read-only
+            (holders first), with owner session, age and data; a queue's
+            kind, depth and first items; a service discovery path's
+            services and instances; read-only
   watch     print each change under PATH as it happens, until Ctrl-C or
             N changes (--count N); nodes there at the start are shown
             as `exists`, then `initialized`; a change undone before the
@@ -59,6 +68,8 @@ Options:
   --json            (inspect) print one JSON object instead of a table
   --leases N        (inspect) PATH is a semaphore of N leases: the first N
                     leases are holders, the others waiters
+  --limit N         (inspect) queue items shown, first in queue order
+                    (default 10; the depth counts them all)
   --count N         (watch) exit after N changes
   -h, --help        print this help
   -V, --version     print the version
@@ -131,6 +142,8 @@ struct Opts {
     count: Option<u64>,
     /// `--leases N`: the semaphore's number of leases.
     leases: Option<u32>,
+    /// `--limit N`: how many queue items to show.
+    limit: Option<u32>,
 }
 
 /// Parses the command line; `None` for `--help` or `--version`.
@@ -141,6 +154,7 @@ fn parse(args: &[String]) -> Result<Option<Opts>, Exit> {
     let mut json = false;
     let mut count = None;
     let mut leases = None;
+    let mut limit = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -171,6 +185,12 @@ fn parse(args: &[String]) -> Result<Option<Opts>, Exit> {
                     ))
                 })?);
             }
+            "--limit" => {
+                let n = it.next().ok_or_else(|| Exit::usage("--limit needs N"))?;
+                limit = Some(n.parse::<u32>().map_err(|_| {
+                    Exit::usage(format!("--limit needs a number of items, not {n:?}"))
+                })?);
+            }
             a if a.starts_with('-') && a != "-" => {
                 return Err(Exit::usage(format!("unknown option {a}")))
             }
@@ -194,8 +214,10 @@ fn parse(args: &[String]) -> Result<Option<Opts>, Exit> {
     if !path.starts_with('/') {
         return Err(Exit::usage(format!("PATH {path:?} must start with '/'")));
     }
-    if (json || leases.is_some()) && command != "inspect" {
-        return Err(Exit::usage("--json and --leases apply to inspect only"));
+    if (json || leases.is_some() || limit.is_some()) && command != "inspect" {
+        return Err(Exit::usage(
+            "--json, --leases and --limit apply to inspect only",
+        ));
     }
     if count.is_some() && command != "watch" {
         return Err(Exit::usage("--count applies to watch only"));
@@ -211,6 +233,7 @@ fn parse(args: &[String]) -> Result<Option<Opts>, Exit> {
         json,
         count,
         leases,
+        limit,
     }))
 }
 
@@ -284,6 +307,11 @@ mod tests {
             .flatten()
             .unwrap();
         assert_eq!(o.leases, Some(3));
+        let o = parse(&args(&["inspect", "/q", "--limit", "0"]))
+            .ok()
+            .flatten()
+            .unwrap();
+        assert_eq!(o.limit, Some(0));
         for bad in [
             &["watch", "/a", "--json"][..],
             &["inspect", "a"],
@@ -292,6 +320,10 @@ mod tests {
             &["inspect", "/a", "--leases", "-1"],
             &["inspect", "/a", "--leases", "4294967296"],
             &["inspect", "/a", "--leases"],
+            &["inspect", "/a", "--limit"],
+            &["inspect", "/a", "--limit", "-1"],
+            &["inspect", "/a", "--limit", "x"],
+            &["watch", "/a", "--limit", "2"],
             &["frobnicate", "/a"],
             &["--connect", "h:1", "lock", "/a"],
         ] {

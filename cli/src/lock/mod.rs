@@ -172,6 +172,7 @@ fn list(opts: &Opts) -> Result<i32, Exit> {
             Kind::Semaphore(n) => Some(n),
             _ => None,
         },
+        limit: None,
     };
     let result = crate::inspect::inspect(&client, &inspect);
     client.close();
