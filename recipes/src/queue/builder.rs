@@ -124,8 +124,10 @@ impl<T: Send + 'static> QueueBuilder<T> {
     /// creating an ephemeral node `<lock_path>/<item name>`, and removes
     /// the item only after it was consumed, so an item whose consumer dies
     /// goes to another consumer. Each item is consumed at least once: more
-    /// than once only if a consumer's session ends while it consumes, or
-    /// it cannot reach ZooKeeper to remove the item it consumed.
+    /// than once only if a consumer's session ends while it consumes, it
+    /// cannot reach ZooKeeper to remove the item it consumed, or a put's
+    /// create was sent again after a lost connection and made the item
+    /// twice (see [`DistributedQueue::put`](crate::DistributedQueue::put)).
     pub fn lock_path(mut self, lock_path: &str) -> Self {
         self.lock_path = Some(lock_path.to_owned());
         self

@@ -395,7 +395,12 @@ impl<T: Send + 'static> DistributedQueue<T> {
     /// Adds `item`; returns once its node is in ZooKeeper. In a bounded
     /// queue, first waits as long as it takes for room. An error after the
     /// request was sent (the connection lost, the retries spent) leaves it
-    /// in doubt: the item may be in the queue.
+    /// in doubt: the item may be in the queue. A put whose connection was
+    /// lost after ZooKeeper made its node, and whose create the retry sent
+    /// again, leaves the item in the queue twice, so consumers may see an
+    /// item twice after a fault even in lock-safe mode: a sequential create
+    /// is not idempotent, and Curator's puts do the same (its consumers
+    /// need the plain `queue-` names, so protected names cannot be used).
     pub fn put(&self, item: &T) -> Result<()> {
         self.core.put(&[item], "", None).map(|_| ())
     }

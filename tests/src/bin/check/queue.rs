@@ -7,7 +7,10 @@
 //! first take's start and the last take's end (a consumer whose session
 //! ends while it holds an item, or that cannot remove the item it consumed,
 //! gives it up to another: lock-safe consumption is at least once, and
-//! exactly once while nothing fails).
+//! exactly once while nothing fails), or its put was retried (a create
+//! applied whose reply was lost is sent again on the next connection and
+//! makes a second node: a sequential create is not idempotent, in Curator
+//! either).
 //!
 //! The `--broken-queue` control takes items without the lock path's lock
 //! nodes (read, consume, then delete), so two consumers take one item
@@ -41,6 +44,11 @@ struct Seen {
     put: BTreeSet<String>,
     /// Items whose put failed: in ZooKeeper or not, nobody knows.
     put_in_doubt: BTreeSet<String>,
+    /// Items whose put was retried (its client counted a retry meanwhile):
+    /// its create may have been applied and then sent again on the next
+    /// connection (a sequential create is not idempotent, in Curator
+    /// either), so the item may be in the queue twice.
+    put_maybe_twice: BTreeSet<String>,
     takes: BTreeMap<String, Vec<Take>>,
 }
 
@@ -128,10 +136,11 @@ impl QueueLoad {
                 .map_err(|e| format!("build a queue producer: {e}"))?;
             start_with_retries(&producer)?;
             let mut rng = Rng::stream(seed, 3000 + i as u64);
-            let (world, seen, stop) = (
+            let (world, seen, stop, client) = (
                 Arc::clone(world),
                 Arc::clone(&seen),
                 Arc::clone(&stop_producers),
+                session.client.clone(),
             );
             let who = format!("{}.producer", session.name);
             let handle = thread::Builder::new()
@@ -142,7 +151,14 @@ impl QueueLoad {
                         let item = format!("{who}-{n}");
                         n += 1;
                         world.history.record(&who, format!("put {item}"));
-                        match producer.put(&item) {
+                        // Sent again only if an attempt failed: the
+                        // client counts each retry before it is made.
+                        let retries_before = client.metrics().retries;
+                        let put = producer.put(&item);
+                        if client.metrics().retries != retries_before {
+                            seen.lock().put_maybe_twice.insert(item.clone());
+                        }
+                        match put {
                             Ok(()) => {
                                 seen.lock().put.insert(item);
                             }
@@ -229,8 +245,9 @@ impl QueueLoad {
             }
             let first = takes.iter().map(|t| t.epoch_before).min().unwrap_or(0);
             let last = takes.iter().map(|t| t.epoch_after).max().unwrap_or(0);
-            // A fault was on (odd epoch) or came and went meanwhile.
-            if first != last || first % 2 == 1 {
+            // A fault was on (odd epoch) or came and went meanwhile, or
+            // the put may have made two nodes.
+            if first != last || first % 2 == 1 || seen.put_maybe_twice.contains(item) {
                 twice_in_doubt += 1;
                 continue;
             }
@@ -244,10 +261,11 @@ impl QueueLoad {
         }
         let taken: usize = seen.takes.values().map(Vec::len).sum();
         println!(
-            "check: queue puts={} puts_in_doubt={} takes={taken} lost={lost} taken_twice={twice} \
-             taken_twice_in_doubt={twice_in_doubt} left={left}",
+            "check: queue puts={} puts_in_doubt={} puts_maybe_twice={} takes={taken} lost={lost} \
+             taken_twice={twice} taken_twice_in_doubt={twice_in_doubt} left={left}",
             seen.put.len(),
             seen.put_in_doubt.len(),
+            seen.put_maybe_twice.len(),
         );
         world.history.record(
             "checker",
