@@ -29,6 +29,7 @@ use parking_lot::Mutex;
 use crate::armed::{read_watched, WatchArms};
 use crate::cache::node_cache::ChildData;
 use crate::keeper::{Keeper, Kept};
+use crate::locks::lock_internals::validate_any_path;
 
 /// Which subtree nodes a [`TreeCache`](crate::TreeCache) holds (Curator's
 /// `TreeCacheSelector`): the cache lists the children of a node only if
@@ -159,10 +160,7 @@ impl<E: Clone + Send + 'static> Classic<E> {
         shape: Shape,
         events: Events<E>,
     ) -> Result<Arc<Self>> {
-        paths::validate_path(root).map_err(|e| Error::InvalidPath {
-            path: root.chars().take(200).collect(),
-            reason: e.kind().to_string(),
-        })?;
+        validate_any_path(root)?;
         let keeper = Keeper::default();
         Ok(Arc::new(Classic {
             client: client.with_cancel(Some(keeper.cancel_token())),

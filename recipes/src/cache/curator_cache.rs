@@ -13,13 +13,14 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use latchkey_framework::{compression, paths};
 use latchkey_framework::{
-    AddWatchMode, Client, Error, ErrorCode, EventType, Result, WatchedEvent, WatcherType,
+    AddWatchMode, Client, ErrorCode, EventType, Result, WatchedEvent, WatcherType,
 };
 use parking_lot::Mutex;
 
 use crate::armed::{read_watched, waking, WatchArms};
 use crate::cache::node_cache::ChildData;
 use crate::keeper::{Keeper, Kept};
+use crate::locks::lock_internals::validate_any_path;
 
 /// A change a [`CuratorCache`] saw (Curator's `CuratorCacheListener`
 /// events).
@@ -118,10 +119,7 @@ impl CuratorCacheBuilder {
 
     /// The cache, not started. Fails if the root is not a valid path.
     pub fn build(self) -> Result<CuratorCache> {
-        paths::validate_path(&self.root).map_err(|e| Error::InvalidPath {
-            path: self.root.chars().take(200).collect(),
-            reason: e.kind().to_string(),
-        })?;
+        validate_any_path(&self.root)?;
         let keeper = Keeper::default();
         Ok(CuratorCache {
             inner: Arc::new(Inner {

@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 
 use crate::armed::{read_watched, waking, WatchArms};
 use crate::keeper::{Keeper, Kept};
+use crate::locks::lock_internals::validate_any_path;
 
 /// A node as a cache saw it (Curator's `ChildData`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,10 +70,7 @@ impl NodeCache {
     /// A cache of `path` through `client`, not started yet.
     pub fn new(client: &Client, path: &str) -> Result<NodeCache> {
         // Any node may be cached, `/` and `/zookeeper/config` included.
-        latchkey_framework::paths::validate_path(path).map_err(|e| Error::InvalidPath {
-            path: path.chars().take(200).collect(),
-            reason: e.kind().to_string(),
-        })?;
+        validate_any_path(path)?;
         let keeper = Keeper::default();
         Ok(NodeCache {
             inner: Arc::new(Inner {

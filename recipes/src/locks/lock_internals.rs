@@ -517,6 +517,16 @@ pub(crate) fn shorten(path: &str) -> String {
     }
 }
 
+/// Checks that `path` is a valid ZooKeeper path (the root included), for a
+/// recipe that may sit anywhere: an error names the path (its first 200
+/// characters) and why.
+pub(crate) fn validate_any_path(path: &str) -> Result<()> {
+    paths::validate_path(path).map_err(|e| Error::InvalidPath {
+        path: path.chars().take(200).collect(),
+        reason: e.kind().to_string(),
+    })
+}
+
 /// Checks a recipe's base path: a valid ZooKeeper path other than the root,
 /// whose children a recipe would share with everything else there, and
 /// outside ZooKeeper's own `/zookeeper` subtree (quotas, configuration),

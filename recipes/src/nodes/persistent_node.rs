@@ -16,7 +16,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::armed::{read_watched, waking, WatchArms};
 use crate::cache::curator_cache::CuratorCache;
 use crate::keeper::{Keeper, Kept};
-use crate::locks::lock_internals::{deadline_after, delete_if_lost};
+use crate::locks::lock_internals::{deadline_after, delete_if_lost, validate_any_path};
 
 /// A node kept present for as long as this object lives (Curator's
 /// `PersistentNode`): created when started, re-created when it goes (its
@@ -142,10 +142,7 @@ impl PersistentNode {
         data: &[u8],
         options: NodeOptions,
     ) -> Result<PersistentNode> {
-        paths::validate_path(path).map_err(|e| Error::InvalidPath {
-            path: path.chars().take(200).collect(),
-            reason: e.kind().to_string(),
-        })?;
+        validate_any_path(path)?;
         if path == "/" {
             return Err(Error::InvalidPath {
                 path: path.into(),

@@ -11,7 +11,7 @@ use latchkey_framework::paths;
 use latchkey_framework::{CancelToken, Client, CreateMode, Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
-use crate::locks::lock_internals::Signal;
+use crate::locks::lock_internals::{validate_any_path, Signal};
 use crate::nodes::persistent_node::{NodeOptions, PersistentNode};
 
 /// The touch thread's name.
@@ -155,10 +155,7 @@ impl PersistentTtlNodeBuilder {
             )));
         }
         let child_path = paths::make_path(&self.path, name);
-        paths::validate_path(&child_path).map_err(|e| Error::InvalidPath {
-            path: child_path.chars().take(200).collect(),
-            reason: e.kind().to_string(),
-        })?;
+        validate_any_path(&child_path)?;
         let node = PersistentNode::with_options(
             &self.client,
             CreateMode::PersistentWithTtl(self.ttl),

@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use latchkey_framework::{
-    paths, AddWatchMode, Client, Error, ErrorCode, EventType, Result, WatchedEvent, WatcherType,
+    AddWatchMode, Client, ErrorCode, EventType, Result, WatchedEvent, WatcherType,
 };
 use parking_lot::Mutex;
 
 use crate::armed::WatchArms;
 use crate::keeper::{Keeper, Kept};
+use crate::locks::lock_internals::validate_any_path;
 
 /// How long [`PersistentWatcher::close`] waits at most to remove the watch.
 const REMOVE_WITHIN: Duration = Duration::from_secs(2);
@@ -110,10 +111,7 @@ impl PersistentWatcher {
     /// A watch on `path` (and, if `recursive`, every node below it), not
     /// set until [`start`](Self::start). The node need not exist.
     pub fn new(client: &Client, path: &str, recursive: bool) -> Result<PersistentWatcher> {
-        paths::validate_path(path).map_err(|e| Error::InvalidPath {
-            path: path.chars().take(200).collect(),
-            reason: e.kind().to_string(),
-        })?;
+        validate_any_path(path)?;
         let keeper = Keeper::default();
         Ok(PersistentWatcher {
             inner: Arc::new(Inner {
