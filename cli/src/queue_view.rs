@@ -12,7 +12,9 @@
 //! `queue-<uuid>` shards, each a queue.
 
 use latchkey_framework::{Client, ErrorCode, Stat};
-use latchkey_recipes::{ItemSerializer, QUEUE_ITEM_PREFIX, SIMPLE_QUEUE_PREFIX};
+use latchkey_recipes::{
+    sort_queue_items, ItemSerializer, QueueKind, QUEUE_ITEM_PREFIX, SIMPLE_QUEUE_PREFIX,
+};
 use serde_json::{json, Value};
 
 use crate::format::{now_ms, secs, table, utc_or_ms};
@@ -180,20 +182,17 @@ fn encoded(kind: Kind, name: &str) -> Encoded {
     e
 }
 
-/// Sorts `names` as the queue's consumer takes them: by name; an id queue
-/// by name without the id; a delay queue by due time (none: at once), then
-/// name.
+/// Sorts `names` as the queue's consumer takes them, by the recipes' own
+/// order (a simple queue's `qn-` names: by name).
 fn sort(kind: Kind, names: &mut [String]) {
-    match kind {
-        Kind::Simple | Kind::Plain | Kind::Priority => names.sort(),
-        Kind::Id => names.sort_by_cached_key(|n| match shape(n) {
-            Shape::Delay(_, id) | Shape::Id(id) => n.replacen(&format!("|{id}|"), "", 1),
-            _ => n.clone(),
-        }),
-        Kind::Delay => {
-            names.sort_by_cached_key(|n| (encoded(kind, n).due_ms.unwrap_or(0), n.clone()))
-        }
-    }
+    let kind = match kind {
+        Kind::Simple => return names.sort(),
+        Kind::Plain => QueueKind::Plain,
+        Kind::Priority => QueueKind::Priority,
+        Kind::Delay => QueueKind::Delay,
+        Kind::Id => QueueKind::Id,
+    };
+    sort_queue_items(kind, names);
 }
 
 /// One node read.

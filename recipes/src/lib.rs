@@ -230,7 +230,7 @@ pub use watch::persistent_watcher::{PersistentWatcher, WatchReset};
 
 pub use queue::builder::{ConsumeResult, ErrorMode, QueueBuilder};
 pub use queue::distributed::DistributedQueue;
-pub use queue::names::QUEUE_ITEM_PREFIX;
+pub use queue::names::{sort as sort_queue_items, Kind as QueueKind, QUEUE_ITEM_PREFIX};
 pub use queue::serializer::{
     BytesSerializer, ItemSerializer, QueueError, QueueSerializer, StringSerializer,
 };

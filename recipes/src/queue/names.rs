@@ -12,12 +12,17 @@ pub const QUEUE_ITEM_PREFIX: &str = "queue-";
 /// The separator around a delay queue's time and an id queue's id.
 pub(crate) const SEPARATOR: char = '|';
 
-/// Which queue reads the names.
+/// Which kind of Curator queue reads the item names (exported as
+/// `QueueKind`), for [`sort_queue_items`](crate::sort_queue_items).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
+    /// `DistributedQueue`: `queue-<sequence>`.
     Plain,
+    /// `DistributedPriorityQueue`: `queue-<priority><sequence>`.
     Priority,
+    /// `DistributedDelayQueue`: `queue-|<due time>|<sequence>`.
     Delay,
+    /// `DistributedIdQueue`: `queue-|<id>|<sequence>`.
     Id,
 }
 
@@ -77,10 +82,19 @@ pub(crate) fn parse_id(name: &str) -> (&str, String) {
     )
 }
 
-/// Sorts `names` into the order `kind` takes them: by name (plain and
-/// priority queues), by name without the id (id queues), by due time and
-/// then name (delay queues; Curator sorts by due time only).
-pub(crate) fn sort(kind: Kind, names: &mut [String]) {
+/// Sorts item node names into the order a consumer of `kind` takes them
+/// (exported as `sort_queue_items`): by name (plain and priority queues),
+/// by name without the id (id queues), by due time and then name (delay
+/// queues; Curator sorts by due time only). Tools that show a queue use it
+/// to list items as consumers will take them.
+///
+/// ```
+/// use latchkey_recipes::{sort_queue_items, QueueKind};
+/// let mut names = vec!["queue-|0000000A|0000000001".to_owned(), "queue-|00000002|0000000002".to_owned()];
+/// sort_queue_items(QueueKind::Delay, &mut names);
+/// assert_eq!(names[0], "queue-|00000002|0000000002");
+/// ```
+pub fn sort(kind: Kind, names: &mut [String]) {
     match kind {
         Kind::Plain | Kind::Priority => names.sort(),
         Kind::Id => names.sort_by_cached_key(|n| parse_id(n).1),
