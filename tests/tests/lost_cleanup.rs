@@ -58,19 +58,26 @@ fn lose_the_session_over_a_restart(server: &mut TestingServer, holder: &Client, 
     server.restart().unwrap();
 }
 
-/// A fresh client that acquires with `acquire`, and how long after `since`
-/// it got the hold.
-fn resumed_after(
+/// Called as ZooKeeper serves again: a fresh client gets the `what` (the
+/// hold `acquire` takes) within [`RESUME_WITHIN`].
+fn expect_resumed(
     server: &TestingServer,
-    since: Instant,
+    ctx: &Ctx,
+    what: &str,
     acquire: impl FnOnce(&Client) -> bool,
-) -> Duration {
+) {
+    let serving = Instant::now();
     let other = connect(&server.connect_string(), SESSION);
-    assert!(acquire(&other), "no hold within 20 s");
-    let after = since.elapsed();
-    eprintln!("another client got the hold {after:?} after ZooKeeper served again");
+    assert!(acquire(&other), "no {what} within 20 s");
+    let after = serving.elapsed();
+    eprintln!("another client got the {what} {after:?} after ZooKeeper served again");
     other.close();
-    after
+    assert!(
+        after <= RESUME_WITHIN,
+        "another client got the {what} {after:?} after ZooKeeper served again \
+         (want at most {RESUME_WITHIN:?})\n{}",
+        ctx.dump()
+    );
 }
 
 #[test]
@@ -83,19 +90,12 @@ fn a_lost_mutex_hold_does_not_block_others_after_a_restart() {
     let lock = InterProcessMutex::new(&holder, &path).unwrap();
     lock.acquire().unwrap();
     lose_the_session_over_a_restart(&mut server, &holder, &ctx);
-    let serving = Instant::now();
-    let after = resumed_after(&server, serving, |other| {
+    expect_resumed(&server, &ctx, "lock", |other| {
         InterProcessMutex::new(other, &path)
             .unwrap()
             .acquire_timeout(Duration::from_secs(20))
             .unwrap()
     });
-    assert!(
-        after <= RESUME_WITHIN,
-        "another client got the lock {after:?} after ZooKeeper served again \
-         (want at most {RESUME_WITHIN:?})\n{}",
-        ctx.dump()
-    );
     holder.close();
 }
 
@@ -109,20 +109,13 @@ fn a_lost_lease_does_not_block_others_after_a_restart() {
     let semaphore = InterProcessSemaphoreV2::new(&holder, &path, 1).unwrap();
     let lease = semaphore.acquire().unwrap();
     lose_the_session_over_a_restart(&mut server, &holder, &ctx);
-    let serving = Instant::now();
-    let after = resumed_after(&server, serving, |other| {
+    expect_resumed(&server, &ctx, "lease", |other| {
         InterProcessSemaphoreV2::new(other, &path, 1)
             .unwrap()
             .acquire_timeout(Duration::from_secs(20))
             .unwrap()
             .is_some()
     });
-    assert!(
-        after <= RESUME_WITHIN,
-        "another client got the lease {after:?} after ZooKeeper served again \
-         (want at most {RESUME_WITHIN:?})\n{}",
-        ctx.dump()
-    );
     assert!(lease.is_lost());
     drop(lease);
     holder.close();
@@ -215,19 +208,12 @@ fn a_hold_lost_to_a_refused_login_does_not_block_others() {
     // And back: the holder's next session logs in.
     server.reconfigure(users("first"));
     server.restart().unwrap();
-    let serving = Instant::now();
-    let after = resumed_after(&server, serving, |other| {
+    expect_resumed(&server, &ctx, "lock", |other| {
         InterProcessMutex::new(other, &path)
             .unwrap()
             .acquire_timeout(Duration::from_secs(20))
             .unwrap()
     });
-    assert!(
-        after <= RESUME_WITHIN,
-        "another client got the lock {after:?} after ZooKeeper served again \
-         (want at most {RESUME_WITHIN:?})\n{}",
-        ctx.dump()
-    );
     assert!(lock.is_lost());
     let _ = lock.release();
     holder.close();
