@@ -980,15 +980,23 @@ impl Inner {
                     event_type,
                     path: ev.path,
                 };
-                let mut watchers = Vec::new();
+                let (mut wakers, mut watchers) = (Vec::new(), Vec::new());
                 for w in fired {
                     match w.waker {
-                        true => to_wake.push(Wake::Waker(w.run, event.clone())),
+                        true => wakers.push(w.run),
                         false => watchers.push(w.run),
                     }
                 }
-                if !watchers.is_empty() {
-                    self.watch_events.send((watchers, event));
+                match (wakers.is_empty(), watchers.is_empty()) {
+                    (true, true) => {}
+                    (false, true) => to_wake.push(Wake::Wakers(wakers, event)),
+                    (true, false) => {
+                        self.watch_events.send((watchers, event));
+                    }
+                    (false, false) => {
+                        to_wake.push(Wake::Wakers(wakers, event.clone()));
+                        self.watch_events.send((watchers, event));
+                    }
                 }
             }
             xid::PING | xid::SET_WATCHES => {}
@@ -1122,14 +1130,14 @@ struct Wire {
 /// Someone to wake once the engine lets go of the connection.
 enum Wake {
     Caller(Arc<ReplySlot>),
-    Waker(WatchFn, WatchedEvent),
+    Wakers(Vec<WatchFn>, WatchedEvent),
 }
 
 impl Wake {
     fn run(self) {
         match self {
             Wake::Caller(slot) => slot.wake(),
-            Wake::Waker(w, event) => run_watcher(w, &event),
+            Wake::Wakers(wakers, event) => run_watchers((wakers, event)),
         }
     }
 }
