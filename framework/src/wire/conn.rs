@@ -1,11 +1,16 @@
 //! A live connection as the engine drives it: a non-blocking socket, plain
-//! or TLS, that only the engine's thread touches. Bytes to send wait in the
-//! connection's own buffer (plain) or in `rustls`'s (TLS) until the socket
-//! takes them; nothing here ever blocks.
+//! or TLS, touched under its session's wire lock only (by the engine's
+//! thread, or by a caller writing its request or reading its own reply).
+//! Bytes to send wait in the connection's own buffer (plain) or in
+//! `rustls`'s (TLS) until the socket takes them; nothing here ever blocks.
 
 use std::io::{self, Read, Write};
+use std::net::Shutdown;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 
 use mio::net::TcpStream;
+use mio::unix::SourceFd;
 use rustls::ClientConnection;
 
 /// Reads take at most this much at a time, so frames are dispatched as
@@ -28,7 +33,10 @@ pub(crate) enum Received {
 
 /// One live connection.
 pub(crate) struct Conn {
-    sock: TcpStream,
+    /// Shared with a caller that waits on the socket for its own reply
+    /// (see [`Conn::plain_socket`]); the descriptor closes with the last.
+    sock: Arc<TcpStream>,
+    fd: RawFd,
     tls: Option<Box<ClientConnection>>,
     /// Plain TCP: bytes queued and not written yet, from `written` on.
     out: Vec<u8>,
@@ -39,7 +47,8 @@ pub(crate) struct Conn {
 impl Conn {
     pub(crate) fn new(sock: TcpStream, tls: Option<Box<ClientConnection>>) -> Self {
         Conn {
-            sock,
+            fd: sock.as_raw_fd(),
+            sock: Arc::new(sock),
             tls,
             out: Vec::new(),
             written: 0,
@@ -47,9 +56,22 @@ impl Conn {
         }
     }
 
-    /// The socket, to register with the engine's poll.
-    pub(crate) fn source(&mut self) -> &mut TcpStream {
-        &mut self.sock
+    /// The socket, to register with a poll.
+    pub(crate) fn source(&self) -> SourceFd<'_> {
+        SourceFd(&self.fd)
+    }
+
+    /// The socket, for a caller to wait on until it is readable: plain TCP
+    /// only (with TLS, `rustls` may hold decrypted bytes the socket no
+    /// longer shows).
+    pub(crate) fn plain_socket(&self) -> Option<Arc<TcpStream>> {
+        self.tls.is_none().then(|| Arc::clone(&self.sock))
+    }
+
+    /// Ends the connection for everyone holding the socket: a caller
+    /// waiting on it wakes up.
+    pub(crate) fn shut_down(&self) {
+        let _ = self.sock.shutdown(Shutdown::Both);
     }
 
     /// Queues `frame` to be sent after everything queued before it.
@@ -77,7 +99,7 @@ impl Conn {
         match &mut self.tls {
             None => {
                 while self.written < self.out.len() {
-                    match self.sock.write(&self.out[self.written..]) {
+                    match (&*self.sock).write(&self.out[self.written..]) {
                         Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                         Ok(n) => self.written += n,
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -96,7 +118,7 @@ impl Conn {
             }
             Some(tls) => {
                 while tls.wants_write() {
-                    match tls.write_tls(&mut self.sock) {
+                    match tls.write_tls(&mut &*self.sock) {
                         Ok(_) => {}
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -111,7 +133,7 @@ impl Conn {
     /// Reads once from the connection, appending plaintext to `into`.
     pub(crate) fn receive(&mut self, into: &mut Vec<u8>) -> io::Result<Received> {
         let Some(tls) = &mut self.tls else {
-            return match self.sock.read(&mut self.scratch) {
+            return match (&*self.sock).read(&mut self.scratch) {
                 Ok(0) => Ok(Received::Closed),
                 Ok(n) => {
                     into.extend_from_slice(&self.scratch[..n]);
@@ -135,7 +157,7 @@ impl Conn {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }
-            match tls.read_tls(&mut self.sock) {
+            match tls.read_tls(&mut &*self.sock) {
                 Ok(0) => return Ok(Received::Closed),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Received::WouldBlock),
@@ -145,7 +167,7 @@ impl Conn {
             if let Err(e) = tls.process_new_packets() {
                 // rustls has queued an alert saying why: send it, as far as
                 // the socket takes it, before the connection is dropped.
-                let _ = tls.write_tls(&mut self.sock);
+                let _ = tls.write_tls(&mut &*self.sock);
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
         }

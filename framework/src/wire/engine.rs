@@ -69,6 +69,9 @@ struct Incoming {
 /// The handle every session shares.
 pub(crate) struct Engine {
     waker: Waker,
+    /// The poll's registry, for a caller that takes a socket out of the
+    /// poll while it waits on the socket itself, and puts it back after.
+    registry: Registry,
     incoming: Mutex<Incoming>,
 }
 
@@ -86,6 +89,7 @@ impl Engine {
         let poll = Poll::new()?;
         let engine = Arc::new(Engine {
             waker: Waker::new(poll.registry(), WAKE)?,
+            registry: poll.registry().try_clone()?,
             incoming: Mutex::new(Incoming {
                 next_token: WAKE.0 + 1,
                 ..Default::default()
@@ -115,6 +119,11 @@ impl Engine {
     pub(crate) fn ready(&self, token: Token) {
         self.incoming.lock().ready.push(token);
         self.wake();
+    }
+
+    /// The poll's registry (callers use it too).
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
     }
 
     fn wake(&self) {

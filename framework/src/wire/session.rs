@@ -8,11 +8,17 @@
 //! otherwise it waits in the session's inbox for the engine. Either way
 //! xids are given out as frames enter the write buffer, and the caller
 //! then waits on the request's own [`ReplySlot`] until its deadline.
-//! Only the engine reads: it matches replies in order, runs wakers, sends
+//! The engine reads replies, matches them in order and runs wakers, sends
 //! pings and judges silence (2/3 of the session timeout, as the Java
-//! client does). A stalled server therefore holds nobody past their own
-//! deadline, and a caller who gives up leaves its request in place: the
-//! late reply is read and dropped, never applied again. Requests are only
+//! client does). One caller at a time may read instead
+//! (`Inner::read_own_reply`): on a plain socket nobody else is reading, a
+//! caller whose request is written takes the socket out of the engine's
+//! poll, waits on it, reads and dispatches what comes exactly as the
+//! engine would, and hands the socket back once its reply is in. That
+//! saves the engine's wake-up and the hand-over of each reply to the
+//! caller's thread. Either way a stalled server holds nobody past their
+//! own deadline, and a caller who gives up leaves its request in place:
+//! the late reply is read and dropped, never applied again. Requests are only
 //! ever sent again by the retry loop, on a later connection.
 //!
 //! Connecting (name lookup, TCP, TLS, the session handshake, SASL) blocks,
@@ -26,12 +32,14 @@
 use std::collections::VecDeque;
 use std::io;
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use mio::{Interest, Registry, Token};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
 use parking_lot::{Condvar, Mutex};
 
 use super::conn::{Conn, Received};
@@ -46,6 +54,7 @@ use super::sasl::{self, LoginError, SaslDigest};
 use super::slot::{Pending, ReplySlot};
 use super::transport::{Stream, TlsSettings};
 use super::watches::{RemoveKind, WatchFn, WatchRegistration, Watches};
+use crate::cancel;
 use crate::deadline::instant_after;
 use crate::error::{Error, ErrorCode};
 use crate::lazy_thread::LazyThread;
@@ -67,6 +76,10 @@ pub(crate) const DEFAULT_MAX_REPLY: usize = 4 << 20;
 
 /// The longest an idle connection goes without a ping.
 const MAX_PING_INTERVAL: Duration = Duration::from_secs(10);
+
+/// A caller reading its own reply polls the socket this long at most at a
+/// time; the connection's end (a shutdown) wakes it sooner.
+const MAX_OWN_READ_WAIT: Duration = Duration::from_secs(5);
 
 /// A connection that lasted this long was healthy: the next reconnect
 /// starts the back-off afresh.
@@ -272,7 +285,7 @@ impl WireSession {
         deadline: Instant,
     ) -> Result<Reply, Error> {
         let slot = self.send(opcode, build, watch)?;
-        slot.wait_until(deadline)
+        self.inner.wait_reply(&slot, deadline)
     }
 
     /// Sends two requests together and waits for both replies until
@@ -307,7 +320,7 @@ impl WireSession {
         };
         // Replies come in order, usually in one read: waiting for the second
         // first wakes this thread once instead of twice.
-        let second = slots[1].wait_until(deadline);
+        let second = self.inner.wait_reply(&slots[1], deadline);
         (slots[0].wait_until(deadline), second)
     }
 
@@ -605,12 +618,13 @@ impl Inner {
             if let Some(mut wire) = wire.try_lock() {
                 let requests = wire.enqueue(batch);
                 let flushed = wire.conn.flush();
+                let left_over = wire.conn.has_output();
                 drop(wire);
                 metrics::add(&self.cfg.counters.requests_sent, requests);
                 // A broken socket is the engine's to notice and drop; what
                 // the socket did not take, the engine writes when it can
-                // (the poll tells it when the socket is writable again).
-                if flushed.is_err() {
+                // (it asks the poll to say when the socket is writable).
+                if flushed.is_err() || left_over {
                     if let Some(token) = inbox.token {
                         drop(inbox);
                         self.engine.ready(token);
@@ -627,6 +641,107 @@ impl Inner {
             self.engine.ready(token);
         }
         Ok(())
+    }
+
+    /// Waits for `slot`'s outcome until `deadline`, reading the reply
+    /// itself when it can (see [`Inner::read_own_reply`]).
+    fn wait_reply(&self, slot: &Arc<ReplySlot>, deadline: Instant) -> Result<Reply, Error> {
+        // A cancellable call waits on its slot, where a cancel reaches it;
+        // a waker on the engine's thread must not wait at all.
+        if cancel::current().is_none() && !engine::on_engine_thread() {
+            let wire = self.inbox.lock().wire.clone();
+            if let Some(wire) = wire {
+                self.read_own_reply(&wire, slot, deadline);
+            }
+        }
+        slot.wait_until(deadline)
+    }
+
+    /// Reads from the socket on the caller's thread until `slot` is
+    /// answered or `deadline` passes, if the connection is plain TCP, all
+    /// its output is written and nobody else reads; otherwise returns at
+    /// once and the engine reads. While the caller reads, the socket is
+    /// out of the engine's poll; the engine still keeps the clocks (pings,
+    /// silence), and ending the connection shuts the socket down, which
+    /// wakes the caller. Everything read is dispatched as the engine would
+    /// (other callers' replies, watch events), and the socket goes back
+    /// into the poll before the caller returns, so what arrives next is
+    /// the engine's again.
+    fn read_own_reply(&self, wire: &Mutex<Wire>, slot: &ReplySlot, deadline: Instant) {
+        let registry = self.engine.registry();
+        let sock = {
+            let Some(mut w) = wire.try_lock() else { return };
+            let free = !w.reader && !w.done && w.broken.is_none() && !w.conn.has_output();
+            let Some(sock) = w.conn.plain_socket().filter(|_| free && slot.is_waiting()) else {
+                return;
+            };
+            if registry.deregister(&mut w.conn.source()).is_err() {
+                return;
+            }
+            w.reader = true;
+            sock
+        };
+        let mut woken = Vec::new();
+        while slot.is_waiting() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            // Whole milliseconds, rounded up: a wait rounded down to zero
+            // would spin until the deadline.
+            let millis = left.min(MAX_OWN_READ_WAIT).as_micros().div_ceil(1000);
+            let wait = PollTimeout::from(u16::try_from(millis).unwrap_or(u16::MAX));
+            let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+            match nix::poll::poll(&mut fds, wait) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => {
+                    log::debug!("cannot wait on the socket, leaving it to the engine: {e}");
+                    break;
+                }
+            }
+            let mut w = wire.lock();
+            if w.done {
+                w.reader = false;
+                return; // ended by the engine, which answers what is pending
+            }
+            if let Some(ended) = self.read_available(&mut w) {
+                w.broken = Some(ended);
+                break;
+            }
+            if !slot.is_waiting() {
+                metrics::add(&self.cfg.counters.replies_read_by_caller, 1);
+            }
+            let wakers_left = w.take_callers(&mut woken);
+            let token = w.token;
+            drop(w);
+            for wake in woken.drain(..) {
+                wake.run();
+            }
+            if let Some(token) = token.filter(|_| wakers_left) {
+                self.engine.ready(token);
+            }
+        }
+        let mut w = wire.lock();
+        w.reader = false;
+        if w.done {
+            return;
+        }
+        let Some(token) = w.token else { return };
+        let interest = w.interest();
+        if let Err(e) = registry.register(&mut w.conn.source(), token, interest) {
+            log::debug!("cannot give the socket back to the engine: {e}");
+            w.broken.get_or_insert(Ended::Dropped);
+        }
+        w.writable_interest = interest.is_writable();
+        let wakers_left = w.take_callers(&mut woken);
+        let broken = w.broken.is_some();
+        drop(w);
+        for wake in woken.drain(..) {
+            wake.run();
+        }
+        if broken || wakers_left {
+            self.engine.ready(token);
+        }
     }
 
     /// Connects on a thread of its own (name lookup, connect, handshake,
@@ -1125,6 +1240,16 @@ struct Wire {
     /// Callers answered, and internal wakers fired, while the engine read;
     /// woken once it lets go of the connection.
     to_wake: Vec<Wake>,
+    /// The engine's token for the connection, once attached.
+    token: Option<Token>,
+    /// A caller is reading (the socket is out of the engine's poll).
+    reader: bool,
+    /// The poll is asked for writable events too (see [`Wire::interest`]).
+    writable_interest: bool,
+    /// Found broken by a caller reading: the engine ends it.
+    broken: Option<Ended>,
+    /// Taken out of the engine for good: nobody puts it back in the poll.
+    done: bool,
 }
 
 /// Someone to wake once the engine lets go of the connection.
@@ -1143,6 +1268,33 @@ impl Wake {
 }
 
 impl Wire {
+    /// Moves the callers to wake into `into`, leaving internal wakers for
+    /// the engine, which runs every session's wakers on one thread in the
+    /// order their events came; true if any are left.
+    fn take_callers(&mut self, into: &mut Vec<Wake>) -> bool {
+        let mut kept = 0;
+        for i in 0..self.to_wake.len() {
+            if matches!(self.to_wake[i], Wake::Caller(_)) {
+                continue;
+            }
+            self.to_wake.swap(kept, i);
+            kept += 1;
+        }
+        into.extend(self.to_wake.drain(kept..));
+        kept > 0
+    }
+
+    /// What the poll watches for: readable always, writable only while
+    /// bytes wait to be written. (A socket is nearly always writable, and
+    /// with edge triggering each registration would report that once: a
+    /// pointless wake-up of the engine.)
+    fn interest(&self) -> Interest {
+        match self.conn.has_output() {
+            true => Interest::READABLE | Interest::WRITABLE,
+            false => Interest::READABLE,
+        }
+    }
+
     /// Puts `batch` in the write buffer, each request given its xid now, so
     /// xids reach the server in the order replies are matched; returns how
     /// many requests it held.
@@ -1195,6 +1347,11 @@ impl Live {
             clocks: Clocks::new(negotiated),
             xids: dialer.xids,
             to_wake: Vec::new(),
+            token: None,
+            reader: false,
+            writable_interest: false,
+            broken: None,
+            done: false,
         };
         Live {
             wire: Arc::new(Mutex::new(wire)),
@@ -1229,7 +1386,10 @@ impl Live {
             return Some(Ended::Dropped);
         }
         let mut wire = self.wire.lock();
-        let ended = Self::serve_wire(&self.inner, self.search.as_ref(), &mut wire, readable);
+        let ended = match wire.broken.take() {
+            Some(ended) => Some(ended),
+            None => Self::serve_wire(&self.inner, self.search.as_ref(), &mut wire, readable),
+        };
         std::mem::swap(&mut wire.to_wake, &mut self.waking);
         drop(wire);
         for woken in self.waking.drain(..) {
@@ -1263,7 +1423,25 @@ impl Live {
             log::debug!("write failed, dropping connection: {e}");
             return Some(Ended::Dropped);
         }
-        if readable {
+        if wire.conn.has_output() && !wire.writable_interest && !wire.reader {
+            // Told when the socket takes more (a caller reading puts the
+            // socket back with this interest itself).
+            let Some(token) = wire.token else {
+                return Some(Ended::Dropped);
+            };
+            let interest = wire.interest();
+            if let Err(e) =
+                inner
+                    .engine
+                    .registry()
+                    .reregister(&mut wire.conn.source(), token, interest)
+            {
+                log::debug!("cannot poll for writes, dropping connection: {e}");
+                return Some(Ended::Dropped);
+            }
+            wire.writable_interest = true;
+        }
+        if readable && !wire.reader {
             if let Some(ended) = inner.read_available(wire) {
                 return Some(ended);
             }
@@ -1285,12 +1463,23 @@ impl Live {
 
 impl Driven for Live {
     fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
+        let mut wire = self.wire.lock();
+        // Auth and re-armed watches may wait to be written already.
         let interest = Interest::READABLE | Interest::WRITABLE;
-        registry.register(self.wire.lock().conn.source(), token, interest)
+        registry.register(&mut wire.conn.source(), token, interest)?;
+        wire.writable_interest = true;
+        wire.token = Some(token);
+        Ok(())
     }
 
     fn deregister(&mut self, registry: &Registry) {
-        let _ = registry.deregister(self.wire.lock().conn.source());
+        let mut wire = self.wire.lock();
+        wire.done = true;
+        if !wire.reader {
+            let _ = registry.deregister(&mut wire.conn.source());
+        }
+        // A caller waiting on the socket wakes and finds the connection over.
+        wire.conn.shut_down();
     }
 
     fn attached(&mut self, token: Token) {
@@ -1346,12 +1535,21 @@ impl Driven for Live {
         }
         // No caller reaches the wire from here on.
         inner.inbox.lock().close();
-        let (pending, last_recv) = {
+        let (pending, last_recv, to_wake) = {
             let mut wire = wire.lock();
             dialer.xids = wire.xids;
-            (std::mem::take(&mut wire.pending), wire.clocks.last_recv)
+            // Wakers a caller's read left for the engine still run.
+            let to_wake = std::mem::take(&mut wire.to_wake);
+            (
+                std::mem::take(&mut wire.pending),
+                wire.clocks.last_recv,
+                to_wake,
+            )
         };
         drop(wire);
+        for woken in to_wake {
+            woken.run();
+        }
         let error = || match &ended {
             Ended::AuthFailed(why, _) => Error::AuthFailed {
                 reason: why.clone(),

@@ -84,6 +84,11 @@ impl ReplySlot {
         self.ready.notify_one();
     }
 
+    /// Whether the slot still waits for its outcome.
+    pub(crate) fn is_waiting(&self) -> bool {
+        matches!(*self.state.lock(), State::Waiting)
+    }
+
     /// The outcome, waiting for it until `deadline`. A deadline passed or a
     /// cancel of the calling thread's operation abandons the request: the
     /// error says the request may or may not have run.

@@ -467,21 +467,23 @@ pub(crate) fn out_of_time(e: &Error, deadline: Option<Instant>) -> bool {
 /// as `host=<host name> pid=<process id> thread=<thread name or id>`
 /// (Curator stores the local address). Read by the calling thread.
 pub(crate) fn who_holds() -> Vec<u8> {
-    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let host = HOST.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
+    // Read once: the process id costs a system call per lock otherwise.
+    static HOST_AND_PID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let host_and_pid = HOST_AND_PID.get_or_init(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .ok()
             .or_else(|| std::env::var("HOSTNAME").ok())
             .map(|h| h.trim().to_owned())
             .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "unknown".into())
+            .unwrap_or_else(|| "unknown".into());
+        format!("host={host} pid={}", std::process::id())
     });
     let current = std::thread::current();
     let thread = match current.name() {
         Some(name) => name.to_owned(),
         None => format!("{:?}", current.id()),
     };
-    format!("host={host} pid={} thread={thread}", std::process::id()).into_bytes()
+    format!("{host_and_pid} thread={thread}").into_bytes()
 }
 
 /// The data to store in a node: `data`, or [`who_holds`] when it is empty.

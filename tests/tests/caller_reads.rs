@@ -1,0 +1,271 @@
+//! A caller that reads its own reply: on a plain connection nobody else is
+//! reading, a caller whose request is written waits on the socket itself
+//! and dispatches what it reads, instead of being handed its reply by the
+//! engine's thread. These tests pin what that must not change:
+//!
+//! - the socket goes back to the engine afterwards, so events that come
+//!   while nobody calls are still read;
+//! - watch events a caller happens to read still reach their wakers, in
+//!   the order ZooKeeper sent them;
+//! - other callers' replies that a caller reads wake them;
+//! - a connection that closes or goes silent under a reading caller ends
+//!   as any other (the call is retried on the next connection).
+//!
+//! Each test checks `replies_read_by_caller`, so that it cannot pass on
+//! the engine's path alone.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::bounded;
+use latchkey_framework::{Client, CreateMode, ExponentialBackoffRetry, RetryNTimes};
+use latchkey_test::FaultProxy;
+
+use common::{call_within, shared_server, start_connected, unique, StopOnDrop};
+
+/// Long enough that no ping (every 10 s at most) or silence check comes
+/// along to read for a broken hand-back within a test's bounds.
+const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn client(connect: &str, session_timeout: Duration) -> Client {
+    start_connected(
+        Client::builder()
+            .connect_string(connect)
+            .session_timeout(session_timeout)
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10)),
+    )
+}
+
+fn read_by_caller(c: &Client) -> u64 {
+    c.metrics().replies_read_by_caller
+}
+
+#[test]
+fn after_a_caller_read_its_reply_the_engine_reads_the_next_event() {
+    let server = shared_server();
+    let c = client(&server.connect_string(), SESSION_TIMEOUT);
+    let other = client(&server.connect_string(), SESSION_TIMEOUT);
+    let path = unique("/caller_reads/handback");
+    c.create()
+        .creating_parents_if_needed()
+        .for_path(&path, b"0")
+        .unwrap();
+    let before = read_by_caller(&c);
+    let (fired, heard) = bounded(1);
+    c.get_data_watch(&path, move |e| {
+        let _ = fired.send(e);
+    })
+    .unwrap();
+    for _ in 0..20 {
+        c.get_data(&path).unwrap();
+    }
+    assert!(
+        read_by_caller(&c) > before,
+        "no call read its own reply: {:?}",
+        c.metrics()
+    );
+    // Nobody calls on `c` now: only the engine can read the event.
+    other.set_data(&path, b"1", None).unwrap();
+    let event = heard.recv_timeout(Duration::from_secs(5));
+    assert!(
+        event.is_ok(),
+        "the change was never heard: the socket did not go back to the engine\n{:?}",
+        c.state_history()
+    );
+}
+
+#[test]
+fn events_a_caller_reads_reach_their_wakers_in_order() {
+    const NODES: usize = 40;
+    let server = shared_server();
+    let c = client(&server.connect_string(), SESSION_TIMEOUT);
+    let other = client(&server.connect_string(), SESSION_TIMEOUT);
+    let base = unique("/caller_reads/order");
+    other
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&base, b"")
+        .unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    for i in 0..NODES {
+        let node = format!("{base}/n{i:02}");
+        other.create().for_path(&node, b"").unwrap();
+        let order = Arc::clone(&order);
+        c.exists_watch_waker(&node, move |_| order.lock().unwrap().push(i))
+            .unwrap();
+    }
+    let before = read_by_caller(&c);
+    let stop = AtomicBool::new(false);
+    thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        // Keeps `c`'s socket in a caller's hands as much as it can.
+        s.spawn(|| {
+            while !stop.load(Ordering::SeqCst) {
+                let _ = c.exists(&base);
+            }
+        });
+        let started = Instant::now();
+        while read_by_caller(&c) < before + 50 && started.elapsed() < Duration::from_secs(5) {
+            thread::sleep(Duration::from_millis(5));
+        }
+        let tx = (0..NODES).fold(other.transaction(), |tx, i| {
+            tx.delete(&format!("{base}/n{i:02}"))
+        });
+        tx.commit().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while order.lock().unwrap().len() < NODES && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+    });
+    let order = order.lock().unwrap().clone();
+    assert_eq!(
+        order,
+        (0..NODES).collect::<Vec<_>>(),
+        "wakers missing or out of order (callers read {} replies)",
+        read_by_caller(&c) - before
+    );
+    assert!(read_by_caller(&c) > before, "no caller read a reply");
+}
+
+#[test]
+fn replies_a_caller_reads_for_others_wake_them() {
+    const THREADS: usize = 6;
+    const CALLS: usize = 300;
+    let server = shared_server();
+    let c = client(&server.connect_string(), SESSION_TIMEOUT);
+    let base = unique("/caller_reads/others");
+    c.create()
+        .creating_parents_if_needed()
+        .for_path(&base, b"")
+        .unwrap();
+    let before = read_by_caller(&c);
+    let started = Instant::now();
+    let c2 = c.clone();
+    let base2 = base.clone();
+    // Each call's deadline is generous; a caller left unwoken would wait
+    // for it and the whole run would take minutes, not seconds.
+    let created = call_within("six threads of calls", Duration::from_secs(60), move || {
+        thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let c = c2.with_timeout(Duration::from_secs(20));
+                    let base = &base2;
+                    s.spawn(move || {
+                        let mut slow = Vec::new();
+                        for i in 0..CALLS {
+                            let t0 = Instant::now();
+                            c.create()
+                                .mode(CreateMode::Ephemeral)
+                                .for_path(&format!("{base}/t{t}-{i}"), b"")
+                                .unwrap();
+                            if t0.elapsed() > Duration::from_secs(2) {
+                                slow.push(t0.elapsed());
+                            }
+                        }
+                        slow
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Vec<_>>()
+        })
+    });
+    let slow: Vec<_> = created.into_iter().flatten().collect();
+    assert!(
+        slow.is_empty(),
+        "calls waited for another caller's read: {slow:?}"
+    );
+    assert_eq!(
+        c.get_children(&base).unwrap().len(),
+        THREADS * CALLS,
+        "in {:?}",
+        started.elapsed()
+    );
+    assert!(read_by_caller(&c) > before, "no caller read a reply");
+}
+
+/// A connection the proxy cuts while a caller waits on its socket: the
+/// caller's read sees the close, the connection ends, and the call is
+/// sent again on the next connection.
+#[test]
+fn a_connection_closed_under_a_reading_caller_ends_and_the_call_is_retried() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = client(&proxy.connect_string(), SESSION_TIMEOUT);
+    let path = unique("/caller_reads/cut");
+    c.create()
+        .creating_parents_if_needed()
+        .for_path(&path, b"x")
+        .unwrap();
+    for _ in 0..5 {
+        c.get_data(&path).unwrap();
+    }
+    assert!(read_by_caller(&c) > 0, "no caller read a reply");
+    let suspensions = c.metrics().suspensions;
+    proxy.pause_replies();
+    let reader = c.with_timeout(Duration::from_secs(20));
+    let path2 = path.clone();
+    let call = thread::spawn(move || {
+        let t0 = Instant::now();
+        (reader.get_data(&path2), t0.elapsed())
+    });
+    // The request has reached the server; its reply waits in the proxy.
+    thread::sleep(Duration::from_millis(200));
+    proxy.cut();
+    proxy.resume();
+    let (result, took) = call_within("the cut call", Duration::from_secs(15), move || {
+        call.join().unwrap()
+    });
+    assert_eq!(result.unwrap().0, b"x", "after {took:?}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert!(
+        c.metrics().suspensions > suspensions,
+        "the connection never ended: {:?}",
+        c.state_history()
+    );
+}
+
+/// A connection that goes silent under a reading caller: the engine's
+/// silence check ends it (2/3 of the 3 s session timeout), which wakes
+/// the caller; the call fails as a lost connection (no retries here),
+/// long before its own 20 s deadline.
+#[test]
+fn a_silent_connection_under_a_reading_caller_ends_on_time() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(3))
+            .connection_timeout(Duration::from_secs(20))
+            .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
+    );
+    let path = unique("/caller_reads/silent");
+    c.create()
+        .creating_parents_if_needed()
+        .for_path(&path, b"x")
+        .unwrap();
+    for _ in 0..5 {
+        c.get_data(&path).unwrap();
+    }
+    assert!(read_by_caller(&c) > 0, "no caller read a reply");
+    proxy.pause();
+    let reader = c.with_timeout(Duration::from_secs(20));
+    let (result, took) = call_within("the silenced call", Duration::from_secs(15), move || {
+        let t0 = Instant::now();
+        (reader.get_data(&path), t0.elapsed())
+    });
+    proxy.resume();
+    assert!(result.is_err(), "got {result:?} after {took:?}");
+    assert!(
+        took < Duration::from_millis(4500),
+        "the call ended after {took:?}, not with the connection (2 s of silence): {result:?}"
+    );
+}
