@@ -2109,10 +2109,13 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
         "- The server shares the machine's cores with the clients, so the contended figures \
           measure the server as much as the clients.",
     );
-    line("- Client CPU includes the kernel's work for the client's sockets; on loopback that \
+    line(
+        "- Client CPU includes the kernel's work for the client's sockets; on loopback that \
           includes delivering each request into the server's socket and waking its thread. For \
-          latchkey most of it is kernel time: socket sends and receives, and the wake-ups that hand \
-          each request to the engine thread and each reply from it to the calling thread.");
+          latchkey most of it is kernel time: socket sends, the calling thread's sleep on its \
+          socket until the reply comes (the caller reads its own reply; the engine thread does \
+          not wake), and taking the socket out of the engine's poll and back around that read.",
+    );
     line("");
     line("## Reproduce");
     line("");
