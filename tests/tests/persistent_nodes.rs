@@ -740,3 +740,47 @@ fn listeners_hear_each_create_with_the_nodes_path() {
     );
     assert_eq!(created.try_iter().count(), 0, "told for an adopted node");
 }
+
+/// Data no ZooKeeper request can carry is refused when the node is made,
+/// naming the path, instead of a node that is never created (the server
+/// drops the connection of each oversized create, and only
+/// `wait_for_initial_create` timing out would tell).
+#[test]
+fn data_too_large_for_one_request_is_refused_when_the_node_is_made() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), Duration::from_secs(10));
+    let path = unique("/persistent_nodes/too_large");
+    let big = vec![7u8; 2 << 20];
+    for mode in [
+        CreateMode::Ephemeral,
+        CreateMode::Persistent,
+        CreateMode::EphemeralSequential,
+    ] {
+        match PersistentNode::new(&c, mode, false, &path, &big) {
+            Err(e) => {
+                let message = e.to_string();
+                assert!(message.contains(&path), "{mode:?}: {message}");
+            }
+            Ok(node) => {
+                let _ = node.start();
+                let created = node.wait_for_initial_create(Duration::from_secs(2));
+                node.close();
+                panic!("{mode:?}: accepted 2 MiB of data; created within 2 s: {created:?}");
+            }
+        }
+    }
+    // Just under the limit is fine.
+    let node = PersistentNode::new(
+        &c,
+        CreateMode::Ephemeral,
+        false,
+        &path,
+        &vec![7u8; 1000 << 10],
+    )
+    .expect("1000 KiB fits in one request");
+    node.start().unwrap();
+    assert!(node
+        .wait_for_initial_create(Duration::from_secs(10))
+        .unwrap());
+    node.close();
+}

@@ -16,7 +16,9 @@ use parking_lot::{Condvar, Mutex};
 use crate::armed::{read_watched, waking, WatchArms};
 use crate::cache::curator_cache::CuratorCache;
 use crate::keeper::{Keeper, Kept};
-use crate::locks::lock_internals::{deadline_after, delete_if_lost, validate_any_path};
+use crate::locks::lock_internals::{
+    deadline_after, delete_if_lost, validate_any_path, validate_node_size,
+};
 
 /// A node kept present for as long as this object lives (Curator's
 /// `PersistentNode`): created when started, re-created when it goes (its
@@ -122,7 +124,9 @@ struct NodeState {
 impl PersistentNode {
     /// A node at `path` (the base name for a sequential `mode`) holding
     /// `data`, not created until [`start`](Self::start). `protected`
-    /// creates it in Curator's protected mode.
+    /// creates it in Curator's protected mode. Fails on an invalid path,
+    /// on `/`, on a container `mode`, and on data that with the path is
+    /// more than one ZooKeeper request carries (about 1 MiB).
     pub fn new(
         client: &Client,
         mode: CreateMode,
@@ -154,6 +158,8 @@ impl PersistentNode {
                 "a persistent node at {path} cannot be a container (the server deletes those)"
             )));
         }
+        // Else never created: the server drops the connection of each try.
+        validate_node_size("persistent node", path, data)?;
         let keeper = Keeper::default();
         Ok(PersistentNode {
             inner: Arc::new(Inner {
