@@ -15,6 +15,7 @@ use common::*;
 use latchkey_framework::{Client, ConnectionState, CreateMode, ExponentialBackoffRetry};
 use latchkey_recipes::{
     DistributedDoubleBarrier, InterProcessMutex, InterProcessSemaphoreV2, PersistentNode,
+    QueueBuilder, StringSerializer,
 };
 use latchkey_test::TestingServer;
 
@@ -302,4 +303,61 @@ fn a_persistent_ephemeral_node_is_the_new_sessions_soon_after_a_restart() {
     node.close();
     holder.close();
     observer.close();
+}
+
+/// A lock-safe queue's consumer whose session is lost while it consumes:
+/// its lock node on the item goes from the next session, so another
+/// consumer takes the item (lock-safe queues deliver at least once)
+/// without waiting for the restored session to expire.
+#[test]
+fn a_lost_queue_item_lock_does_not_block_other_consumers_after_a_restart() {
+    let _watchdog = Watchdog::new("lost queue lock cleanup", TEST_BOUND);
+    let mut server = TestingServer::start().unwrap();
+    let (path, locks) = (
+        unique("/lost-cleanup-queue"),
+        unique("/lost-cleanup-queue-locks"),
+    );
+    let holder = holder_of(&server);
+    let ctx = Ctx::new(&server, &holder);
+    let (got, taken) = crossbeam_channel::unbounded();
+    let (release, released) = crossbeam_channel::bounded::<()>(0);
+    let consumer = QueueBuilder::new(&holder, StringSerializer, &path)
+        .lock_path(&locks)
+        .consumer(move |item: String| {
+            let _ = got.send(item);
+            // Consumes until the test ends (its sender is dropped).
+            let _ = released.recv();
+            Ok(())
+        })
+        .build_queue()
+        .unwrap();
+    // Bound after the queue, so dropped before it also when the test
+    // fails: the queue's close waits for the callback, which then ends.
+    let release = release;
+    consumer.start().unwrap();
+    consumer.put(&"the item".to_owned()).unwrap();
+    assert_eq!(
+        taken.recv_timeout(Duration::from_secs(20)).as_deref(),
+        Ok("the item"),
+        "the first consumer never got the item"
+    );
+    lose_the_session_over_a_restart(&mut server, &holder, &ctx);
+    expect_resumed(&server, &ctx, "queue item", |other| {
+        let (got, taken) = crossbeam_channel::unbounded();
+        let queue = QueueBuilder::new(other, StringSerializer, &path)
+            .lock_path(&locks)
+            .consumer(move |item: String| {
+                let _ = got.send(item);
+                Ok(())
+            })
+            .build_queue()
+            .unwrap();
+        queue.start().unwrap();
+        let item = taken.recv_timeout(Duration::from_secs(20));
+        queue.close();
+        item.as_deref() == Ok("the item")
+    });
+    drop(release);
+    consumer.close();
+    holder.close();
 }

@@ -14,6 +14,7 @@ use super::distributed::Core;
 use super::names::{self, Kind, QUEUE_ITEM_PREFIX};
 use super::serializer::{ItemSerializer, QueueError};
 use crate::armed::waking;
+use crate::locks::lock_internals::delete_if_lost;
 
 /// How long the consumer thread waits before it looks again after a
 /// failed request (unless something wakes it sooner).
@@ -202,7 +203,12 @@ impl<T: Send + 'static> Core<T> {
             }
         }
         let owner = self.client.session_id();
+        // If the session is declared lost while we consume, the next one
+        // deletes the lock node, so that another consumer need not wait
+        // for the server to expire the old session.
+        delete_if_lost(&self.client, &lock, owner);
         let result = self.consume_locked(name);
+        self.client.keep_when_session_lost(&lock);
         if owner != 0 && self.finishing.session_id() == owner {
             // Guaranteed: a failed delete goes on in the background.
             if let Err(e) = self.finishing.delete().guaranteed().for_path(&lock) {

@@ -24,7 +24,7 @@ use super::consumer::taken_by_another;
 use super::names::{Kind, QUEUE_ITEM_PREFIX};
 use super::serializer::{ItemSerializer, QueueSerializer};
 use crate::armed::{read_watched, waking, WatchArms};
-use crate::locks::lock_internals::{bounded, deadline_after, Signal};
+use crate::locks::lock_internals::{bounded, deadline_after, delete_if_lost, Signal};
 
 pub(super) const LATENT: u8 = 0;
 pub(super) const STARTED: u8 = 1;
@@ -284,12 +284,16 @@ impl<T: Send + 'static> Core<T> {
                 }
             }
         }
+        if let Some(lock) = &lock {
+            delete_if_lost(&self.client, lock, self.client.session_id());
+        }
         let removed = match self.client.delete().for_path(&item) {
             Ok(()) => Ok(true),
             Err(e) if taken_by_another(&e) => Ok(false),
             Err(e) => Err(e),
         };
         if let Some(lock) = &lock {
+            self.client.keep_when_session_lost(lock);
             let _ = self.finishing.delete().guaranteed().for_path(lock);
         }
         removed
