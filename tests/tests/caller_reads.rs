@@ -269,3 +269,57 @@ fn a_silent_connection_under_a_reading_caller_ends_on_time() {
         "the call ended after {took:?}, not with the connection (2 s of silence): {result:?}"
     );
 }
+
+/// An event that a reading caller reads just before its own reply, with
+/// nothing on the connection afterwards: its waker still runs at once
+/// (the engine is asked to run it), not at the next ping 10 s later.
+#[test]
+fn a_waker_whose_event_a_caller_read_runs_with_no_more_traffic() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = client(&proxy.connect_string(), SESSION_TIMEOUT);
+    let other = client(&server.connect_string(), SESSION_TIMEOUT);
+    let base = unique("/caller_reads/quiet");
+    let node = format!("{base}/n");
+    other
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&node, b"")
+        .unwrap();
+    let (fired, heard) = bounded(1);
+    c.exists_watch_waker(&node, move |_| {
+        let _ = fired.send(Instant::now());
+    })
+    .unwrap();
+    for _ in 0..5 {
+        c.get_data(&base).unwrap();
+    }
+    let before = read_by_caller(&c);
+    assert!(before > 0, "no caller read a reply");
+    // The event waits in the proxy; the call's reply queues behind it.
+    proxy.pause_replies();
+    other.delete().for_path(&node).unwrap();
+    let sent = c.metrics().requests_sent;
+    let reader = c.clone();
+    let read_base = base.clone();
+    let call = thread::spawn(move || reader.get_data(&read_base).map(|_| ()));
+    let started = Instant::now();
+    while c.metrics().requests_sent == sent && started.elapsed() < Duration::from_secs(10) {
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert!(c.metrics().requests_sent > sent, "the call was never sent");
+    let resumed = Instant::now();
+    proxy.resume();
+    call_within("the call", Duration::from_secs(10), move || {
+        call.join().unwrap()
+    })
+    .unwrap();
+    assert!(
+        read_by_caller(&c) > before,
+        "the caller did not read its reply (and so not the event)"
+    );
+    match heard.recv_timeout(Duration::from_secs(5)) {
+        Ok(at) => eprintln!("waker ran {:?} after the resume", at - resumed),
+        Err(_) => panic!("the waker did not run within 5 s of the resume"),
+    }
+}
