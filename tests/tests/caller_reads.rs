@@ -323,3 +323,39 @@ fn a_waker_whose_event_a_caller_read_runs_with_no_more_traffic() {
         Err(_) => panic!("the waker did not run within 5 s of the resume"),
     }
 }
+
+/// A caller that read its own reply leaves the engine's poll watching
+/// for reads only; a write the socket then takes in parts must still get
+/// the engine told when the socket takes more (here 16 MiB to a fake
+/// server that reads everything and answers only once the whole request
+/// is in: no reply comes to wake the engine meanwhile).
+#[test]
+fn a_write_taken_in_parts_after_a_caller_read_still_goes_out() {
+    use latchkey_test::fake_server::{FakeServer, Reply, Script};
+    let fake = FakeServer::start(Script {
+        default_reply: Reply::Error(-101), // NoNode
+        ..Script::default()
+    })
+    .unwrap();
+    let c = start_connected(
+        Client::builder()
+            .connect_string(fake.connect_string())
+            .session_timeout(SESSION_TIMEOUT)
+            .connection_timeout(Duration::from_secs(5))
+            .max_request_size(32 << 20)
+            .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
+    );
+    assert!(c.exists("/a").unwrap().is_none());
+    assert!(read_by_caller(&c) > 0, "no caller read a reply");
+    let writer = c.with_timeout(Duration::from_secs(10));
+    let (result, took) = call_within("the 16 MiB write", Duration::from_secs(30), move || {
+        let t0 = Instant::now();
+        let result = writer.set_data("/big", &vec![0u8; 16 << 20], None);
+        (result, t0.elapsed())
+    });
+    let err = result.expect_err("the fake answers NoNode");
+    assert!(
+        err.is(latchkey_framework::ErrorCode::NoNode),
+        "{err} after {took:?}: the write never went out whole"
+    );
+}

@@ -2114,7 +2114,8 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
           includes delivering each request into the server's socket and waking its thread. For \
           latchkey most of it is kernel time: socket sends, the calling thread's sleep on its \
           socket until the reply comes (the caller reads its own reply; the engine thread does \
-          not wake), and taking the socket out of the engine's poll and back around that read.",
+          not wake), and switching the engine's interest in the socket off and on around that \
+          read.",
     );
     line("");
     line("## Reproduce");

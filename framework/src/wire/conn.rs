@@ -6,7 +6,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 
 use mio::net::TcpStream;
@@ -59,6 +59,11 @@ impl Conn {
     /// The socket, to register with a poll.
     pub(crate) fn source(&self) -> SourceFd<'_> {
         SourceFd(&self.fd)
+    }
+
+    /// The socket's descriptor, to change what a poll watches it for.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
     }
 
     /// The socket, for a caller to wait on until it is readable: plain TCP

@@ -69,9 +69,10 @@ struct Incoming {
 /// The handle every session shares.
 pub(crate) struct Engine {
     waker: Waker,
-    /// The poll's registry, for a caller that takes a socket out of the
-    /// poll while it waits on the socket itself, and puts it back after.
-    registry: Registry,
+    /// The poll's epoll instance, for switching one socket's interest off
+    /// while a caller waits on the socket itself, and on again after
+    /// (`mio` has no interest that is none).
+    epoll: nix::sys::epoll::Epoll,
     incoming: Mutex<Incoming>,
 }
 
@@ -89,7 +90,9 @@ impl Engine {
         let poll = Poll::new()?;
         let engine = Arc::new(Engine {
             waker: Waker::new(poll.registry(), WAKE)?,
-            registry: poll.registry().try_clone()?,
+            epoll: nix::sys::epoll::Epoll(
+                std::os::fd::AsFd::as_fd(poll.registry()).try_clone_to_owned()?,
+            ),
             incoming: Mutex::new(Incoming {
                 next_token: WAKE.0 + 1,
                 ..Default::default()
@@ -121,9 +124,27 @@ impl Engine {
         self.wake();
     }
 
-    /// The poll's registry (callers use it too).
-    pub(crate) fn registry(&self) -> &Registry {
-        &self.registry
+    /// Sets what the poll watches `fd` for (registered under `token`):
+    /// nothing when `interest` is `None` (only hang-ups and errors are
+    /// still reported), as `mio` would register `interest` otherwise.
+    pub(crate) fn set_interest(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        token: Token,
+        interest: Option<mio::Interest>,
+    ) -> io::Result<()> {
+        use nix::sys::epoll::{EpollEvent, EpollFlags};
+        let mut flags = EpollFlags::EPOLLET;
+        if let Some(i) = interest {
+            if i.is_readable() {
+                flags |= EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP;
+            }
+            if i.is_writable() {
+                flags |= EpollFlags::EPOLLOUT;
+            }
+        }
+        let mut event = EpollEvent::new(flags, token.0 as u64);
+        self.epoll.modify(fd, &mut event).map_err(io::Error::from)
     }
 
     fn wake(&self) {

@@ -12,9 +12,10 @@
 //! pings and judges silence (2/3 of the session timeout, as the Java
 //! client does). One caller at a time may read instead
 //! (`Inner::read_own_reply`): on a plain socket nobody else is reading, a
-//! caller whose request is written takes the socket out of the engine's
-//! poll, waits on it, reads and dispatches what comes exactly as the
-//! engine would, and hands the socket back once its reply is in. That
+//! caller whose request is written switches the engine's interest in the
+//! socket off, waits on it, reads and dispatches what comes exactly as
+//! the engine would, and switches the interest on again once its reply is
+//! in. That
 //! saves the engine's wake-up and the hand-over of each reply to the
 //! caller's thread. Either way a stalled server holds nobody past their
 //! own deadline, and a caller who gives up leaves its request in place:
@@ -660,22 +661,22 @@ impl Inner {
     /// Reads from the socket on the caller's thread until `slot` is
     /// answered or `deadline` passes, if the connection is plain TCP, all
     /// its output is written and nobody else reads; otherwise returns at
-    /// once and the engine reads. While the caller reads, the socket is
-    /// out of the engine's poll; the engine still keeps the clocks (pings,
-    /// silence), and ending the connection shuts the socket down, which
-    /// wakes the caller. Everything read is dispatched as the engine would
-    /// (other callers' replies, watch events), and the socket goes back
-    /// into the poll before the caller returns, so what arrives next is
-    /// the engine's again.
+    /// once and the engine reads. While the caller reads, the engine's poll
+    /// ignores the socket (its interest is switched off: no wake-up per
+    /// reply); the engine still keeps the clocks (pings, silence), and
+    /// ending the connection shuts the socket down, which wakes the caller.
+    /// Everything read is dispatched as the engine would (other callers'
+    /// replies, watch events), and the interest is switched on again
+    /// before the caller returns, so what arrives next is the engine's.
     fn read_own_reply(&self, wire: &Mutex<Wire>, slot: &ReplySlot, deadline: Instant) {
-        let registry = self.engine.registry();
         let sock = {
             let Some(mut w) = wire.try_lock() else { return };
             let free = !w.reader && !w.done && w.broken.is_none() && !w.conn.has_output();
             let Some(sock) = w.conn.plain_socket().filter(|_| free && slot.is_waiting()) else {
                 return;
             };
-            if registry.deregister(&mut w.conn.source()).is_err() {
+            let Some(token) = w.token else { return };
+            if self.engine.set_interest(sock.as_fd(), token, None).is_err() {
                 return;
             }
             w.reader = true;
@@ -728,7 +729,10 @@ impl Inner {
         }
         let Some(token) = w.token else { return };
         let interest = w.interest();
-        if let Err(e) = registry.register(&mut w.conn.source(), token, interest) {
+        if let Err(e) = self
+            .engine
+            .set_interest(sock.as_fd(), token, Some(interest))
+        {
             log::debug!("cannot give the socket back to the engine: {e}");
             w.broken.get_or_insert(Ended::Dropped);
         }
@@ -1242,7 +1246,7 @@ struct Wire {
     to_wake: Vec<Wake>,
     /// The engine's token for the connection, once attached.
     token: Option<Token>,
-    /// A caller is reading (the socket is out of the engine's poll).
+    /// A caller is reading (the engine's poll ignores the socket).
     reader: bool,
     /// The poll is asked for writable events too (see [`Wire::interest`]).
     writable_interest: bool,
@@ -1286,7 +1290,7 @@ impl Wire {
 
     /// What the poll watches for: readable always, writable only while
     /// bytes wait to be written. (A socket is nearly always writable, and
-    /// with edge triggering each registration would report that once: a
+    /// with edge triggering each re-arming would report that once: a
     /// pointless wake-up of the engine.)
     fn interest(&self) -> Interest {
         match self.conn.has_output() {
@@ -1424,17 +1428,15 @@ impl Live {
             return Some(Ended::Dropped);
         }
         if wire.conn.has_output() && !wire.writable_interest && !wire.reader {
-            // Told when the socket takes more (a caller reading puts the
-            // socket back with this interest itself).
+            // Told when the socket takes more (a caller reading switches
+            // this interest on itself when it is done).
             let Some(token) = wire.token else {
                 return Some(Ended::Dropped);
             };
             let interest = wire.interest();
-            if let Err(e) =
-                inner
-                    .engine
-                    .registry()
-                    .reregister(&mut wire.conn.source(), token, interest)
+            if let Err(e) = inner
+                .engine
+                .set_interest(wire.conn.fd(), token, Some(interest))
             {
                 log::debug!("cannot poll for writes, dropping connection: {e}");
                 return Some(Ended::Dropped);
@@ -1475,9 +1477,7 @@ impl Driven for Live {
     fn deregister(&mut self, registry: &Registry) {
         let mut wire = self.wire.lock();
         wire.done = true;
-        if !wire.reader {
-            let _ = registry.deregister(&mut wire.conn.source());
-        }
+        let _ = registry.deregister(&mut wire.conn.source());
         // A caller waiting on the socket wakes and finds the connection over.
         wire.conn.shut_down();
     }
