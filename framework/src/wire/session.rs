@@ -15,12 +15,12 @@
 //! caller whose request is written switches the engine's interest in the
 //! socket off, waits on it, reads and dispatches what comes exactly as
 //! the engine would, and switches the interest on again once its reply is
-//! in. That
-//! saves the engine's wake-up and the hand-over of each reply to the
-//! caller's thread. Either way a stalled server holds nobody past their
-//! own deadline, and a caller who gives up leaves its request in place:
-//! the late reply is read and dropped, never applied again. Requests are only
-//! ever sent again by the retry loop, on a later connection.
+//! in. That saves the engine's wake-up and the hand-over of each reply to
+//! the caller's thread. Either way a stalled server holds nobody past
+//! their own deadline, and a caller who gives up leaves its request in
+//! place: the late reply is read and dropped, never applied again.
+//! Requests are only ever sent again by the retry loop, on a later
+//! connection.
 //!
 //! Connecting (name lookup, TCP, TLS, the session handshake, SASL) blocks,
 //! so it runs on a short-lived thread of the session's (`Inner::dial`),
@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use mio::{Interest, Registry, Token};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::conn::{Conn, Received};
 use super::connect::{
@@ -702,8 +702,7 @@ impl Inner {
             }
             let mut w = wire.lock();
             if w.done {
-                w.reader = false;
-                return; // ended by the engine, which answers what is pending
+                break; // ended by the engine, which answers what is pending
             }
             if let Some(ended) = self.read_available(&mut w) {
                 w.broken = Some(ended);
@@ -712,15 +711,7 @@ impl Inner {
             if !slot.is_waiting() {
                 metrics::add(&self.cfg.counters.replies_read_by_caller, 1);
             }
-            let wakers_left = w.take_callers(&mut woken);
-            let token = w.token;
-            drop(w);
-            for wake in woken.drain(..) {
-                wake.run();
-            }
-            if let Some(token) = token.filter(|_| wakers_left) {
-                self.engine.ready(token);
-            }
+            self.let_go(w, &mut woken, false);
         }
         let mut w = wire.lock();
         w.reader = false;
@@ -737,13 +728,22 @@ impl Inner {
             w.broken.get_or_insert(Ended::Dropped);
         }
         w.writable_interest = interest.is_writable();
-        let wakers_left = w.take_callers(&mut woken);
         let broken = w.broken.is_some();
-        drop(w);
+        self.let_go(w, &mut woken, broken);
+    }
+
+    /// Lets go of the wire after a caller's read: wakes the callers it
+    /// answered, and asks the engine to serve the connection when `serve`
+    /// says so or when internal wakers wait for it (see
+    /// [`Wire::take_callers`]).
+    fn let_go(&self, mut wire: MutexGuard<'_, Wire>, woken: &mut Vec<Wake>, serve: bool) {
+        let wakers_left = wire.take_callers(woken);
+        let token = wire.token;
+        drop(wire);
         for wake in woken.drain(..) {
             wake.run();
         }
-        if broken || wakers_left {
+        if let Some(token) = token.filter(|_| serve || wakers_left) {
             self.engine.ready(token);
         }
     }
@@ -1390,10 +1390,10 @@ impl Live {
             return Some(Ended::Dropped);
         }
         let mut wire = self.wire.lock();
-        let ended = match wire.broken.take() {
-            Some(ended) => Some(ended),
-            None => Self::serve_wire(&self.inner, self.search.as_ref(), &mut wire, readable),
-        };
+        let ended = wire
+            .broken
+            .take()
+            .or_else(|| Self::serve_wire(&self.inner, self.search.as_ref(), &mut wire, readable));
         std::mem::swap(&mut wire.to_wake, &mut self.waking);
         drop(wire);
         for woken in self.waking.drain(..) {
