@@ -22,34 +22,44 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::bounded;
-use latchkey_framework::{Client, CreateMode, ExponentialBackoffRetry, RetryNTimes};
+use latchkey_framework::{Client, CreateMode, RetryNTimes};
 use latchkey_test::FaultProxy;
 
-use common::{call_within, shared_server, start_connected, unique, StopOnDrop};
+use common::{
+    call_within, connect, shared_server, start_connected, unique, wait_until, StopOnDrop,
+};
 
 /// Long enough that no ping (every 10 s at most) or silence check comes
 /// along to read for a broken hand-back within a test's bounds.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn client(connect: &str, session_timeout: Duration) -> Client {
-    start_connected(
-        Client::builder()
-            .connect_string(connect)
-            .session_timeout(session_timeout)
-            .connection_timeout(Duration::from_secs(5))
-            .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10)),
-    )
-}
-
 fn read_by_caller(c: &Client) -> u64 {
     c.metrics().replies_read_by_caller
+}
+
+/// Reads `path` a few times on `c`, and checks that a caller read a
+/// reply itself.
+fn read_a_few_times(c: &Client, path: &str) {
+    for _ in 0..5 {
+        c.get_data(path).unwrap();
+    }
+    assert!(read_by_caller(c) > 0, "no caller read a reply");
+}
+
+/// Waits (at most 10 s) until `c` has written a request after `sent`.
+fn wait_until_sent_after(c: &Client, sent: u64) {
+    wait_until(
+        Duration::from_secs(10),
+        || c.metrics().requests_sent > sent,
+        || format!("the call was never sent: {:?}", c.state_history()),
+    );
 }
 
 #[test]
 fn after_a_caller_read_its_reply_the_engine_reads_the_next_event() {
     let server = shared_server();
-    let c = client(&server.connect_string(), SESSION_TIMEOUT);
-    let other = client(&server.connect_string(), SESSION_TIMEOUT);
+    let c = connect(&server.connect_string(), SESSION_TIMEOUT);
+    let other = connect(&server.connect_string(), SESSION_TIMEOUT);
     let path = unique("/caller_reads/handback");
     c.create()
         .creating_parents_if_needed()
@@ -83,8 +93,8 @@ fn after_a_caller_read_its_reply_the_engine_reads_the_next_event() {
 fn events_a_caller_reads_reach_their_wakers_in_order() {
     const NODES: usize = 40;
     let server = shared_server();
-    let c = client(&server.connect_string(), SESSION_TIMEOUT);
-    let other = client(&server.connect_string(), SESSION_TIMEOUT);
+    let c = connect(&server.connect_string(), SESSION_TIMEOUT);
+    let other = connect(&server.connect_string(), SESSION_TIMEOUT);
     let base = unique("/caller_reads/order");
     other
         .create()
@@ -137,7 +147,7 @@ fn replies_a_caller_reads_for_others_wake_them() {
     const THREADS: usize = 6;
     const CALLS: usize = 300;
     let server = shared_server();
-    let c = client(&server.connect_string(), SESSION_TIMEOUT);
+    let c = connect(&server.connect_string(), SESSION_TIMEOUT);
     let base = unique("/caller_reads/others");
     c.create()
         .creating_parents_if_needed()
@@ -198,17 +208,15 @@ fn replies_a_caller_reads_for_others_wake_them() {
 fn a_connection_closed_under_a_reading_caller_ends_and_the_call_is_retried() {
     let server = shared_server();
     let proxy = FaultProxy::start(server.addr()).unwrap();
-    let c = client(&proxy.connect_string(), SESSION_TIMEOUT);
+    let c = connect(&proxy.connect_string(), SESSION_TIMEOUT);
     let path = unique("/caller_reads/cut");
     c.create()
         .creating_parents_if_needed()
         .for_path(&path, b"x")
         .unwrap();
-    for _ in 0..5 {
-        c.get_data(&path).unwrap();
-    }
-    assert!(read_by_caller(&c) > 0, "no caller read a reply");
+    read_a_few_times(&c, &path);
     let suspensions = c.metrics().suspensions;
+    let sent = c.metrics().requests_sent;
     proxy.pause_replies();
     let reader = c.with_timeout(Duration::from_secs(20));
     let path2 = path.clone();
@@ -216,8 +224,9 @@ fn a_connection_closed_under_a_reading_caller_ends_and_the_call_is_retried() {
         let t0 = Instant::now();
         (reader.get_data(&path2), t0.elapsed())
     });
-    // The request has reached the server; its reply waits in the proxy.
-    thread::sleep(Duration::from_millis(200));
+    // Written: the cut comes while its reply is awaited (the request is
+    // sent again on the next connection if the cut came before the server).
+    wait_until_sent_after(&c, sent);
     proxy.cut();
     proxy.resume();
     let (result, took) = call_within("the cut call", Duration::from_secs(15), move || {
@@ -252,10 +261,7 @@ fn a_silent_connection_under_a_reading_caller_ends_on_time() {
         .creating_parents_if_needed()
         .for_path(&path, b"x")
         .unwrap();
-    for _ in 0..5 {
-        c.get_data(&path).unwrap();
-    }
-    assert!(read_by_caller(&c) > 0, "no caller read a reply");
+    read_a_few_times(&c, &path);
     proxy.pause();
     let reader = c.with_timeout(Duration::from_secs(20));
     let (result, took) = call_within("the silenced call", Duration::from_secs(15), move || {
@@ -277,8 +283,8 @@ fn a_silent_connection_under_a_reading_caller_ends_on_time() {
 fn a_waker_whose_event_a_caller_read_runs_with_no_more_traffic() {
     let server = shared_server();
     let proxy = FaultProxy::start(server.addr()).unwrap();
-    let c = client(&proxy.connect_string(), SESSION_TIMEOUT);
-    let other = client(&server.connect_string(), SESSION_TIMEOUT);
+    let c = connect(&proxy.connect_string(), SESSION_TIMEOUT);
+    let other = connect(&server.connect_string(), SESSION_TIMEOUT);
     let base = unique("/caller_reads/quiet");
     let node = format!("{base}/n");
     other
@@ -291,11 +297,8 @@ fn a_waker_whose_event_a_caller_read_runs_with_no_more_traffic() {
         let _ = fired.send(Instant::now());
     })
     .unwrap();
-    for _ in 0..5 {
-        c.get_data(&base).unwrap();
-    }
+    read_a_few_times(&c, &base);
     let before = read_by_caller(&c);
-    assert!(before > 0, "no caller read a reply");
     // The event waits in the proxy; the call's reply queues behind it.
     proxy.pause_replies();
     other.delete().for_path(&node).unwrap();
@@ -303,11 +306,7 @@ fn a_waker_whose_event_a_caller_read_runs_with_no_more_traffic() {
     let reader = c.clone();
     let read_base = base.clone();
     let call = thread::spawn(move || reader.get_data(&read_base).map(|_| ()));
-    let started = Instant::now();
-    while c.metrics().requests_sent == sent && started.elapsed() < Duration::from_secs(10) {
-        thread::sleep(Duration::from_millis(5));
-    }
-    assert!(c.metrics().requests_sent > sent, "the call was never sent");
+    wait_until_sent_after(&c, sent);
     let resumed = Instant::now();
     proxy.resume();
     call_within("the call", Duration::from_secs(10), move || {
