@@ -10,31 +10,16 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{client, server, LATCHKEY};
+use common::{client, eventually, server, LATCHKEY};
 use latchkey_recipes::{
     InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2, LeaderLatch,
 };
 
 /// Runs `latchkey ARGS --connect <server>` to the end (at most 60 s).
 fn latchkey(args: &[&str]) -> Output {
-    let mut child = Command::new(LATCHKEY)
-        .args(args)
-        .args(["--connect", &server().connect_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start latchkey");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("latchkey {args:?} did not end within 60 s");
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    common::run_latchkey(args, Duration::from_secs(60))
 }
 
 /// Kills the child if the test fails before it ends.
@@ -45,11 +30,6 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// Waits (at most 20 s) for `cond`.
-fn eventually(what: &str, cond: impl FnMut() -> bool) {
-    common::wait_until(Duration::from_secs(20), what, cond);
 }
 
 /// The values of `"key":"..."` in `json`, in order.

@@ -11,33 +11,17 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
-use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::Output;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{client, server, LATCHKEY};
+use common::{client, eventually, server};
 use latchkey_discovery::{ServiceDiscovery, ServiceInstance, ServiceType};
 use latchkey_recipes::{QueueBuilder, SimpleDistributedQueue, StringSerializer};
 use serde_json::{json, Value};
 
 /// Runs `latchkey ARGS --connect <server>` to the end (at most 30 s).
 fn latchkey(args: &[&str]) -> Output {
-    let mut child = Command::new(LATCHKEY)
-        .args(args)
-        .args(["--connect", &server().connect_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start latchkey");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("latchkey {args:?} did not end within 30 s");
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    common::run_latchkey(args, Duration::from_secs(30))
 }
 
 /// `latchkey inspect PATH [MORE]` as text; it must succeed.
@@ -86,11 +70,6 @@ fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
-}
-
-/// Waits (at most 20 s) for `cond`.
-fn eventually(what: &str, cond: impl FnMut() -> bool) {
-    common::wait_until(Duration::from_secs(20), what, cond);
 }
 
 #[test]

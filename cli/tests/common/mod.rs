@@ -5,6 +5,7 @@
 // Each test binary uses its own part of this module.
 #![allow(dead_code)]
 
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -58,4 +59,30 @@ pub fn wait_until(within: Duration, what: &str, mut cond: impl FnMut() -> bool) 
         );
         thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits (at most 20 s) for `cond`.
+pub fn eventually(what: &str, cond: impl FnMut() -> bool) {
+    wait_until(Duration::from_secs(20), what, cond);
+}
+
+/// Runs `latchkey ARGS --connect <server>` to the end; kills it and
+/// panics if it has not ended `within`.
+pub fn run_latchkey(args: &[&str], within: Duration) -> Output {
+    let mut child = Command::new(LATCHKEY)
+        .args(args)
+        .args(["--connect", &server().connect_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start latchkey");
+    let deadline = Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("latchkey {args:?} did not end within {within:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
 }
