@@ -482,12 +482,15 @@ impl Client {
     }
 
     /// For recipe authors: [`Client::get_data_watch`] with a waker instead
-    /// of a watcher. A waker runs on the engine thread (which serves every
-    /// session's connection) as soon as the event is read, a thread hop
-    /// sooner than a watcher (which runs on the watcher thread), so it must
-    /// return at once and must not call the client: set a flag, notify a
-    /// condvar. A panicking waker is caught and logged. A lock waiter wakes this way
-    /// when its predecessor goes.
+    /// of a watcher. A waker runs as soon as the event is read, on the
+    /// thread that read it: the engine thread (which serves every
+    /// session's connection), or a caller's thread reading its own reply or
+    /// waiting in [`Client::wait_reading`]. That is a thread hop sooner
+    /// than a watcher (which runs on the watcher thread), so it must return
+    /// at once and must not call the client: set a flag, notify a condvar.
+    /// A session's wakers run one at a time, in the order of their events.
+    /// A panicking waker is caught and logged. A lock waiter wakes this way
+    /// when its predecessor goes, reading the event itself where it can.
     pub fn get_data_watch_waker(
         &self,
         path: &str,

@@ -734,6 +734,46 @@ impl Client {
         self.handle(id)
     }
 
+    /// For recipe authors: waits until `done()` holds or `deadline` passes,
+    /// reading this client's connection on the calling thread meanwhile, so
+    /// that when the event a waker waits for arrives, the waker runs on
+    /// this thread: no wake-up of the client's I/O thread and no hand-over
+    /// to this one. Returns `done()`.
+    ///
+    /// It may return early, with `false`, whenever it cannot read: another
+    /// thread is reading, the connection is TLS or not there, the call is
+    /// cancellable, or the connection ended. The caller then waits for its
+    /// waker as it would have. Only wakes that come from the connection end
+    /// the wait at once (a watch event, the connection ending, the client
+    /// closing); `done()` made true by anything else is seen at the next
+    /// read, or after at most 5 s.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client, path: &str) -> latchkey_framework::Result<()> {
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let fired = Arc::new(AtomicBool::new(false));
+    /// let flag = Arc::clone(&fired);
+    /// client.exists_watch_waker(path, move |_| flag.store(true, Ordering::Release))?;
+    /// let deadline = Instant::now() + Duration::from_secs(5);
+    /// if !client.wait_reading(&|| fired.load(Ordering::Acquire), Some(deadline)) {
+    ///     // Not read here: wait for the waker some other way (a condvar).
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_reading(&self, done: &dyn Fn() -> bool, deadline: Option<Instant>) -> bool {
+        let deadline = match (deadline, self.deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(s) = self.shared.session() {
+            s.read_while(&|| !done(), reply_deadline(deadline));
+        }
+        done()
+    }
+
     fn handle(&self, id: u64) -> ListenerHandle {
         ListenerHandle {
             board: Arc::downgrade(&self.shared.board),

@@ -53,6 +53,11 @@ pub struct ClientMetrics {
     /// is reading for waits on the socket directly, which saves a thread
     /// hand-over per request.
     pub replies_read_by_caller: u64,
+    /// Waits for a watch event that the waiting thread ended by reading the
+    /// event from the socket itself (see
+    /// [`Client::wait_reading`](crate::Client::wait_reading)), rather than
+    /// being woken by the engine's thread.
+    pub waits_read_by_waiter: u64,
 }
 
 /// The live counters behind [`ClientMetrics`].
@@ -67,6 +72,7 @@ pub(crate) struct Counters {
     pub auth_failures: AtomicU64,
     pub watch_events: AtomicU64,
     pub replies_read_by_caller: AtomicU64,
+    pub waits_read_by_waiter: AtomicU64,
 }
 
 /// Adds `n` to `counter`; counts need no ordering with anything else.
@@ -97,6 +103,7 @@ impl Counters {
             auth_failures: get(&self.auth_failures),
             watch_events: get(&self.watch_events),
             replies_read_by_caller: get(&self.replies_read_by_caller),
+            waits_read_by_waiter: get(&self.waits_read_by_waiter),
         }
     }
 }

@@ -16,13 +16,14 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::bounded;
 use latchkey_framework::{Client, CreateMode, RetryNTimes};
+use latchkey_recipes::InterProcessMutex;
 use latchkey_test::FaultProxy;
 
 use common::{
@@ -356,5 +357,195 @@ fn a_write_taken_in_parts_after_a_caller_read_still_goes_out() {
     assert!(
         err.is(latchkey_framework::ErrorCode::NoNode),
         "{err} after {took:?}: the write never went out whole"
+    );
+}
+
+/// How many waits for a watch event `c`'s waiting threads ended by
+/// reading the event themselves.
+fn waits_read_by_waiter(c: &Client) -> u64 {
+    c.metrics().waits_read_by_waiter
+}
+
+/// Waits (at most 10 s) until `waiter` watches a node, as a lock waiter
+/// does its predecessor.
+fn wait_for_a_watch(waiter: &Client) {
+    wait_until(
+        Duration::from_secs(10),
+        || waiter.pending_watches() > 0,
+        || format!("the waiter set no watch: {:?}", waiter.state_history()),
+    );
+}
+
+/// A lock waiter waits on its connection itself: the predecessor's
+/// deletion event is read, and its waker run, on the waiting thread.
+#[test]
+fn a_lock_waiter_reads_the_event_that_wakes_it() {
+    let server = shared_server();
+    let holder = connect(&server.connect_string(), SESSION_TIMEOUT);
+    let waiter = connect(&server.connect_string(), SESSION_TIMEOUT);
+    let path = unique("/caller_reads/lock_waiter");
+    let held = InterProcessMutex::new(&holder, &path).unwrap();
+    assert!(held.acquire_timeout(Duration::from_secs(10)).unwrap());
+    let before = waits_read_by_waiter(&waiter);
+    let waiting = InterProcessMutex::new(&waiter, &path).unwrap();
+    let acquire = thread::spawn(move || {
+        let got = waiting.acquire_timeout(Duration::from_secs(10))?;
+        if got {
+            waiting.release()?;
+        }
+        Ok::<_, latchkey_framework::Error>(got)
+    });
+    wait_for_a_watch(&waiter);
+    held.release().unwrap();
+    let got = call_within("the waiter's acquire", Duration::from_secs(15), move || {
+        acquire.join().unwrap()
+    })
+    .unwrap();
+    assert!(
+        got,
+        "the waiter never got the lock: {:?}",
+        waiter.state_history()
+    );
+    assert!(
+        waits_read_by_waiter(&waiter) > before,
+        "the waiter was woken by the engine, not by its own read: {:?}",
+        waiter.metrics()
+    );
+}
+
+/// Three sessions hand a lock round many times, each waiter reading its
+/// own event where it can; a wake-up lost between a waiter and the
+/// engine would hold a waiter past its 5 s timeout. The holders are
+/// checked by a counter outside ZooKeeper.
+#[test]
+fn waiters_reading_their_events_hand_a_lock_round_without_a_stall() {
+    const ROUNDS: usize = 60;
+    let server = shared_server();
+    let path = unique("/caller_reads/lock_round");
+    let clients: Vec<Client> = (0..3)
+        .map(|_| connect(&server.connect_string(), SESSION_TIMEOUT))
+        .collect();
+    let before: u64 = clients.iter().map(waits_read_by_waiter).sum();
+    let holders = AtomicUsize::new(0);
+    thread::scope(|s| {
+        for c in &clients {
+            let (path, holders) = (&path, &holders);
+            s.spawn(move || {
+                let mutex = InterProcessMutex::new(c, path).unwrap();
+                for round in 0..ROUNDS {
+                    let started = Instant::now();
+                    let got = mutex.acquire_timeout(Duration::from_secs(5)).unwrap();
+                    assert!(
+                        got,
+                        "round {round}: no lock after {:?}: {:?}",
+                        started.elapsed(),
+                        c.state_history()
+                    );
+                    assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                    holders.fetch_sub(1, Ordering::SeqCst);
+                    mutex.release().unwrap();
+                }
+            });
+        }
+    });
+    let after: u64 = clients.iter().map(waits_read_by_waiter).sum();
+    assert!(after > before, "no waiter read its own event");
+}
+
+/// A waiter whose client another thread keeps calling on: that thread
+/// is often the one reading when the event comes, or its read is still
+/// running the waker when the waiter looks; the waiter must be woken
+/// either way.
+#[test]
+fn a_waiter_is_woken_while_another_thread_of_its_client_keeps_reading() {
+    const ROUNDS: usize = 20;
+    let server = shared_server();
+    let holder = connect(&server.connect_string(), SESSION_TIMEOUT);
+    let waiter = connect(&server.connect_string(), SESSION_TIMEOUT);
+    let path = unique("/caller_reads/busy_waiter");
+    let held = InterProcessMutex::new(&holder, &path).unwrap();
+    let waiting = InterProcessMutex::new(&waiter, &path).unwrap();
+    let stop = AtomicBool::new(false);
+    thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        s.spawn(|| {
+            while !stop.load(Ordering::SeqCst) {
+                let _ = waiter.exists(&path);
+            }
+        });
+        for round in 0..ROUNDS {
+            assert!(held.acquire_timeout(Duration::from_secs(10)).unwrap());
+            thread::scope(|inner| {
+                let acquire = inner.spawn(|| {
+                    let started = Instant::now();
+                    let got = waiting.acquire_timeout(Duration::from_secs(5)).unwrap();
+                    let took = started.elapsed();
+                    if got {
+                        waiting.release().unwrap();
+                    }
+                    (got, took)
+                });
+                wait_for_a_watch(&waiter);
+                held.release().unwrap();
+                let (got, took) = acquire.join().unwrap();
+                assert!(got, "round {round}: the waiter was not woken ({took:?})");
+            });
+        }
+    });
+}
+
+/// A wait that starts while the engine is still running the waker it
+/// waits for (held up here by an earlier waker of the same read) must not
+/// go to sleep on the socket, where nothing more comes to wake it: it
+/// returns at once, and the waker still runs. The first waker blocks the
+/// engine on purpose, for as long as the check takes.
+#[test]
+fn a_wait_that_starts_while_the_engine_runs_its_waker_does_not_sleep_on_the_socket() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), SESSION_TIMEOUT);
+    let other = connect(&server.connect_string(), SESSION_TIMEOUT);
+    let base = unique("/caller_reads/engine_waking");
+    let (held, fires) = (format!("{base}/held"), format!("{base}/fires"));
+    for node in [&held, &fires] {
+        other
+            .create()
+            .creating_parents_if_needed()
+            .for_path(node, b"")
+            .unwrap();
+    }
+    let (entered, in_waker) = bounded(1);
+    let (go, released) = bounded::<()>(1);
+    c.exists_watch_waker(&held, move |_| {
+        let _ = entered.send(());
+        let _ = released.recv_timeout(Duration::from_secs(5));
+    })
+    .unwrap();
+    let fired = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&fired);
+    c.exists_watch_waker(&fires, move |_| flag.store(true, Ordering::SeqCst))
+        .unwrap();
+    other
+        .transaction()
+        .delete(&held)
+        .delete(&fires)
+        .commit()
+        .unwrap();
+    in_waker
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the first waker never ran");
+    let (waiter, flag) = (c.clone(), Arc::clone(&fired));
+    let wait = thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        waiter.wait_reading(&|| flag.load(Ordering::SeqCst), Some(deadline))
+    });
+    let returned = call_within("the wait", Duration::from_secs(3), move || {
+        wait.join().unwrap()
+    });
+    let _ = go.send(());
+    assert!(!returned, "the waker ran while the first one still blocked");
+    wait_until(
+        Duration::from_secs(10),
+        || fired.load(Ordering::SeqCst),
+        || "the second waker never ran".into(),
     );
 }

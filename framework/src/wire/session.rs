@@ -16,7 +16,11 @@
 //! socket off, waits on it, reads and dispatches what comes exactly as
 //! the engine would, and switches the interest on again once its reply is
 //! in. That saves the engine's wake-up and the hand-over of each reply to
-//! the caller's thread. Either way a stalled server holds nobody past
+//! the caller's thread. A thread waiting for a watch event can read the
+//! same way (`WireSession::read_while`, for `Client::wait_reading`). The
+//! internal wakers a read fires run on the thread that read them, one
+//! batch at a time per session, in event order (`Wire::take_to_wake`).
+//! Either way a stalled server holds nobody past
 //! their own deadline, and a caller who gives up leaves its request in
 //! place: the late reply is read and dropped, never applied again.
 //! Requests are only ever sent again by the retry loop, on a later
@@ -371,6 +375,22 @@ impl WireSession {
         Ok(slots)
     }
 
+    /// Reads the connection on this thread while `waiting()` holds, until
+    /// `deadline`, so that the waker this thread waits for runs here (see
+    /// [`Client::wait_reading`](crate::Client::wait_reading)); true if
+    /// `waiting()` turned false after a read of this thread's.
+    pub(crate) fn read_while(&self, waiting: &dyn Fn() -> bool, deadline: Instant) -> bool {
+        if cancel::current().is_some() || engine::on_engine_thread() {
+            return false;
+        }
+        let wire = self.inner.inbox.lock().wire.clone();
+        let read_it = wire.is_some_and(|wire| self.inner.read_while(&wire, waiting, deadline));
+        if read_it {
+            metrics::add(&self.inner.cfg.counters.waits_read_by_waiter, 1);
+        }
+        read_it
+    }
+
     /// Why requests on this session fail now that it is over: `AuthFailed`
     /// after a rejected auth, `SessionExpired` after the server expired it
     /// (a retry policy decides whether to go on with the next session),
@@ -669,21 +689,46 @@ impl Inner {
     /// replies, watch events), and the interest is switched on again
     /// before the caller returns, so what arrives next is the engine's.
     fn read_own_reply(&self, wire: &Mutex<Wire>, slot: &ReplySlot, deadline: Instant) {
+        if self.read_while(wire, &|| slot.is_waiting(), deadline) {
+            metrics::add(&self.cfg.counters.replies_read_by_caller, 1);
+        }
+    }
+
+    /// Reads the connection on this thread while `waiting()` holds, until
+    /// `deadline`, as [`Inner::read_own_reply`] does for a reply; true if
+    /// `waiting()` turned false after a read of this thread's. A waker
+    /// that ends the wait is run by whoever read its event: this thread,
+    /// or the engine if it read it first, and then this thread does not
+    /// start reading (see [`Wire::take_to_wake`]).
+    fn read_while(
+        &self,
+        wire: &Mutex<Wire>,
+        waiting: &dyn Fn() -> bool,
+        deadline: Instant,
+    ) -> bool {
         let sock = {
-            let Some(mut w) = wire.try_lock() else { return };
-            let free = !w.reader && !w.done && w.broken.is_none() && !w.conn.has_output();
-            let Some(sock) = w.conn.plain_socket().filter(|_| free && slot.is_waiting()) else {
-                return;
+            let Some(mut w) = wire.try_lock() else {
+                return false;
             };
-            let Some(token) = w.token else { return };
+            let free = !w.reader && !w.done && w.broken.is_none() && !w.conn.has_output();
+            // Wakers taken or queued by another thread may be the ones
+            // this wait is for: it would sleep through their wake-up.
+            let quiet = !w.waking && !w.has_wakers();
+            let Some(sock) = w.conn.plain_socket().filter(|_| free && quiet && waiting()) else {
+                return false;
+            };
+            let Some(token) = w.token else {
+                return false;
+            };
             if self.engine.set_interest(sock.as_fd(), token, None).is_err() {
-                return;
+                return false;
             }
             w.reader = true;
             sock
         };
         let mut woken = Vec::new();
-        while slot.is_waiting() {
+        let mut read_it = false;
+        while waiting() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -708,17 +753,17 @@ impl Inner {
                 w.broken = Some(ended);
                 break;
             }
-            if !slot.is_waiting() {
-                metrics::add(&self.cfg.counters.replies_read_by_caller, 1);
-            }
-            self.let_go(w, &mut woken, false);
+            self.let_go(wire, w, &mut woken, false);
+            read_it = !waiting();
         }
         let mut w = wire.lock();
         w.reader = false;
         if w.done {
-            return;
+            return read_it;
         }
-        let Some(token) = w.token else { return };
+        let Some(token) = w.token else {
+            return read_it;
+        };
         let interest = w.interest();
         if let Err(e) = self
             .engine
@@ -729,21 +774,23 @@ impl Inner {
         }
         w.writable_interest = interest.is_writable();
         let broken = w.broken.is_some();
-        self.let_go(w, &mut woken, broken);
+        self.let_go(wire, w, &mut woken, broken);
+        read_it
     }
 
-    /// Lets go of the wire after a caller's read: wakes the callers it
-    /// answered, and asks the engine to serve the connection when `serve`
-    /// says so or when internal wakers wait for it (see
-    /// [`Wire::take_callers`]).
-    fn let_go(&self, mut wire: MutexGuard<'_, Wire>, woken: &mut Vec<Wake>, serve: bool) {
-        let wakers_left = wire.take_callers(woken);
-        let token = wire.token;
-        drop(wire);
-        for wake in woken.drain(..) {
-            wake.run();
-        }
-        if let Some(token) = token.filter(|_| serve || wakers_left) {
+    /// Lets go of the wire after a caller's read: wakes what it read (see
+    /// [`wake_from`]), and asks the engine to serve the connection when
+    /// `serve` says so.
+    fn let_go<'a>(
+        &self,
+        wire: &'a Mutex<Wire>,
+        guard: MutexGuard<'a, Wire>,
+        woken: &mut Vec<Wake>,
+        serve: bool,
+    ) {
+        let token = guard.token;
+        wake_from(wire, guard, woken);
+        if let Some(token) = token.filter(|_| serve) {
             self.engine.ready(token);
         }
     }
@@ -1241,9 +1288,11 @@ struct Wire {
     received: Vec<u8>,
     clocks: Clocks,
     xids: Xids,
-    /// Callers answered, and internal wakers fired, while the engine read;
-    /// woken once it lets go of the connection.
+    /// Callers answered, and internal wakers fired, by a read; woken once
+    /// the reader lets go of the connection.
     to_wake: Vec<Wake>,
+    /// A thread is running wakers it took from `to_wake`.
+    waking: bool,
     /// The engine's token for the connection, once attached.
     token: Option<Token>,
     /// A caller is reading (the engine's poll ignores the socket).
@@ -1272,10 +1321,18 @@ impl Wake {
 }
 
 impl Wire {
-    /// Moves the callers to wake into `into`, leaving internal wakers for
-    /// the engine, which runs every session's wakers on one thread in the
-    /// order their events came; true if any are left.
-    fn take_callers(&mut self, into: &mut Vec<Wake>) -> bool {
+    /// Moves what waits to be woken into `into`, in order: callers always,
+    /// internal wakers only if no other thread is running some (then that
+    /// thread runs them next). So a session's wakers run one batch at a
+    /// time, in the order their events came, on whichever thread read
+    /// them. True if this thread took wakers and must say when it is done
+    /// (see [`wake_from`]).
+    fn take_to_wake(&mut self, into: &mut Vec<Wake>) -> bool {
+        if !self.waking {
+            self.waking = self.has_wakers();
+            into.append(&mut self.to_wake);
+            return self.waking;
+        }
         let mut kept = 0;
         for i in 0..self.to_wake.len() {
             if matches!(self.to_wake[i], Wake::Caller(_)) {
@@ -1285,7 +1342,11 @@ impl Wire {
             kept += 1;
         }
         into.extend(self.to_wake.drain(kept..));
-        kept > 0
+        false
+    }
+
+    fn has_wakers(&self) -> bool {
+        self.to_wake.iter().any(|w| matches!(w, Wake::Wakers(..)))
     }
 
     /// What the poll watches for: readable always, writable only while
@@ -1332,9 +1393,9 @@ struct Live {
     dialer: Dialer,
     connected_at: Instant,
     ended: Ended,
-    /// `Wire::to_wake`'s twin, swapped with it to wake outside the lock
-    /// without allocating.
-    waking: Vec<Wake>,
+    /// Where `Wire::to_wake` is moved to wake outside the lock, kept to
+    /// save an allocation per round.
+    woken: Vec<Wake>,
 }
 
 impl Live {
@@ -1351,6 +1412,7 @@ impl Live {
             clocks: Clocks::new(negotiated),
             xids: dialer.xids,
             to_wake: Vec::new(),
+            waking: false,
             token: None,
             reader: false,
             writable_interest: false,
@@ -1364,7 +1426,7 @@ impl Live {
             dialer,
             connected_at: Instant::now(),
             ended: Ended::Dropped,
-            waking: Vec::new(),
+            woken: Vec::new(),
             inner,
         }
     }
@@ -1394,11 +1456,7 @@ impl Live {
             .broken
             .take()
             .or_else(|| Self::serve_wire(&self.inner, self.search.as_ref(), &mut wire, readable));
-        std::mem::swap(&mut wire.to_wake, &mut self.waking);
-        drop(wire);
-        for woken in self.waking.drain(..) {
-            woken.run();
-        }
+        wake_from(&self.wire, wire, &mut self.woken);
         ended
     }
 
@@ -1583,6 +1641,27 @@ impl Driven for Live {
                 dialer.pause_first = true;
                 redial(inner, dialer);
             }
+        }
+    }
+}
+
+/// Wakes, outside the lock, what `guard`'s wire holds to wake (see
+/// [`Wire::take_to_wake`]). A thread that took wakers then also runs any
+/// that other readers queued meanwhile, so none wait for a later read.
+fn wake_from<'a>(wire: &'a Mutex<Wire>, mut guard: MutexGuard<'a, Wire>, buf: &mut Vec<Wake>) {
+    loop {
+        let took_wakers = guard.take_to_wake(buf);
+        drop(guard);
+        for wake in buf.drain(..) {
+            wake.run();
+        }
+        if !took_wakers {
+            return;
+        }
+        guard = wire.lock();
+        guard.waking = false;
+        if guard.to_wake.is_empty() {
+            return;
         }
     }
 }
