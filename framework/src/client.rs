@@ -741,8 +741,9 @@ impl Client {
     /// to this one. Returns `done()`.
     ///
     /// It may return early, with `false`, whenever it cannot read: another
-    /// thread is reading, the connection is TLS or not there, the call is
-    /// cancellable, or the connection ended. The caller then waits for its
+    /// thread is reading, the connection is TLS or not there, this handle
+    /// has a cancel token (see [`Client::with_cancel`]; a cancel could not
+    /// wake a thread asleep on the socket), or the connection ended. The caller then waits for its
     /// waker as it would have. Only wakes that come from the connection end
     /// the wait at once (a watch event, the connection ending, the client
     /// closing); `done()` made true by anything else is seen at the next
@@ -768,7 +769,7 @@ impl Client {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        if let Some(s) = self.shared.session() {
+        if let Some(s) = self.shared.session().filter(|_| self.cancel.is_none()) {
             s.read_while(&|| !done(), reply_deadline(deadline));
         }
         done()

@@ -549,3 +549,19 @@ fn a_wait_that_starts_while_the_engine_runs_its_waker_does_not_sleep_on_the_sock
         || "the second waker never ran".into(),
     );
 }
+
+/// A handle with a cancel token does not wait on the socket, where a
+/// cancel could not wake it: `wait_reading` returns at once, and the
+/// caller waits for its waker as it would have.
+#[test]
+fn a_cancellable_handle_does_not_wait_on_the_socket() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), SESSION_TIMEOUT);
+    read_a_few_times(&c, "/");
+    let token = latchkey_framework::CancelToken::new();
+    let handle = c.with_cancel(Some(&token));
+    let done = call_within("wait_reading", Duration::from_secs(2), move || {
+        handle.wait_reading(&|| false, Some(Instant::now() + Duration::from_secs(5)))
+    });
+    assert!(!done);
+}
