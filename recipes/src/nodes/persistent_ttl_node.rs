@@ -30,7 +30,10 @@ const MAX_TTL: Duration = Duration::from_millis((1 << 40) - 1);
 /// a TTL is. So if this process dies, the child goes after a TTL and the
 /// parent a TTL after that; while it lives, the parent is kept without
 /// touching it, so watchers of the parent see no events from the
-/// keep-alive. Closing stops the touches and leaves the node to its TTL
+/// keep-alive. Curator makes the parent a container instead, which the
+/// server never deletes if the process dies before the first touch
+/// creates the child (Curator issue 1258); a TTL parent goes a TTL later
+/// either way. Closing stops the touches and leaves the node to its TTL
 /// (another `PersistentTtlNode` of the same path keeps it).
 ///
 /// The server must allow TTL nodes (`zookeeper.extendedTypesEnabled=true`);
