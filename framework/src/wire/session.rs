@@ -34,10 +34,12 @@
 //! session has expired the session reports it and stops: the framework
 //! starts a new one.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsFd;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -384,7 +386,25 @@ impl WireSession {
             return false;
         }
         let wire = self.inner.inbox.lock().wire.clone();
-        let read_it = wire.is_some_and(|wire| self.inner.read_while(&wire, waiting, deadline));
+        // A check that panics while this thread is the reader would leave
+        // the socket with no reader (the engine's interest off): it ends
+        // the read instead, and its panic goes on once the socket is the
+        // engine's again.
+        let panicked = Cell::new(None);
+        let checked = || {
+            if let Some(p) = panicked.take() {
+                panicked.set(Some(p));
+                return false;
+            }
+            catch_unwind(AssertUnwindSafe(waiting)).unwrap_or_else(|p| {
+                panicked.set(Some(p));
+                false
+            })
+        };
+        let read_it = wire.is_some_and(|wire| self.inner.read_while(&wire, &checked, deadline));
+        if let Some(p) = panicked.take() {
+            resume_unwind(p);
+        }
         if read_it {
             metrics::add(&self.inner.cfg.counters.waits_read_by_waiter, 1);
         }
@@ -706,6 +726,15 @@ impl Inner {
         waiting: &dyn Fn() -> bool,
         deadline: Instant,
     ) -> bool {
+        // `waiting()` may be a caller's check: it never runs under the
+        // wire's lock, which the engine thread (serving every session)
+        // would wait for. The loop below checks it again once this thread
+        // is the reader: a waker that ran before then was seen done here
+        // (`waking` is cleared under the lock after it runs), and an event
+        // not read yet is this thread's to read.
+        if !waiting() {
+            return false;
+        }
         let sock = {
             let Some(mut w) = wire.try_lock() else {
                 return false;
@@ -714,7 +743,7 @@ impl Inner {
             // Wakers taken or queued by another thread may be the ones
             // this wait is for: it would sleep through their wake-up.
             let quiet = !w.waking && !w.has_wakers();
-            let Some(sock) = w.conn.plain_socket().filter(|_| free && quiet && waiting()) else {
+            let Some(sock) = w.conn.plain_socket().filter(|_| free && quiet) else {
                 return false;
             };
             let Some(token) = w.token else {
