@@ -9,11 +9,11 @@ mod common;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use latchkey_framework::{CancelToken, Client, Error};
+use latchkey_framework::{CancelToken, Client, Error, ExponentialBackoffRetry, TlsConfig};
 use latchkey_recipes::{InterProcessMutex, InterProcessReadWriteLock};
-use latchkey_test::FaultProxy;
+use latchkey_test::{ClientAuth, FaultProxy, ServerConfig, TestCerts, TestingServer};
 
-use common::{call_within, connect, shared_server, unique, wait_until, Watchdog};
+use common::{call_within, connect, shared_server, start_connected, unique, wait_until, Watchdog};
 
 const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -232,4 +232,64 @@ fn a_reader_that_joined_a_watch_whose_arming_failed_is_woken_at_once() {
         second.1,
         c.metrics()
     );
+}
+
+/// Over TLS a waiter cannot wait on the socket (the TLS session, not the
+/// socket, says what is readable): `wait_reading` returns at once, and a
+/// lock waiter is woken by the engine as before, at once.
+#[test]
+fn over_tls_a_waiter_does_not_read_and_is_woken_at_once() {
+    let certs = TestCerts::generate().unwrap();
+    let server = TestingServer::start_with(ServerConfig::default().tls(&certs, ClientAuth::None))
+        .expect("start a TLS ZooKeeper");
+    let secure = server.secure_connect_string().expect("server serves TLS");
+    let tls_client = || {
+        start_connected(
+            Client::builder()
+                .connect_string(&secure)
+                .session_timeout(SESSION_TIMEOUT)
+                .connection_timeout(Duration::from_secs(5))
+                .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 10))
+                .tls(TlsConfig::new(certs.ca_file())),
+        )
+    };
+    let (holder, waiter) = (tls_client(), tls_client());
+    warm_up(&waiter);
+    let w = waiter.clone();
+    let (done, took) = call_within(
+        "wait_reading over TLS",
+        Duration::from_secs(10),
+        move || {
+            let started = Instant::now();
+            let done = w.wait_reading(&|| false, Some(Instant::now() + Duration::from_secs(5)));
+            (done, started.elapsed())
+        },
+    );
+    assert!(!done);
+    assert!(took < Duration::from_secs(1), "wait_reading took {took:?}");
+    let path = unique("/lock_waiter_reads/tls");
+    let held = InterProcessMutex::new(&holder, &path).unwrap();
+    assert!(held.acquire_timeout(Duration::from_secs(10)).unwrap());
+    let waiting = InterProcessMutex::new(&waiter, &path).unwrap();
+    let acquire = thread::spawn(move || {
+        let got = waiting.acquire_timeout(Duration::from_secs(15));
+        let at = Instant::now();
+        if let Ok(true) = got {
+            waiting.release().unwrap();
+        }
+        (got, at)
+    });
+    wait_for_a_watch(&waiter);
+    let released = Instant::now();
+    held.release().unwrap();
+    let (got, at) = call_within("the acquire", Duration::from_secs(20), move || {
+        acquire.join().unwrap()
+    });
+    assert!(matches!(got, Ok(true)), "{got:?}");
+    let took = at.saturating_duration_since(released);
+    assert!(
+        took < PROMPT,
+        "the waiter got the lock {took:?} after the release"
+    );
+    assert_eq!(waiter.metrics().waits_read_by_waiter, 0);
 }
