@@ -237,3 +237,110 @@ fn wakers_of_a_session_do_not_overlap_across_a_reconnection() {
         "the second waker ran while the first (run by the waiting thread) still ran"
     );
 }
+
+/// A waker that panics, run by the waiting thread that read its event:
+/// the next waker of the same read still runs there, and the wait ends.
+#[test]
+fn a_panicking_waker_run_by_a_waiting_thread_does_not_end_its_wait() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), SESSION_TIMEOUT);
+    let other = connect(&server.connect_string(), SESSION_TIMEOUT);
+    let base = unique("/wait_reading_edges/panicking_waker");
+    let (bad, good) = (format!("{base}/bad"), format!("{base}/good"));
+    for node in [&bad, &good] {
+        other
+            .create()
+            .creating_parents_if_needed()
+            .for_path(node, b"")
+            .unwrap();
+    }
+    warm_up(&c);
+    c.exists_watch_waker(&bad, |_| panic!("a waker fails"))
+        .unwrap();
+    let fired = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&fired);
+    c.exists_watch_waker(&good, move |_| flag.store(true, Ordering::SeqCst))
+        .unwrap();
+    let before = c.metrics().waits_read_by_waiter;
+    let (reading_tx, reading) = bounded(1);
+    let (waiter, flag) = (c.clone(), Arc::clone(&fired));
+    let wait = thread::spawn(move || {
+        let calls = AtomicUsize::new(0);
+        let done = || {
+            if calls.fetch_add(1, Ordering::SeqCst) == 1 {
+                let _ = reading_tx.send(());
+            }
+            flag.load(Ordering::SeqCst)
+        };
+        let started = Instant::now();
+        let done = waiter.wait_reading(&done, Some(Instant::now() + Duration::from_secs(8)));
+        (done, started.elapsed())
+    });
+    reading
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waiting thread never read");
+    other
+        .transaction()
+        .delete(&bad)
+        .delete(&good)
+        .commit()
+        .unwrap();
+    let (done, took) = call_within("the wait", Duration::from_secs(12), move || {
+        wait.join().unwrap()
+    });
+    assert!(done, "the wait ended without the second waker ({took:?})");
+    assert!(took < Duration::from_secs(3), "the wait took {took:?}");
+    assert!(
+        c.metrics().waits_read_by_waiter > before,
+        "{:?}",
+        c.metrics()
+    );
+    c.get_data("/").unwrap();
+}
+
+/// The connection under a waiting thread goes silent: the engine's
+/// silence check (2/3 of a 3 s session timeout) ends it, which wakes the
+/// thread well before the 5 s a read waits at most, and the client
+/// reconnects.
+#[test]
+fn a_silent_connection_under_a_waiting_thread_ends_on_time() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = connect(&proxy.connect_string(), Duration::from_secs(3));
+    warm_up(&c);
+    let (reading_tx, reading) = bounded(1);
+    let waiter = c.clone();
+    let wait = thread::spawn(move || {
+        let calls = AtomicUsize::new(0);
+        let done = || {
+            if calls.fetch_add(1, Ordering::SeqCst) == 1 {
+                let _ = reading_tx.send(());
+            }
+            false
+        };
+        let deadline = Some(Instant::now() + Duration::from_secs(20));
+        let done = waiter.wait_reading(&done, deadline);
+        (done, Instant::now())
+    });
+    reading
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waiting thread never read");
+    let paused = Instant::now();
+    proxy.pause();
+    let (done, at) = call_within("the wait", Duration::from_secs(25), move || {
+        wait.join().unwrap()
+    });
+    proxy.resume();
+    let took = at.saturating_duration_since(paused);
+    assert!(!done);
+    assert!(
+        took < Duration::from_millis(4500),
+        "the wait ended {took:?} after the silence began: {:?}",
+        c.state_history()
+    );
+    wait_until(
+        Duration::from_secs(15),
+        || c.state().is_some_and(|s| s.is_connected()) && c.metrics().suspensions > 0,
+        || format!("no reconnection: {:?}", c.state_history()),
+    );
+}
