@@ -344,3 +344,58 @@ fn a_silent_connection_under_a_waiting_thread_ends_on_time() {
         || format!("no reconnection: {:?}", c.state_history()),
     );
 }
+
+/// A write the socket takes in parts while another thread waits reading
+/// the connection (as a lock waiter does, for as long as the lock is
+/// held): the rest must still go out as the socket takes it, not wait for
+/// the waiting thread to give the socket back. 16 MiB to a fake server
+/// that reads everything and answers only once the whole request is in.
+#[test]
+fn a_write_taken_in_parts_while_a_thread_waits_reading_still_goes_out() {
+    use latchkey_framework::RetryNTimes;
+    use latchkey_test::fake_server::{FakeServer, Reply, Script};
+    let fake = FakeServer::start(Script {
+        default_reply: Reply::Error(-101), // NoNode
+        ..Script::default()
+    })
+    .unwrap();
+    let c = common::start_connected(
+        Client::builder()
+            .connect_string(fake.connect_string())
+            .session_timeout(SESSION_TIMEOUT)
+            .connection_timeout(Duration::from_secs(5))
+            .max_request_size(32 << 20)
+            .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
+    );
+    assert!(c.exists("/a").unwrap().is_none());
+    let (reading_tx, reading) = bounded(1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (waiter, stopped) = (c.clone(), Arc::clone(&stop));
+    let wait = thread::spawn(move || {
+        let calls = AtomicUsize::new(0);
+        let done = || {
+            if calls.fetch_add(1, Ordering::SeqCst) == 1 {
+                let _ = reading_tx.send(());
+            }
+            stopped.load(Ordering::SeqCst)
+        };
+        waiter.wait_reading(&done, Some(Instant::now() + Duration::from_secs(20)))
+    });
+    reading
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waiting thread never read");
+    let writer = c.with_timeout(Duration::from_secs(6));
+    let (result, took) = call_within("the 16 MiB write", Duration::from_secs(15), move || {
+        let t0 = Instant::now();
+        let result = writer.set_data("/big", &vec![0u8; 16 << 20], None);
+        (result, t0.elapsed())
+    });
+    stop.store(true, Ordering::SeqCst);
+    let _ = c.exists("/a"); // a reply, so that the waiting thread looks
+    let _ = call_within("the wait", Duration::from_secs(25), move || wait.join());
+    let err = result.expect_err("the fake answers NoNode");
+    assert!(
+        err.is(latchkey_framework::ErrorCode::NoNode),
+        "{err} after {took:?}: the write never went out whole while a thread waited reading"
+    );
+}
