@@ -752,6 +752,9 @@ impl Inner {
             if self.engine.set_interest(sock.as_fd(), token, None).is_err() {
                 return false;
             }
+            // The poll hears of nothing now; if a write is taken in parts
+            // meanwhile, the engine asks to hear of writability again.
+            w.writable_interest = false;
             w.reader = true;
             sock
         };
@@ -1514,13 +1517,18 @@ impl Live {
             log::debug!("write failed, dropping connection: {e}");
             return Some(Ended::Dropped);
         }
-        if wire.conn.has_output() && !wire.writable_interest && !wire.reader {
-            // Told when the socket takes more (a caller reading switches
-            // this interest on itself when it is done).
+        if wire.conn.has_output() && !wire.writable_interest {
+            // Told when the socket takes more. While a caller reads (for
+            // as long as a lock is held, for a lock waiter), the poll is
+            // told of writes only: the caller reads, and puts the whole
+            // interest back when it is done.
             let Some(token) = wire.token else {
                 return Some(Ended::Dropped);
             };
-            let interest = wire.interest();
+            let interest = match wire.reader {
+                true => Interest::WRITABLE,
+                false => wire.interest(),
+            };
             if let Err(e) = inner
                 .engine
                 .set_interest(wire.conn.fd(), token, Some(interest))
