@@ -399,3 +399,57 @@ fn a_write_taken_in_parts_while_a_thread_waits_reading_still_goes_out() {
         "{err} after {took:?}: the write never went out whole while a thread waited reading"
     );
 }
+
+/// A waiting thread held up (here by a slow waker it runs; a thread
+/// descheduled on a busy machine is the same) past the silence bound
+/// while the server keeps answering: the replies wait in the socket, the
+/// connection is not silent, and must not be dropped as if it were.
+#[test]
+fn a_waiting_thread_held_up_does_not_make_a_live_connection_look_silent() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), Duration::from_secs(3));
+    let other = connect(&server.connect_string(), SESSION_TIMEOUT);
+    let node = unique("/wait_reading_edges/held_up");
+    other
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&node, b"")
+        .unwrap();
+    warm_up(&c);
+    let fired = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&fired);
+    // Past the 2 s silence bound of a 3 s session, and less than the
+    // session: the server keeps the session, and pings are answered.
+    c.exists_watch_waker(&node, move |_| {
+        thread::sleep(Duration::from_millis(2600));
+        flag.store(true, Ordering::SeqCst);
+    })
+    .unwrap();
+    let (reading_tx, reading) = bounded(1);
+    let (waiter, flag) = (c.clone(), Arc::clone(&fired));
+    let wait = thread::spawn(move || {
+        let calls = AtomicUsize::new(0);
+        let done = || {
+            if calls.fetch_add(1, Ordering::SeqCst) == 1 {
+                let _ = reading_tx.send(());
+            }
+            flag.load(Ordering::SeqCst)
+        };
+        waiter.wait_reading(&done, Some(Instant::now() + Duration::from_secs(10)))
+    });
+    reading
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waiting thread never read");
+    other.delete().for_path(&node).unwrap();
+    let done = call_within("the wait", Duration::from_secs(15), move || {
+        wait.join().unwrap()
+    });
+    assert!(done, "the waker never ran");
+    c.get_data("/").unwrap();
+    assert_eq!(
+        c.metrics().suspensions,
+        0,
+        "the connection was dropped as silent: {:?}",
+        c.state_history()
+    );
+}
