@@ -1543,7 +1543,10 @@ impl Live {
                 return Some(ended);
             }
         }
-        if wire.clocks.silent(Instant::now()) {
+        // A thread reading for the engine may be held up (running a
+        // waker, or descheduled) with replies waiting in the socket: the
+        // connection is not silent then, only its reader is slow.
+        if wire.clocks.silent(Instant::now()) && !(wire.reader && input_waiting(&wire.conn)) {
             log::info!(
                 "no reply from server for {:?}, reconnecting",
                 wire.clocks.read_timeout
@@ -1701,6 +1704,22 @@ fn wake_from<'a>(wire: &'a Mutex<Wire>, mut guard: MutexGuard<'a, Wire>, buf: &m
             return;
         }
     }
+}
+
+/// Whether bytes wait to be read on `conn`'s (plain) socket, and it has
+/// not hung up.
+fn input_waiting(conn: &Conn) -> bool {
+    let Some(sock) = conn.plain_socket() else {
+        return false;
+    };
+    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+    if !matches!(nix::poll::poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0) {
+        return false;
+    }
+    let ended = PollFlags::POLLHUP | PollFlags::POLLERR;
+    fds[0]
+        .revents()
+        .is_some_and(|r| r.contains(PollFlags::POLLIN) && !r.intersects(ended))
 }
 
 /// Starts connecting again after a connection ended.
