@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use latchkey_framework::{CancelToken, Client, Error, ExponentialBackoffRetry, TlsConfig};
-use latchkey_recipes::{InterProcessMutex, InterProcessReadWriteLock};
+use latchkey_recipes::{InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2};
 use latchkey_test::{ClientAuth, FaultProxy, ServerConfig, TestCerts, TestingServer};
 
 use common::{call_within, connect, shared_server, start_connected, unique, wait_until, Watchdog};
@@ -292,4 +292,92 @@ fn over_tls_a_waiter_does_not_read_and_is_woken_at_once() {
         "the waiter got the lock {took:?} after the release"
     );
     assert_eq!(waiter.metrics().waits_read_by_waiter, 0);
+}
+
+/// A semaphore waiter and a mutex waiter on one client: the mutex waiter
+/// reads the connection, so the semaphore's event (its waker) is read and
+/// run on the mutex waiter's thread; the semaphore waiter must still get
+/// its lease at once, and the mutex waiter its lock after.
+#[test]
+fn a_semaphore_waiter_beside_a_reading_mutex_waiter_gets_in_at_once() {
+    let server = shared_server();
+    let holder = connect(&server.connect_string(), SESSION_TIMEOUT);
+    let c = connect(&server.connect_string(), SESSION_TIMEOUT);
+    warm_up(&c);
+    let base = unique("/lock_waiter_reads/beside");
+    let (mutex_path, sem_path) = (format!("{base}/mutex"), format!("{base}/sem"));
+    let held = InterProcessMutex::new(&holder, &mutex_path).unwrap();
+    assert!(held.acquire_timeout(Duration::from_secs(10)).unwrap());
+    let sem = InterProcessSemaphoreV2::new(&holder, &sem_path, 1).unwrap();
+    let lease = sem
+        .acquire_timeout(Duration::from_secs(10))
+        .unwrap()
+        .expect("the holder's lease");
+    let waiting_mutex = InterProcessMutex::new(&c, &mutex_path).unwrap();
+    let waiting_sem = InterProcessSemaphoreV2::new(&c, &sem_path, 1).unwrap();
+    let _watchdog = Watchdog::new("the waiters", Duration::from_secs(40));
+    thread::scope(|s| {
+        let m = s.spawn(|| {
+            let got = waiting_mutex.acquire_timeout(Duration::from_secs(15));
+            let at = Instant::now();
+            if let Ok(true) = got {
+                waiting_mutex.release().unwrap();
+            }
+            (got, at)
+        });
+        let l = s.spawn(|| {
+            let got = waiting_sem.acquire_timeout(Duration::from_secs(15));
+            (got.map(|l| l.is_some()), Instant::now())
+        });
+        wait_until(
+            Duration::from_secs(10),
+            || c.pending_watches() >= 2,
+            || format!("the waiters set no watches: {}", c.pending_watches()),
+        );
+        let released = Instant::now();
+        drop(lease);
+        let (got, at) = l.join().unwrap();
+        assert!(matches!(got, Ok(true)), "semaphore: {got:?}");
+        let took = at.saturating_duration_since(released);
+        assert!(took < PROMPT, "the lease came {took:?} after the release");
+        let released = Instant::now();
+        held.release().unwrap();
+        let (got, at) = m.join().unwrap();
+        assert!(matches!(got, Ok(true)), "mutex: {got:?}");
+        let took = at.saturating_duration_since(released);
+        assert!(took < PROMPT, "the lock came {took:?} after the release");
+    });
+}
+
+/// `wait_reading` with no deadline and a check that never holds, on a
+/// client closed meanwhile: it returns at once.
+#[test]
+fn closing_the_client_ends_a_wait_with_no_deadline() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), SESSION_TIMEOUT);
+    warm_up(&c);
+    let (reading_tx, reading) = crossbeam_channel::bounded(1);
+    let waiter = c.clone();
+    let wait = thread::spawn(move || {
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let done = || {
+            if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+                let _ = reading_tx.send(());
+            }
+            false
+        };
+        let done = waiter.wait_reading(&done, None);
+        (done, Instant::now())
+    });
+    reading
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waiting thread never read");
+    let closed = Instant::now();
+    c.close();
+    let (done, at) = call_within("the wait", Duration::from_secs(10), move || {
+        wait.join().unwrap()
+    });
+    assert!(!done);
+    let took = at.saturating_duration_since(closed);
+    assert!(took < PROMPT, "the wait ended {took:?} after the close");
 }
