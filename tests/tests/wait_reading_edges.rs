@@ -453,3 +453,67 @@ fn a_waiting_thread_held_up_does_not_make_a_live_connection_look_silent() {
         c.state_history()
     );
 }
+
+/// Many watches fire at once (one transaction deletes 40 nodes) while a
+/// thread waits reading: each waker runs exactly once, in the order of
+/// the deletions, and the wait ends when the last one has run.
+#[test]
+fn many_wakers_read_by_a_waiting_thread_run_once_each_in_order() {
+    const N: usize = 40;
+    let server = shared_server();
+    let c = connect(&server.connect_string(), SESSION_TIMEOUT);
+    let other = connect(&server.connect_string(), SESSION_TIMEOUT);
+    let base = unique("/wait_reading_edges/many");
+    let nodes: Vec<String> = (0..N).map(|i| format!("{base}/n{i:02}")).collect();
+    for node in &nodes {
+        other
+            .create()
+            .creating_parents_if_needed()
+            .for_path(node, b"")
+            .unwrap();
+    }
+    warm_up(&c);
+    let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+    for (i, node) in nodes.iter().enumerate() {
+        let ran = Arc::clone(&ran);
+        c.exists_watch_waker(node, move |_| ran.lock().unwrap().push(i))
+            .unwrap();
+    }
+    let (reading_tx, reading) = bounded(1);
+    let (waiter, seen) = (c.clone(), Arc::clone(&ran));
+    let wait = thread::spawn(move || {
+        let calls = AtomicUsize::new(0);
+        let done = || {
+            if calls.fetch_add(1, Ordering::SeqCst) == 1 {
+                let _ = reading_tx.send(());
+            }
+            seen.lock().unwrap().len() >= N
+        };
+        let started = Instant::now();
+        let done = waiter.wait_reading(&done, Some(Instant::now() + Duration::from_secs(8)));
+        (done, started.elapsed())
+    });
+    reading
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waiting thread never read");
+    // Reversed, so that the order is the transaction's, not the names'.
+    let mut tx = other.transaction();
+    for node in nodes.iter().rev() {
+        tx = tx.delete(node);
+    }
+    tx.commit().unwrap();
+    let (done, took) = call_within("the wait", Duration::from_secs(12), move || {
+        wait.join().unwrap()
+    });
+    assert!(
+        done,
+        "not every waker ran ({took:?}): {:?}",
+        ran.lock().unwrap()
+    );
+    assert!(took < Duration::from_secs(3), "the wait took {took:?}");
+    let want: Vec<usize> = (0..N).rev().collect();
+    assert_eq!(*ran.lock().unwrap(), want);
+    // No waker runs twice later on.
+    c.get_data("/").unwrap();
+    assert_eq!(ran.lock().unwrap().len(), N);
+}
