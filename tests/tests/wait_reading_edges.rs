@@ -1,8 +1,11 @@
 //! Edges of `Client::wait_reading`, where a waiting thread reads its
 //! client's connection itself: what the `done` check it is given may do
-//! (call the client, panic), and what the wakers the reading thread runs
-//! may meet (the connection ending and coming back meanwhile). Each test
-//! bounds every wait, so that a stall fails it in seconds.
+//! (call the client, panic); what the wakers the reading thread runs may
+//! meet (a panic, many at once, the connection ending and coming back
+//! meanwhile); what other threads of the client need meanwhile (a large
+//! write going out, the connection not looking silent while the reader
+//! is held up). Each test bounds every wait, so that a stall fails it in
+//! seconds.
 
 mod common;
 
