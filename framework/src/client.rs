@@ -749,6 +749,12 @@ impl Client {
     /// closing); `done()` made true by anything else is seen at the next
     /// read, or after at most 5 s.
     ///
+    /// `done` runs on this thread while it reads for the connection, so,
+    /// like a waker, it must return at once and must not call the client
+    /// (the call's reply would wait for this thread until the call's
+    /// deadline). A panic in `done` ends the wait, gives the connection
+    /// back, and goes on to the caller.
+    ///
     /// ```no_run
     /// # fn f(client: &latchkey_framework::Client, path: &str) -> latchkey_framework::Result<()> {
     /// use std::sync::atomic::{AtomicBool, Ordering};

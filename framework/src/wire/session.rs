@@ -19,7 +19,7 @@
 //! the caller's thread. A thread waiting for a watch event can read the
 //! same way (`WireSession::read_while`, for `Client::wait_reading`). The
 //! internal wakers a read fires run on the thread that read them, one
-//! batch at a time per session, in event order (`Wire::take_to_wake`).
+//! batch at a time per session, in event order (`wake_from`).
 //! Either way a stalled server holds nobody past
 //! their own deadline, and a caller who gives up leaves its request in
 //! place: the late reply is read and dropped, never applied again.
@@ -34,10 +34,12 @@
 //! session has expired the session reports it and stops: the framework
 //! starts a new one.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsFd;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -226,6 +228,19 @@ struct Inner {
     events: EventSink,
     /// Runs watch callbacks (not wakers), started with the first one.
     watch_events: LazyThread<(Vec<WatchFn>, WatchedEvent)>,
+    /// The session's wakers waiting for the thread running some: one
+    /// thread at a time runs them, across connections too (see
+    /// [`wake_from`]).
+    wakers: Mutex<WakerTurn>,
+}
+
+/// Whose turn it is to run a session's wakers.
+#[derive(Default)]
+struct WakerTurn {
+    /// A thread is running wakers; it runs `queue` too before it stops.
+    running: bool,
+    /// Wakers read meanwhile, in the order of their events.
+    queue: Vec<Wake>,
 }
 
 /// A handle on one session; cheap to clone.
@@ -273,6 +288,7 @@ impl WireSession {
             auth_failure: Mutex::new(String::new()),
             events,
             watch_events: LazyThread::new("latchkey-watch", run_watchers),
+            wakers: Mutex::new(WakerTurn::default()),
         });
         Arc::clone(&inner)
             .dial_in_background(Dialer::new())
@@ -384,7 +400,25 @@ impl WireSession {
             return false;
         }
         let wire = self.inner.inbox.lock().wire.clone();
-        let read_it = wire.is_some_and(|wire| self.inner.read_while(&wire, waiting, deadline));
+        // A check that panics while this thread is the reader would leave
+        // the socket with no reader (the engine's interest off): it ends
+        // the read instead, and its panic goes on once the socket is the
+        // engine's again.
+        let panicked = Cell::new(None);
+        let checked = || {
+            if let Some(p) = panicked.take() {
+                panicked.set(Some(p));
+                return false;
+            }
+            catch_unwind(AssertUnwindSafe(waiting)).unwrap_or_else(|p| {
+                panicked.set(Some(p));
+                false
+            })
+        };
+        let read_it = wire.is_some_and(|wire| self.inner.read_while(&wire, &checked, deadline));
+        if let Some(p) = panicked.take() {
+            resume_unwind(p);
+        }
         if read_it {
             metrics::add(&self.inner.cfg.counters.waits_read_by_waiter, 1);
         }
@@ -699,13 +733,22 @@ impl Inner {
     /// `waiting()` turned false after a read of this thread's. A waker
     /// that ends the wait is run by whoever read its event: this thread,
     /// or the engine if it read it first, and then this thread does not
-    /// start reading (see [`Wire::take_to_wake`]).
+    /// start reading (see [`wake_from`]).
     fn read_while(
         &self,
         wire: &Mutex<Wire>,
         waiting: &dyn Fn() -> bool,
         deadline: Instant,
     ) -> bool {
+        // `waiting()` may be a caller's check: it never runs under the
+        // wire's lock, which the engine thread (serving every session)
+        // would wait for. The loop below checks it again once this thread
+        // is the reader: a waker that ran before then was seen done here
+        // (`running` is cleared under a lock after it runs), and an event
+        // not read yet is this thread's to read.
+        if !waiting() {
+            return false;
+        }
         let sock = {
             let Some(mut w) = wire.try_lock() else {
                 return false;
@@ -713,8 +756,8 @@ impl Inner {
             let free = !w.reader && !w.done && w.broken.is_none() && !w.conn.has_output();
             // Wakers taken or queued by another thread may be the ones
             // this wait is for: it would sleep through their wake-up.
-            let quiet = !w.waking && !w.has_wakers();
-            let Some(sock) = w.conn.plain_socket().filter(|_| free && quiet && waiting()) else {
+            let quiet = !w.has_wakers() && !self.wakers.lock().running;
+            let Some(sock) = w.conn.plain_socket().filter(|_| free && quiet) else {
                 return false;
             };
             let Some(token) = w.token else {
@@ -723,6 +766,9 @@ impl Inner {
             if self.engine.set_interest(sock.as_fd(), token, None).is_err() {
                 return false;
             }
+            // The poll hears of nothing now; if a write is taken in parts
+            // meanwhile, the engine asks to hear of writability again.
+            w.writable_interest = false;
             w.reader = true;
             sock
         };
@@ -753,7 +799,7 @@ impl Inner {
                 w.broken = Some(ended);
                 break;
             }
-            self.let_go(wire, w, &mut woken, false);
+            self.let_go(w, &mut woken, false);
             read_it = !waiting();
         }
         let mut w = wire.lock();
@@ -774,22 +820,16 @@ impl Inner {
         }
         w.writable_interest = interest.is_writable();
         let broken = w.broken.is_some();
-        self.let_go(wire, w, &mut woken, broken);
+        self.let_go(w, &mut woken, broken);
         read_it
     }
 
     /// Lets go of the wire after a caller's read: wakes what it read (see
     /// [`wake_from`]), and asks the engine to serve the connection when
     /// `serve` says so.
-    fn let_go<'a>(
-        &self,
-        wire: &'a Mutex<Wire>,
-        guard: MutexGuard<'a, Wire>,
-        woken: &mut Vec<Wake>,
-        serve: bool,
-    ) {
+    fn let_go(&self, guard: MutexGuard<'_, Wire>, woken: &mut Vec<Wake>, serve: bool) {
         let token = guard.token;
-        wake_from(wire, guard, woken);
+        wake_from(self, guard, woken);
         if let Some(token) = token.filter(|_| serve) {
             self.engine.ready(token);
         }
@@ -1291,8 +1331,6 @@ struct Wire {
     /// Callers answered, and internal wakers fired, by a read; woken once
     /// the reader lets go of the connection.
     to_wake: Vec<Wake>,
-    /// A thread is running wakers it took from `to_wake`.
-    waking: bool,
     /// The engine's token for the connection, once attached.
     token: Option<Token>,
     /// A caller is reading (the engine's poll ignores the socket).
@@ -1321,30 +1359,6 @@ impl Wake {
 }
 
 impl Wire {
-    /// Moves what waits to be woken into `into`, in order: callers always,
-    /// internal wakers only if no other thread is running some (then that
-    /// thread runs them next). So a session's wakers run one batch at a
-    /// time, in the order their events came, on whichever thread read
-    /// them. True if this thread took wakers and must say when it is done
-    /// (see [`wake_from`]).
-    fn take_to_wake(&mut self, into: &mut Vec<Wake>) -> bool {
-        if !self.waking {
-            self.waking = self.has_wakers();
-            into.append(&mut self.to_wake);
-            return self.waking;
-        }
-        let mut kept = 0;
-        for i in 0..self.to_wake.len() {
-            if matches!(self.to_wake[i], Wake::Caller(_)) {
-                continue;
-            }
-            self.to_wake.swap(kept, i);
-            kept += 1;
-        }
-        into.extend(self.to_wake.drain(kept..));
-        false
-    }
-
     fn has_wakers(&self) -> bool {
         self.to_wake.iter().any(|w| matches!(w, Wake::Wakers(..)))
     }
@@ -1412,7 +1426,6 @@ impl Live {
             clocks: Clocks::new(negotiated),
             xids: dialer.xids,
             to_wake: Vec::new(),
-            waking: false,
             token: None,
             reader: false,
             writable_interest: false,
@@ -1456,7 +1469,7 @@ impl Live {
             .broken
             .take()
             .or_else(|| Self::serve_wire(&self.inner, self.search.as_ref(), &mut wire, readable));
-        wake_from(&self.wire, wire, &mut self.woken);
+        wake_from(&self.inner, wire, &mut self.woken);
         ended
     }
 
@@ -1485,13 +1498,18 @@ impl Live {
             log::debug!("write failed, dropping connection: {e}");
             return Some(Ended::Dropped);
         }
-        if wire.conn.has_output() && !wire.writable_interest && !wire.reader {
-            // Told when the socket takes more (a caller reading switches
-            // this interest on itself when it is done).
+        if wire.conn.has_output() && !wire.writable_interest {
+            // Told when the socket takes more. While a caller reads (for
+            // as long as a lock is held, for a lock waiter), the poll is
+            // told of writes only: the caller reads, and puts the whole
+            // interest back when it is done.
             let Some(token) = wire.token else {
                 return Some(Ended::Dropped);
             };
-            let interest = wire.interest();
+            let interest = match wire.reader {
+                true => Interest::WRITABLE,
+                false => wire.interest(),
+            };
             if let Err(e) = inner
                 .engine
                 .set_interest(wire.conn.fd(), token, Some(interest))
@@ -1506,7 +1524,10 @@ impl Live {
                 return Some(ended);
             }
         }
-        if wire.clocks.silent(Instant::now()) {
+        // A thread reading for the engine may be held up (running a
+        // waker, or descheduled) with replies waiting in the socket: the
+        // connection is not silent then, only its reader is slow.
+        if wire.clocks.silent(Instant::now()) && !(wire.reader && input_waiting(&wire.conn)) {
             log::info!(
                 "no reply from server for {:?}, reconnecting",
                 wire.clocks.read_timeout
@@ -1593,21 +1614,15 @@ impl Driven for Live {
         }
         // No caller reaches the wire from here on.
         inner.inbox.lock().close();
-        let (pending, last_recv, to_wake) = {
-            let mut wire = wire.lock();
-            dialer.xids = wire.xids;
-            // Wakers a caller's read left for the engine still run.
-            let to_wake = std::mem::take(&mut wire.to_wake);
-            (
-                std::mem::take(&mut wire.pending),
-                wire.clocks.last_recv,
-                to_wake,
-            )
+        let (pending, last_recv) = {
+            let mut guard = wire.lock();
+            dialer.xids = guard.xids;
+            let taken = (std::mem::take(&mut guard.pending), guard.clocks.last_recv);
+            // What a read left to wake still runs, in its turn.
+            wake_from(&inner, guard, &mut Vec::new());
+            taken
         };
         drop(wire);
-        for woken in to_wake {
-            woken.run();
-        }
         let error = || match &ended {
             Ended::AuthFailed(why, _) => Error::AuthFailed {
                 reason: why.clone(),
@@ -1645,25 +1660,64 @@ impl Driven for Live {
     }
 }
 
-/// Wakes, outside the lock, what `guard`'s wire holds to wake (see
-/// [`Wire::take_to_wake`]). A thread that took wakers then also runs any
-/// that other readers queued meanwhile, so none wait for a later read.
-fn wake_from<'a>(wire: &'a Mutex<Wire>, mut guard: MutexGuard<'a, Wire>, buf: &mut Vec<Wake>) {
+/// Wakes, outside the lock, what `guard`'s wire holds to wake: callers
+/// at once; a session's wakers one thread at a time, in the order their
+/// events came, across connections too. The thread that finds no one
+/// running wakers runs what it read, in order, then what other threads
+/// queued meanwhile; another thread only queues its wakers for it.
+fn wake_from(inner: &Inner, mut guard: MutexGuard<'_, Wire>, buf: &mut Vec<Wake>) {
+    let runner = {
+        let mut turn = inner.wakers.lock();
+        if turn.running {
+            for wake in guard.to_wake.drain(..) {
+                match wake {
+                    Wake::Caller(_) => buf.push(wake),
+                    Wake::Wakers(..) => turn.queue.push(wake),
+                }
+            }
+            false
+        } else {
+            turn.running = guard.has_wakers();
+            buf.append(&mut guard.to_wake);
+            turn.running
+        }
+    };
+    drop(guard);
+    for wake in buf.drain(..) {
+        wake.run();
+    }
+    if !runner {
+        return;
+    }
     loop {
-        let took_wakers = guard.take_to_wake(buf);
-        drop(guard);
+        {
+            let mut turn = inner.wakers.lock();
+            if turn.queue.is_empty() {
+                turn.running = false;
+                return;
+            }
+            std::mem::swap(&mut turn.queue, buf);
+        }
         for wake in buf.drain(..) {
             wake.run();
         }
-        if !took_wakers {
-            return;
-        }
-        guard = wire.lock();
-        guard.waking = false;
-        if guard.to_wake.is_empty() {
-            return;
-        }
     }
+}
+
+/// Whether bytes wait to be read on `conn`'s (plain) socket, and it has
+/// not hung up.
+fn input_waiting(conn: &Conn) -> bool {
+    let Some(sock) = conn.plain_socket() else {
+        return false;
+    };
+    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+    if !matches!(nix::poll::poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0) {
+        return false;
+    }
+    let ended = PollFlags::POLLHUP | PollFlags::POLLERR;
+    fds[0]
+        .revents()
+        .is_some_and(|r| r.contains(PollFlags::POLLIN) && !r.intersects(ended))
 }
 
 /// Starts connecting again after a connection ended.
