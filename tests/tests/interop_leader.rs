@@ -277,14 +277,20 @@ fn rust_and_curator_share_barriers() {
 /// along. After each kill, once both clients are back, exactly one latch
 /// and one selector lead, both sides name the same leader, both group
 /// members list both, and the counter holds at least every increment
-/// reported successful (a retried set whose first reply was lost may add
-/// one more: in doubt, as in Curator) and at most every attempt.
+/// reported successful and at most every attempt, plus what Curator may
+/// apply twice: its `DistributedAtomicLong` sets inside its framework's
+/// retry loop, so an increment whose reply was lost is sent again,
+/// refused as `BadVersion`, read again, applied a second time and
+/// reported once (latchkey's writes once per attempt; see
+/// `DistributedAtomic`). The peer increments on one thread, so each of
+/// its connection losses adds at most one: two are allowed per kill.
 #[test]
 fn mixed_groups_keep_one_leader_and_every_update_through_two_leader_kills() {
     use latchkey_framework::{ConnectionState, ExponentialBackoffRetry, RetryNTimes};
     use latchkey_recipes::{DistributedAtomicLong, GroupMember, LeaderSelector};
     use latchkey_test::TestingCluster;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    const KILLS: usize = 2;
 
     if let Err(why) = peer_available(PeerKind::Curator) {
         eprintln!("SKIPPED: Curator peer unavailable: {why}");
@@ -442,7 +448,7 @@ fn mixed_groups_keep_one_leader_and_every_update_through_two_leader_kills() {
         });
         let _stop = StopOnDrop(&stop);
         one_leader_each("at the start", &cluster);
-        for kill in 1..=2 {
+        for kill in 1..=KILLS {
             let leader = cluster.leader().expect("the ensemble has a leader");
             cluster.kill(leader).unwrap();
             cluster.wait_for_quorum(Duration::from_secs(60)).unwrap();
@@ -456,10 +462,12 @@ fn mixed_groups_keep_one_leader_and_every_update_through_two_leader_kills() {
     let succeeded = rust_ok.load(Ordering::SeqCst) + java_ok.load(Ordering::SeqCst);
     let tried = rust_tries.load(Ordering::SeqCst) + java_tries.load(Ordering::SeqCst);
     let value = counter.get().unwrap().post_value as usize;
+    let curator_doubles = 2 * KILLS;
     eprintln!("counter: {value}, {succeeded} increments reported, {tried} tried");
     assert!(
-        succeeded > 0 && (succeeded..=tried).contains(&value),
-        "counter {value}: want between {succeeded} reported and {tried} tried\n{}",
+        succeeded > 0 && (succeeded..=tried + curator_doubles).contains(&value),
+        "counter {value}: want between {succeeded} reported and {tried} tried \
+         (+ {curator_doubles} Curator may apply twice)\n{}",
         dump(&cluster)
     );
     selector.close();
