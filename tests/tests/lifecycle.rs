@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -24,19 +25,31 @@ fn serial() -> parking_lot::MutexGuard<'static, ()> {
 
 /// Threads of this process whose name starts with `latchkey-`.
 fn latchkey_threads() -> usize {
+    latchkey_thread_ids().len()
+}
+
+/// The ids of this process's `latchkey-` threads.
+fn latchkey_thread_ids() -> BTreeSet<String> {
     std::fs::read_dir("/proc/self/task")
         .map(|tasks| {
             tasks
-                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-                .filter(|name| name.starts_with("latchkey-"))
-                .count()
+                .filter_map(|t| {
+                    let t = t.ok()?;
+                    let name = std::fs::read_to_string(t.path().join("comm")).ok()?;
+                    name.starts_with("latchkey-")
+                        .then(|| t.file_name().to_string_lossy().into_owned())
+                })
+                .collect()
         })
-        .unwrap_or(0)
+        .unwrap_or_default()
 }
 
-/// [`latchkey_threads`] once it has not changed for 300 ms (threads of a
-/// client closed just before take a moment to end), within 5 s.
-fn settled_latchkey_threads() -> usize {
+/// [`latchkey_thread_ids`] once their number has not changed for 300 ms
+/// (threads of a client closed just before take a moment to end), within
+/// 5 s. A thread of an earlier test may still end later: callers compare
+/// sets of ids, not counts, so that it cannot pass for a new thread's
+/// start or hide one that leaked.
+fn settled_latchkey_threads() -> BTreeSet<String> {
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut last = latchkey_threads();
     let mut since = Instant::now();
@@ -48,7 +61,19 @@ fn settled_latchkey_threads() -> usize {
             since = Instant::now();
         }
     }
-    last
+    latchkey_thread_ids()
+}
+
+/// Waits (at most 5 s) until every `latchkey-` thread is one of `before`.
+fn wait_for_no_threads_but(before: &BTreeSet<String>) {
+    wait_until(
+        Duration::from_secs(5),
+        || latchkey_thread_ids().is_subset(before),
+        || {
+            let left: Vec<_> = latchkey_thread_ids().difference(before).cloned().collect();
+            format!("latchkey threads started since and still running: {left:?}")
+        },
+    );
 }
 
 /// Sessions the server holds now (`mntr`'s `zk_global_sessions`).
@@ -206,7 +231,10 @@ fn dropping_the_last_handle_closes_the_session_whatever_callbacks_hold() {
     let baseline = settled_latchkey_threads();
     let c = connect(&server.connect_string(), Duration::from_secs(30));
     let ctx = Ctx::new(server, &observer);
-    assert!(latchkey_threads() > baseline);
+    assert!(
+        !latchkey_thread_ids().is_subset(&baseline),
+        "the client started no thread of its own"
+    );
     let eph = c
         .create()
         .mode(CreateMode::Ephemeral)
@@ -240,11 +268,7 @@ fn dropping_the_last_handle_closes_the_session_whatever_callbacks_hold() {
         || format!("the ephemeral node outlived its client\n{}", ctx.dump()),
     );
     println!("ephemeral node gone {:?} after the drop", dropped.elapsed());
-    wait_until(
-        Duration::from_secs(5),
-        || latchkey_threads() == baseline,
-        || format!("{} latchkey threads, {baseline} before", latchkey_threads()),
-    );
+    wait_for_no_threads_but(&baseline);
     drop((listener, states));
     observer.close();
 }
@@ -273,11 +297,7 @@ fn dropping_a_held_revocable_lock_and_its_client_closes_the_session() {
         || observer.get_children(&path).unwrap().is_empty(),
         || format!("the lock node outlived its client\n{}", ctx.dump()),
     );
-    wait_until(
-        Duration::from_secs(5),
-        || latchkey_threads() == baseline,
-        || format!("{} latchkey threads, {baseline} before", latchkey_threads()),
-    );
+    wait_for_no_threads_but(&baseline);
     observer.close();
 }
 
