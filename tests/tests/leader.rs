@@ -1393,6 +1393,12 @@ mod selector {
         let s = LeaderSelector::new(&c, &path, "outage", move |l| {
             let _ = tx.send(l.bound_client().clone());
             l.wait(Duration::from_secs(60));
+            // The wait ends once the state is an error state; the state
+            // listener interrupts the term a moment later.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !l.is_interrupted() && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(5));
+            }
             let _ = ended_tx.send((Instant::now(), l.is_interrupted()));
             let _ = done_rx.recv_timeout(Duration::from_secs(60));
         })
