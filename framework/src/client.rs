@@ -542,11 +542,7 @@ impl Client {
     /// instead, saying why the client could not connect.
     pub fn block_until_connected(&self, timeout: Duration) -> Result<bool> {
         self.shared.check_usable()?;
-        let by_timeout = Instant::now().checked_add(timeout);
-        let deadline = match (by_timeout, self.deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let deadline = earliest(Instant::now().checked_add(timeout), self.deadline);
         Ok(self.shared.board.wait_connected(deadline))
     }
 
@@ -771,10 +767,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn wait_reading(&self, done: &dyn Fn() -> bool, deadline: Option<Instant>) -> bool {
-        let deadline = match (deadline, self.deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let deadline = earliest(deadline, self.deadline);
         if let Some(s) = self.shared.session().filter(|_| self.cancel.is_none()) {
             s.read_while(&|| !done(), reply_deadline(deadline));
         }
@@ -1189,6 +1182,14 @@ impl background::Owner for Shared {
 
     fn connection_timeout(&self) -> Duration {
         self.cfg.wire.connection_timeout
+    }
+}
+
+/// The earlier of two optional deadlines (`None`: no deadline).
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
