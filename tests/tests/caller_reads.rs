@@ -27,7 +27,8 @@ use latchkey_recipes::InterProcessMutex;
 use latchkey_test::FaultProxy;
 
 use common::{
-    call_within, connect, shared_server, start_connected, unique, wait_until, StopOnDrop,
+    call_within, connect, read_a_few_times, shared_server, start_connected, unique,
+    wait_for_a_watch, wait_until, StopOnDrop,
 };
 
 /// Long enough that no ping (every 10 s at most) or silence check comes
@@ -36,15 +37,6 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn read_by_caller(c: &Client) -> u64 {
     c.metrics().replies_read_by_caller
-}
-
-/// Reads `path` a few times on `c`, and checks that a caller read a
-/// reply itself.
-fn read_a_few_times(c: &Client, path: &str) {
-    for _ in 0..5 {
-        c.get_data(path).unwrap();
-    }
-    assert!(read_by_caller(c) > 0, "no caller read a reply");
 }
 
 /// Waits (at most 10 s) until `c` has written a request after `sent`.
@@ -364,16 +356,6 @@ fn a_write_taken_in_parts_after_a_caller_read_still_goes_out() {
 /// reading the event themselves.
 fn waits_read_by_waiter(c: &Client) -> u64 {
     c.metrics().waits_read_by_waiter
-}
-
-/// Waits (at most 10 s) until `waiter` watches a node, as a lock waiter
-/// does its predecessor.
-fn wait_for_a_watch(waiter: &Client) {
-    wait_until(
-        Duration::from_secs(10),
-        || waiter.pending_watches() > 0,
-        || format!("the waiter set no watch: {:?}", waiter.state_history()),
-    );
 }
 
 /// A lock waiter waits on its connection itself: the predecessor's

@@ -13,7 +13,10 @@ use latchkey_framework::{CancelToken, Client, Error, ExponentialBackoffRetry, Tl
 use latchkey_recipes::{InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2};
 use latchkey_test::{ClientAuth, FaultProxy, ServerConfig, TestCerts, TestingServer};
 
-use common::{call_within, connect, shared_server, start_connected, unique, wait_until, Watchdog};
+use common::{
+    call_within, connect, shared_server, start_connected, unique, wait_for_a_watch, wait_until,
+    Watchdog,
+};
 
 const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -25,16 +28,6 @@ fn warm_up(c: &Client) {
     for _ in 0..5 {
         c.get_data("/").unwrap();
     }
-}
-
-/// Waits (at most 10 s) until `c` watches a node, as a lock waiter does
-/// its predecessor.
-fn wait_for_a_watch(c: &Client) {
-    wait_until(
-        Duration::from_secs(10),
-        || c.pending_watches() > 0,
-        || format!("the waiter set no watch: {:?}", c.state_history()),
-    );
 }
 
 /// The client of a waiter reading its connection closes: the acquire

@@ -19,22 +19,10 @@ use crossbeam_channel::bounded;
 use latchkey_framework::{CancelToken, Client};
 use latchkey_test::FaultProxy;
 
-use common::{call_within, connect, shared_server, unique, wait_until};
+use common::{call_within, connect, read_a_few_times, shared_server, unique, wait_until};
 
 /// Long enough that no ping or silence check comes along within a test.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Reads `/` a few times on `c`, so that its connection is set up and a
-/// caller has read a reply itself (the connection is plain TCP).
-fn warm_up(c: &Client) {
-    for _ in 0..5 {
-        c.get_data("/").unwrap();
-    }
-    assert!(
-        c.metrics().replies_read_by_caller > 0,
-        "no caller read a reply"
-    );
-}
 
 /// How long a read of `/` takes on a handle with a cancel token, which
 /// waits for the engine's thread to read its reply (at most 10 s).
@@ -61,8 +49,8 @@ fn a_done_check_that_calls_the_client_does_not_stall_other_clients() {
     let server = shared_server();
     let a = connect(&server.connect_string(), SESSION_TIMEOUT);
     let b = connect(&server.connect_string(), SESSION_TIMEOUT);
-    warm_up(&a);
-    warm_up(&b);
+    read_a_few_times(&a, "/");
+    read_a_few_times(&b, "/");
     let (entered_tx, entered) = bounded(1);
     let (inner, waiter) = (a.with_timeout(Duration::from_secs(2)), a.clone());
     let wait = thread::spawn(move || {
@@ -97,7 +85,7 @@ fn a_done_check_that_calls_the_client_does_not_stall_other_clients() {
 fn a_done_check_that_panics_gives_the_connection_back() {
     let server = shared_server();
     let c = connect(&server.connect_string(), SESSION_TIMEOUT);
-    warm_up(&c);
+    read_a_few_times(&c, "/");
     let session = c.session_id();
     let waiter = c.clone();
     let panicked = call_within("the panicking wait", Duration::from_secs(10), move || {
@@ -164,7 +152,7 @@ fn wakers_of_a_session_do_not_overlap_across_a_reconnection() {
             .for_path(node, b"")
             .unwrap();
     }
-    warm_up(&c);
+    read_a_few_times(&c, "/");
     let running = Arc::new(AtomicBool::new(false));
     let overlapped = Arc::new(AtomicBool::new(false));
     let fired = Arc::new(AtomicBool::new(false));
@@ -257,7 +245,7 @@ fn a_panicking_waker_run_by_a_waiting_thread_does_not_end_its_wait() {
             .for_path(node, b"")
             .unwrap();
     }
-    warm_up(&c);
+    read_a_few_times(&c, "/");
     c.exists_watch_waker(&bad, |_| panic!("a waker fails"))
         .unwrap();
     let fired = Arc::new(AtomicBool::new(false));
@@ -310,7 +298,7 @@ fn a_silent_connection_under_a_waiting_thread_ends_on_time() {
     let server = shared_server();
     let proxy = FaultProxy::start(server.addr()).unwrap();
     let c = connect(&proxy.connect_string(), Duration::from_secs(3));
-    warm_up(&c);
+    read_a_few_times(&c, "/");
     let (reading_tx, reading) = bounded(1);
     let waiter = c.clone();
     let wait = thread::spawn(move || {
@@ -418,7 +406,7 @@ fn a_waiting_thread_held_up_does_not_make_a_live_connection_look_silent() {
         .creating_parents_if_needed()
         .for_path(&node, b"")
         .unwrap();
-    warm_up(&c);
+    read_a_few_times(&c, "/");
     let fired = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&fired);
     // Past the 2 s silence bound of a 3 s session, and less than the
@@ -475,7 +463,7 @@ fn many_wakers_read_by_a_waiting_thread_run_once_each_in_order() {
             .for_path(node, b"")
             .unwrap();
     }
-    warm_up(&c);
+    read_a_few_times(&c, "/");
     let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
     for (i, node) in nodes.iter().enumerate() {
         let ran = Arc::clone(&ran);

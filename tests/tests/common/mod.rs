@@ -284,3 +284,25 @@ impl CutOff {
         self.proxy.resume();
     }
 }
+
+/// Reads `path` a few times on `c`, and checks that a caller read a
+/// reply itself (so the connection is set up, and plain TCP).
+pub fn read_a_few_times(c: &Client, path: &str) {
+    for _ in 0..5 {
+        c.get_data(path).unwrap();
+    }
+    assert!(
+        c.metrics().replies_read_by_caller > 0,
+        "no caller read a reply"
+    );
+}
+
+/// Waits (at most 10 s) until `waiter` watches a node, as a lock waiter
+/// does its predecessor.
+pub fn wait_for_a_watch(waiter: &Client) {
+    wait_until(
+        Duration::from_secs(10),
+        || waiter.pending_watches() > 0,
+        || format!("the waiter set no watch: {:?}", waiter.state_history()),
+    );
+}
