@@ -125,8 +125,9 @@ impl Engine {
     }
 
     /// Sets what the poll watches `fd` for (registered under `token`):
-    /// nothing when `interest` is `None` (only hang-ups and errors are
-    /// still reported), as `mio` would register `interest` otherwise.
+    /// hang-ups only when `interest` is `None` (the peer's shutdown, which
+    /// a parked connection must hear of, as well as errors), as `mio`
+    /// would register `interest` otherwise.
     pub(crate) fn set_interest(
         &self,
         fd: std::os::fd::BorrowedFd<'_>,
@@ -135,12 +136,15 @@ impl Engine {
     ) -> io::Result<()> {
         use nix::sys::epoll::{EpollEvent, EpollFlags};
         let mut flags = EpollFlags::EPOLLET;
-        if let Some(i) = interest {
-            if i.is_readable() {
-                flags |= EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP;
-            }
-            if i.is_writable() {
-                flags |= EpollFlags::EPOLLOUT;
+        match interest {
+            None => flags |= EpollFlags::EPOLLRDHUP,
+            Some(i) => {
+                if i.is_readable() {
+                    flags |= EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP;
+                }
+                if i.is_writable() {
+                    flags |= EpollFlags::EPOLLOUT;
+                }
             }
         }
         let mut event = EpollEvent::new(flags, token.0 as u64);

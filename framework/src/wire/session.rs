@@ -16,7 +16,11 @@
 //! socket off, waits on it, reads and dispatches what comes exactly as
 //! the engine would, and switches the interest on again once its reply is
 //! in. That saves the engine's wake-up and the hand-over of each reply to
-//! the caller's thread. A thread waiting for a watch event can read the
+//! the caller's thread. When nothing more is due from the server (every
+//! request answered, no watch set) the caller leaves the connection
+//! parked instead, the poll hearing of hang-ups only, and the next caller
+//! takes the reader's part as it writes its request: no switching at all
+//! (`Wire::parked`). A thread waiting for a watch event can read the
 //! same way (`WireSession::read_while`, for `Client::wait_reading`). The
 //! internal wakers a read fires run on the thread that read them, one
 //! batch at a time per session, in event order (`wake_from`).
@@ -305,8 +309,8 @@ impl WireSession {
         watch: Option<WatchRegistration>,
         deadline: Instant,
     ) -> Result<Reply, Error> {
-        let slot = self.send(opcode, build, watch)?;
-        self.inner.wait_reply(&slot, deadline)
+        let (mut slots, claim) = self.send_all(&[(opcode, &build)], watch, true)?;
+        self.inner.wait_reply(&slots.remove(0), deadline, claim)
     }
 
     /// Sends two requests together and waits for both replies until
@@ -318,8 +322,8 @@ impl WireSession {
         second: Request<'_>,
         deadline: Instant,
     ) -> (Result<Reply, Error>, Result<Reply, Error>) {
-        let slots = match self.send_all(&[first, second], None) {
-            Ok(slots) => slots,
+        let (slots, claim) = match self.send_all(&[first, second], None, true) {
+            Ok(sent) => sent,
             Err(e) => {
                 // Neither was sent: the second fails for the same reason.
                 let second = match &e {
@@ -341,7 +345,7 @@ impl WireSession {
         };
         // Replies come in order, usually in one read: waiting for the second
         // first wakes this thread once instead of twice.
-        let second = self.inner.wait_reply(&slots[1], deadline);
+        let second = self.inner.wait_reply(&slots[1], deadline, claim);
         (slots[0].wait_until(deadline), second)
     }
 
@@ -351,18 +355,22 @@ impl WireSession {
         build: impl Fn(&mut Writer),
         watch: Option<WatchRegistration>,
     ) -> Result<Arc<ReplySlot>, Error> {
-        let mut slots = self.send_all(&[(opcode, &build)], watch)?;
+        let (mut slots, _) = self.send_all(&[(opcode, &build)], watch, false)?;
         Ok(slots.remove(0))
     }
 
     /// Hands the requests to the engine, in order; `watch` goes with the
-    /// last one. Nothing is queued unless all of them are.
+    /// last one. Nothing is queued unless all of them are. `waits` says the
+    /// caller goes on to [`Inner::wait_reply`] at once, so it may take the
+    /// reader's part from a parked connection (see [`Inner::submit`]).
     fn send_all(
         &self,
         requests: &[Request<'_>],
         mut watch: Option<WatchRegistration>,
-    ) -> Result<Vec<Arc<ReplySlot>>, Error> {
+        waits: bool,
+    ) -> Result<(Vec<Arc<ReplySlot>>, Option<Claim>), Error> {
         let inner = &self.inner;
+        let waits = waits && cancel::current().is_none() && !engine::on_engine_thread();
         if inner.closed.load(Ordering::Acquire) {
             // This session is over; the client retries on its successor,
             // unless it ended for a reason retrying cannot fix.
@@ -387,8 +395,8 @@ impl WireSession {
             });
             slots.push(slot);
         }
-        inner.submit(batch)?;
-        Ok(slots)
+        let claim = inner.submit(batch, waits)?;
+        Ok((slots, claim))
     }
 
     /// Reads the connection on this thread while `waiting()` holds, until
@@ -526,10 +534,15 @@ impl WireSession {
     pub(crate) fn send_auth(&self, scheme: &str, auth: &[u8]) -> Result<(), Error> {
         let mut w = proto::request(xid::AUTH, op::AUTH);
         w.i32(0).string(scheme).bytes(auth);
-        self.inner.submit(vec![Submit {
-            frame: w.finish_frame(),
-            reply: None,
-        }])
+        self.inner
+            .submit(
+                vec![Submit {
+                    frame: w.finish_frame(),
+                    reply: None,
+                }],
+                false,
+            )
+            .map(drop)
     }
 
     /// Whether this session holds a watch of `kind` at `path`.
@@ -661,31 +674,41 @@ impl Inner {
     /// buffer and writes what the socket takes now, without blocking,
     /// saving a hand-over to the engine thread. Otherwise the batch waits
     /// in the inbox and the engine is asked to serve the connection. Either
-    /// way the order of requests is the order they were handed over, and
-    /// replies are read by the engine only.
-    fn submit(&self, batch: Vec<Submit>) -> Result<(), Error> {
+    /// way the order of requests is the order they were handed over.
+    ///
+    /// On a parked connection (see [`Wire::parked`]) nobody would read
+    /// the replies: a caller that `waits` for them takes the reader's part
+    /// here (the returned [`Claim`]), at no cost to the poll; otherwise the
+    /// engine's interest is switched on again.
+    fn submit(&self, batch: Vec<Submit>, waits: bool) -> Result<Option<Claim>, Error> {
         let mut inbox = self.inbox.lock();
         if !inbox.live {
             return Err(Error::from_code(ErrorCode::ConnectionLoss));
         }
         let idle_wire = inbox.queue.is_empty().then(|| inbox.wire.clone()).flatten();
         if let Some(wire) = &idle_wire {
-            if let Some(mut wire) = wire.try_lock() {
-                let requests = wire.enqueue(batch);
-                let flushed = wire.conn.flush();
-                let left_over = wire.conn.has_output();
-                drop(wire);
+            if let Some(mut w) = wire.try_lock() {
+                let requests = w.enqueue(batch);
+                let flushed = w.conn.flush();
+                let left_over = w.conn.has_output();
+                let may_read = waits && flushed.is_ok() && !left_over;
+                let claim = match w.parked {
+                    true => self.claim_or_unpark(&mut w, wire, may_read),
+                    false => None,
+                };
+                let serve = flushed.is_err() || left_over || w.broken.is_some();
+                drop(w);
                 metrics::add(&self.cfg.counters.requests_sent, requests);
                 // A broken socket is the engine's to notice and drop; what
                 // the socket did not take, the engine writes when it can
                 // (it asks the poll to say when the socket is writable).
-                if flushed.is_err() || left_over {
+                if serve {
                     if let Some(token) = inbox.token {
                         drop(inbox);
                         self.engine.ready(token);
                     }
                 }
-                return Ok(());
+                return Ok(claim);
             }
         }
         inbox.queue.extend(batch);
@@ -695,12 +718,51 @@ impl Inner {
         if let Some(token) = wake {
             self.engine.ready(token);
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// Makes sure someone reads what a request just written to the parked
+    /// wire `w` brings back: the caller itself when it `may_read` and
+    /// nothing else is due to be read, or else the engine.
+    fn claim_or_unpark(
+        &self,
+        w: &mut Wire,
+        wire: &Arc<Mutex<Wire>>,
+        may_read: bool,
+    ) -> Option<Claim> {
+        let quiet = !w.has_wakers() && !self.wakers.lock().running;
+        let answers_only = !w.pending.is_empty() && w.unanswered == 0;
+        if let Some(sock) = w.conn.plain_socket() {
+            if may_read && quiet && answers_only && !w.reader {
+                w.parked = false;
+                w.reader = true;
+                return Some(Claim {
+                    wire: Arc::clone(wire),
+                    sock,
+                });
+            }
+        }
+        if let Err(e) = w.unpark(self.engine) {
+            log::debug!("cannot give the socket back to the engine: {e}");
+            w.broken.get_or_insert(Ended::Dropped);
+        }
+        None
     }
 
     /// Waits for `slot`'s outcome until `deadline`, reading the reply
     /// itself when it can (see [`Inner::read_own_reply`]).
-    fn wait_reply(&self, slot: &Arc<ReplySlot>, deadline: Instant) -> Result<Reply, Error> {
+    fn wait_reply(
+        &self,
+        slot: &Arc<ReplySlot>,
+        deadline: Instant,
+        claim: Option<Claim>,
+    ) -> Result<Reply, Error> {
+        if let Some(Claim { wire, sock }) = claim {
+            if self.read_as_reader(&wire, sock, &|| slot.is_waiting(), deadline) {
+                metrics::add(&self.cfg.counters.replies_read_by_caller, 1);
+            }
+            return slot.wait_until(deadline);
+        }
         // A cancellable call waits on its slot, where a cancel reaches it;
         // a waker on the engine's thread must not wait at all.
         if cancel::current().is_none() && !engine::on_engine_thread() {
@@ -720,8 +782,9 @@ impl Inner {
     /// reply); the engine still keeps the clocks (pings, silence), and
     /// ending the connection shuts the socket down, which wakes the caller.
     /// Everything read is dispatched as the engine would (other callers'
-    /// replies, watch events), and the interest is switched on again
-    /// before the caller returns, so what arrives next is the engine's.
+    /// replies, watch events), and before the caller returns the interest
+    /// is switched on again, so what arrives next is the engine's, unless
+    /// nothing can arrive but a hang-up (see [`Wire::parked`]).
     fn read_own_reply(&self, wire: &Mutex<Wire>, slot: &ReplySlot, deadline: Instant) {
         if self.read_while(wire, &|| slot.is_waiting(), deadline) {
             metrics::add(&self.cfg.counters.replies_read_by_caller, 1);
@@ -749,29 +812,47 @@ impl Inner {
         if !waiting() {
             return false;
         }
-        let sock = {
-            let Some(mut w) = wire.try_lock() else {
-                return false;
-            };
-            let free = !w.reader && !w.done && w.broken.is_none() && !w.conn.has_output();
-            // Wakers taken or queued by another thread may be the ones
-            // this wait is for: it would sleep through their wake-up.
-            let quiet = !w.has_wakers() && !self.wakers.lock().running;
-            let Some(sock) = w.conn.plain_socket().filter(|_| free && quiet) else {
-                return false;
-            };
-            let Some(token) = w.token else {
-                return false;
-            };
-            if self.engine.set_interest(sock.as_fd(), token, None).is_err() {
-                return false;
-            }
-            // The poll hears of nothing now; if a write is taken in parts
-            // meanwhile, the engine asks to hear of writability again.
-            w.writable_interest = false;
-            w.reader = true;
-            sock
-        };
+        match self.take_reader(wire) {
+            Some(sock) => self.read_as_reader(wire, sock, waiting, deadline),
+            None => false,
+        }
+    }
+
+    /// Makes this thread the reader of `wire`, if the connection is plain
+    /// TCP, all its output is written, nobody else reads and no wakers are
+    /// in flight; the engine's poll then hears of nothing but hang-ups.
+    fn take_reader(&self, wire: &Mutex<Wire>) -> Option<Arc<mio::net::TcpStream>> {
+        let mut w = wire.try_lock()?;
+        let free = !w.reader && !w.done && w.broken.is_none() && !w.conn.has_output();
+        // Wakers taken or queued by another thread may be the ones this
+        // wait is for: it would sleep through their wake-up.
+        let quiet = !w.has_wakers() && !self.wakers.lock().running;
+        let sock = w.conn.plain_socket().filter(|_| free && quiet)?;
+        let token = w.token?;
+        // A parked connection's poll hears of nothing already.
+        if !w.parked {
+            self.engine.set_interest(sock.as_fd(), token, None).ok()?;
+        }
+        // If a write is taken in parts meanwhile, the engine asks to hear
+        // of writability again.
+        w.writable_interest = false;
+        w.parked = false;
+        w.reader = true;
+        Some(sock)
+    }
+
+    /// Reads `wire` on this thread, its reader (see [`Inner::take_reader`]),
+    /// while `waiting()` holds, until `deadline`; then lets go of it,
+    /// parked if nothing is due from the server, or else the engine's
+    /// again. True if `waiting()` turned false after a read of this
+    /// thread's.
+    fn read_as_reader(
+        &self,
+        wire: &Mutex<Wire>,
+        sock: Arc<mio::net::TcpStream>,
+        waiting: &dyn Fn() -> bool,
+        deadline: Instant,
+    ) -> bool {
         let mut woken = Vec::new();
         let mut read_it = false;
         while waiting() {
@@ -807,21 +888,38 @@ impl Inner {
         if w.done {
             return read_it;
         }
-        let Some(token) = w.token else {
+        if w.token.is_none() {
             return read_it;
+        }
+        let given_back = match self.may_park(&w) {
+            // Nothing can come but a hang-up, which the poll still hears
+            // of: the next caller reads its reply without switching the
+            // interest off, and this one need not switch it on.
+            true if !w.writable_interest => {
+                w.parked = true;
+                Ok(())
+            }
+            _ => w.unpark(self.engine),
         };
-        let interest = w.interest();
-        if let Err(e) = self
-            .engine
-            .set_interest(sock.as_fd(), token, Some(interest))
-        {
+        if let Err(e) = given_back {
             log::debug!("cannot give the socket back to the engine: {e}");
             w.broken.get_or_insert(Ended::Dropped);
         }
-        w.writable_interest = interest.is_writable();
         let broken = w.broken.is_some();
         self.let_go(w, &mut woken, broken);
         read_it
+    }
+
+    /// Whether a reader letting go of `w` may leave it parked: nothing is
+    /// due from the server (every request answered, no watch that an event
+    /// could fire) and nothing waits to be written.
+    fn may_park(&self, w: &Wire) -> bool {
+        w.broken.is_none()
+            && !w.conn.has_output()
+            && w.pending.is_empty()
+            && w.unanswered == 0
+            && w.received.is_empty()
+            && self.watches.lock().is_empty()
     }
 
     /// Lets go of the wire after a caller's read: wakes what it read (see
@@ -1092,16 +1190,22 @@ impl Inner {
     }
 
     /// Auth and re-armed watches go first, before any caller's request.
-    fn prime(&self, conn: &mut Conn) {
+    /// Queues the auth and SetWatches frames; returns how many (each is
+    /// answered).
+    fn prime(&self, conn: &mut Conn) -> usize {
+        let mut frames = 0;
         for (scheme, auth) in self.cfg.auth.lock().iter() {
             let mut w = proto::request(xid::AUTH, op::AUTH);
             w.i32(0).string(scheme).bytes(auth);
             conn.queue(&w.finish_frame());
+            frames += 1;
         }
         let last_zxid = self.last_zxid.load(Ordering::Acquire);
         for frame in self.watches.lock().set_watches_frames(last_zxid) {
             conn.queue(&frame);
+            frames += 1;
         }
+        frames
     }
 
     /// Reads everything the socket has and dispatches every complete
@@ -1116,9 +1220,10 @@ impl Inner {
                         received,
                         pending,
                         to_wake,
+                        unanswered,
                         ..
                     } = wire;
-                    match self.dispatch_frames(received, pending, to_wake) {
+                    match self.dispatch_frames(received, pending, unanswered, to_wake) {
                         Ok(None) if matches!(got, Received::Drained) => return None,
                         Ok(None) => {}
                         Ok(Some(ended)) => return Some(ended),
@@ -1143,6 +1248,7 @@ impl Inner {
         &self,
         buf: &mut Vec<u8>,
         pending: &mut VecDeque<Pending>,
+        unanswered: &mut usize,
         to_wake: &mut Vec<Wake>,
     ) -> Result<Option<Ended>, Error> {
         let mut at = 0;
@@ -1156,7 +1262,7 @@ impl Inner {
             if buf.len() < end {
                 break;
             }
-            if let Some(ended) = self.dispatch(&buf[at + 4..end], pending, to_wake)? {
+            if let Some(ended) = self.dispatch(&buf[at + 4..end], pending, unanswered, to_wake)? {
                 outcome = Some(ended);
             }
             at = end;
@@ -1169,6 +1275,7 @@ impl Inner {
         &self,
         frame: &[u8],
         pending: &mut VecDeque<Pending>,
+        unanswered: &mut usize,
         to_wake: &mut Vec<Wake>,
     ) -> Result<Option<Ended>, Error> {
         let mut r = Reader::new(frame);
@@ -1205,8 +1312,9 @@ impl Inner {
                     }
                 }
             }
-            xid::PING | xid::SET_WATCHES => {}
+            xid::PING | xid::SET_WATCHES => *unanswered = unanswered.saturating_sub(1),
             xid::AUTH => {
+                *unanswered = unanswered.saturating_sub(1);
                 if header.err != 0 {
                     log::warn!("authentication failed ({})", header.err);
                     return Ok(Some(Ended::AuthFailed(
@@ -1335,12 +1443,30 @@ struct Wire {
     token: Option<Token>,
     /// A caller is reading (the engine's poll ignores the socket).
     reader: bool,
+    /// Nobody reads, and the engine's poll hears of hang-ups only: the
+    /// last reader found nothing due from the server (see
+    /// [`Inner::may_park`]). Whoever writes a request next either reads
+    /// its reply itself or switches the engine's interest on again
+    /// ([`Inner::claim_or_unpark`]; the engine, for what it writes). Saves
+    /// the two `epoll_ctl` calls of each caller's read on a connection
+    /// with no watches.
+    parked: bool,
+    /// Frames written whose replies are not matched to a request: auth,
+    /// SetWatches and pings. A connection waiting for one is not parked.
+    unanswered: usize,
     /// The poll is asked for writable events too (see [`Wire::interest`]).
     writable_interest: bool,
     /// Found broken by a caller reading: the engine ends it.
     broken: Option<Ended>,
     /// Taken out of the engine for good: nobody puts it back in the poll.
     done: bool,
+}
+
+/// A caller's part as the reader of a parked connection, taken as its
+/// request was written (see [`Inner::submit`]).
+struct Claim {
+    wire: Arc<Mutex<Wire>>,
+    sock: Arc<mio::net::TcpStream>,
 }
 
 /// Someone to wake once the engine lets go of the connection.
@@ -1374,6 +1500,17 @@ impl Wire {
         }
     }
 
+    /// Switches the engine's interest on again: it reads the connection
+    /// from now on.
+    fn unpark(&mut self, engine: &Engine) -> io::Result<()> {
+        self.parked = false;
+        let token = self.token.ok_or_else(|| io::Error::other("not attached"))?;
+        let interest = self.interest();
+        engine.set_interest(self.conn.fd(), token, Some(interest))?;
+        self.writable_interest = interest.is_writable();
+        Ok(())
+    }
+
     /// Puts `batch` in the write buffer, each request given its xid now, so
     /// xids reach the server in the order replies are matched; returns how
     /// many requests it held.
@@ -1389,6 +1526,8 @@ impl Wire {
                     watch,
                 });
                 requests += 1;
+            } else {
+                self.unanswered += 1;
             }
             self.conn.queue(&frame);
         }
@@ -1417,7 +1556,7 @@ impl Live {
     /// watches queued before any caller's request.
     fn new(inner: Arc<Inner>, mut conn: Conn, read_only: bool, dialer: Dialer) -> Self {
         let negotiated = inner.creds.lock().negotiated;
-        inner.prime(&mut conn);
+        let primed = inner.prime(&mut conn);
         inner.probe.lock().connected(read_only, negotiated);
         let wire = Wire {
             conn,
@@ -1428,6 +1567,8 @@ impl Live {
             to_wake: Vec::new(),
             token: None,
             reader: false,
+            parked: false,
+            unanswered: primed,
             writable_interest: false,
             broken: None,
             done: false,
@@ -1493,6 +1634,15 @@ impl Live {
             wire.conn
                 .queue(&proto::request(xid::PING, op::PING).finish_frame());
             wire.clocks.last_send = now;
+            wire.unanswered += 1;
+        }
+        // What the engine writes to a parked connection, it reads.
+        let due = !wire.pending.is_empty() || wire.unanswered > 0 || wire.conn.has_output();
+        if wire.parked && due {
+            if let Err(e) = wire.unpark(inner.engine) {
+                log::debug!("cannot poll the connection, dropping it: {e}");
+                return Some(Ended::Dropped);
+            }
         }
         if let Err(e) = wire.conn.flush() {
             log::debug!("write failed, dropping connection: {e}");
