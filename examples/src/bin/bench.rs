@@ -2112,10 +2112,10 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
     line(
         "- Client CPU includes the kernel's work for the client's sockets; on loopback that \
           includes delivering each request into the server's socket and waking its thread. For \
-          latchkey most of it is kernel time: socket sends, the calling thread's sleep on its \
-          socket until the reply comes (the caller reads its own reply; the engine thread does \
-          not wake), and switching the engine's interest in the socket off and on around that \
-          read.",
+          latchkey most of it is kernel time: socket sends, and the calling thread's sleep on \
+          its socket until the reply comes (the caller reads its own reply; the engine thread \
+          does not wake). With no watch set, the engine's interest in the socket stays off \
+          between calls: an uncontended cycle makes no `epoll_ctl` call.",
     );
     line("");
     line("## Reproduce");
