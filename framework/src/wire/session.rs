@@ -736,8 +736,10 @@ impl Inner {
                 w.parked = false;
                 w.reader = true;
                 return Some(Claim {
+                    engine: self.engine,
                     wire: Arc::clone(wire),
                     sock,
+                    read: false,
                 });
             }
         }
@@ -756,7 +758,8 @@ impl Inner {
         deadline: Instant,
         claim: Option<Claim>,
     ) -> Result<Reply, Error> {
-        if let Some(Claim { wire, sock }) = claim {
+        if let Some(claim) = claim {
+            let (wire, sock) = claim.into_parts();
             if self.read_as_reader(&wire, sock, &|| slot.is_waiting(), deadline) {
                 metrics::add(&self.cfg.counters.replies_read_by_caller, 1);
             }
@@ -1462,10 +1465,44 @@ struct Wire {
 }
 
 /// A caller's part as the reader of a parked connection, taken as its
-/// request was written (see [`Inner::submit`]).
+/// request was written (see [`Inner::submit`]) and read with
+/// [`Inner::read_as_reader`]. A claim dropped unread gives the connection
+/// to the engine: nothing between the write and the read can leave it
+/// with no reader.
 struct Claim {
+    engine: &'static Engine,
     wire: Arc<Mutex<Wire>>,
     sock: Arc<mio::net::TcpStream>,
+    read: bool,
+}
+
+impl Claim {
+    /// The connection and its socket, to read now.
+    fn into_parts(mut self) -> (Arc<Mutex<Wire>>, Arc<mio::net::TcpStream>) {
+        self.read = true;
+        (Arc::clone(&self.wire), Arc::clone(&self.sock))
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.read {
+            return;
+        }
+        let mut w = self.wire.lock();
+        w.reader = false;
+        if w.done {
+            return;
+        }
+        if let Err(e) = w.unpark(self.engine) {
+            log::debug!("cannot give the socket back to the engine: {e}");
+            w.broken.get_or_insert(Ended::Dropped);
+            if let Some(token) = w.token {
+                drop(w);
+                self.engine.ready(token);
+            }
+        }
+    }
 }
 
 /// Someone to wake once the engine lets go of the connection.
