@@ -63,7 +63,6 @@ fn base(c: &Client, name: &str) -> String {
 /// connection parked with the hang-up unread: the client must notice it
 /// at once, not at the next ping 10 s later.
 #[test]
-#[ignore = "fails: the thread parks the connection with the hang-up unread; unnoticed for the next ping (10 s)"]
 fn a_hang_up_reported_while_a_held_up_thread_reads_is_not_lost_when_it_lets_go() {
     let server = shared_server();
     let proxy = FaultProxy::start(server.addr()).unwrap();
