@@ -493,7 +493,9 @@ fn a_server_gone_silent_under_a_parked_connection_is_noticed_on_time() {
 /// (which take the reader's part of a parked connection), cancellable
 /// reads (which the engine reads for), writes, transactions and syncs,
 /// and watches set and fired round after round. Every call must be
-/// answered within 2 s, every watch heard within 2 s.
+/// answered within 2 s, every watch heard within 2 s; and in whatever
+/// state the threads leave the connection, the server hanging up then is
+/// noticed at once.
 #[test]
 fn many_threads_calling_on_one_client_each_return_promptly() {
     const THREADS: usize = 8;
@@ -501,7 +503,8 @@ fn many_threads_calling_on_one_client_each_return_promptly() {
     const BOUND: Duration = Duration::from_secs(2);
     let _dog = Watchdog::new("many threads on one client", Duration::from_secs(120));
     let server = shared_server();
-    let c = connect(&server.connect_string(), SESSION_TIMEOUT);
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = connect(&proxy.connect_string(), SESSION_TIMEOUT);
     let base = base(&c, "many");
     for t in 0..THREADS {
         c.create().for_path(&format!("{base}/{t}"), b"0").unwrap();
@@ -591,5 +594,43 @@ fn many_threads_calling_on_one_client_each_return_promptly() {
         (before.suspensions, before.reconnects),
         "{:?}",
         c.state_history()
+    );
+    assert_eq!(proxy.cut(), 1, "one connection to cut");
+    wait_until(
+        PROMPT,
+        || c.metrics().suspensions > after.suspensions,
+        || format!("the hang-up went unnoticed: {:?}", c.state_history()),
+    );
+}
+
+/// A wait with no time left (and one that is not done at once) on a
+/// parked connection takes and gives back the reader's part without
+/// reading: the connection is left as it was, and a hang-up after is
+/// noticed at once.
+#[test]
+fn a_wait_with_no_time_left_on_a_parked_connection_leaves_it_hearing_hang_ups() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = connect(&proxy.connect_string(), SESSION_TIMEOUT);
+    read_a_few_times(&c, "/");
+    for wait in [
+        Duration::ZERO,
+        Duration::from_micros(1),
+        Duration::from_millis(20),
+    ] {
+        let started = Instant::now();
+        assert!(!c.wait_reading(&|| false, Some(Instant::now() + wait)));
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(1),
+            "a {wait:?} wait took {took:?}"
+        );
+    }
+    let suspended = c.metrics().suspensions;
+    assert_eq!(proxy.cut(), 1, "one connection to cut");
+    wait_until(
+        PROMPT,
+        || c.metrics().suspensions > suspended,
+        || format!("the hang-up went unnoticed: {:?}", c.state_history()),
     );
 }
