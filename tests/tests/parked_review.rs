@@ -15,7 +15,8 @@
 //! - deadlines that end a caller's read early (zero, microseconds, a late
 //!   reply), a cancel while parked;
 //! - the connection's end while parked: close, expiry, a silent server;
-//! - many threads calling on one client at once, each call bounded.
+//! - many threads calling on one client at once, each call bounded;
+//! - a read-only server hanging up a parked connection.
 //!
 //! Each test parks the connection first (a caller reads its own replies
 //! with no watch set) and bounds every wait.
@@ -29,12 +30,15 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded};
 use latchkey_framework::{
-    AddWatchMode, CancelToken, Client, CreateMode, Error, ErrorCode, EventType, WatcherType,
+    AddWatchMode, CancelToken, Client, ConnectionState, CreateMode, Error, ErrorCode, EventType,
+    ExponentialBackoffRetry, WatcherType,
 };
+use latchkey_test::fake_server::{FakeServer, Script};
 use latchkey_test::FaultProxy;
 
 use common::{
-    call_within, connect, read_a_few_times, shared_server, unique, wait_until, StopOnDrop, Watchdog,
+    call_within, connect, read_a_few_times, shared_server, start_connected, unique, wait_until,
+    StopOnDrop, Watchdog,
 };
 
 /// Long enough that no ping (every 10 s at most) or silence check comes
@@ -633,4 +637,38 @@ fn a_wait_with_no_time_left_on_a_parked_connection_leaves_it_hearing_hang_ups() 
         || c.metrics().suspensions > suspended,
         || format!("the hang-up went unnoticed: {:?}", c.state_history()),
     );
+}
+
+/// A read-only server (scripted: every read fails with NoNode, so no watch
+/// is left): calls read their own replies and park the connection, each
+/// answered; the server hanging up the parked connection is noticed at
+/// once.
+#[test]
+fn a_parked_read_only_connection_hears_the_server_hang_up() {
+    let fake = FakeServer::start(Script::default().read_only()).unwrap();
+    let c = start_connected(
+        Client::builder()
+            .connect_string(fake.connect_string())
+            .session_timeout(SESSION_TIMEOUT)
+            .connection_timeout(Duration::from_secs(5))
+            .can_be_read_only(true)
+            .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(50), 3)),
+    );
+    assert_eq!(c.state(), Some(ConnectionState::ReadOnly));
+    for _ in 0..5 {
+        let r = c.with_timeout(PROMPT).get_data("/missing");
+        assert!(matches!(&r, Err(e) if e.is(ErrorCode::NoNode)), "{r:?}");
+    }
+    assert!(
+        c.metrics().replies_read_by_caller > 0,
+        "no caller read a reply"
+    );
+    let suspended = c.metrics().suspensions;
+    fake.cut();
+    wait_until(
+        PROMPT,
+        || c.metrics().suspensions > suspended,
+        || format!("the hang-up went unnoticed: {:?}", c.state_history()),
+    );
+    c.close();
 }
