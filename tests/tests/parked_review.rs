@@ -672,3 +672,67 @@ fn a_parked_read_only_connection_hears_the_server_hang_up() {
     );
     c.close();
 }
+
+/// A cancellable call (whose reply the engine must read) races a plain
+/// call whose thread reads and then parks the connection: round after
+/// round the two start together, the cancellable one a little later each
+/// round, so that some of its requests wait in the inbox while the reader
+/// decides to park. The engine, writing them to a parked connection, must
+/// read their replies: each call is answered within 1 s.
+#[test]
+fn a_cancellable_call_racing_a_reader_that_parks_is_answered() {
+    const ROUNDS: usize = 2000;
+    let _dog = Watchdog::new(
+        "cancellable calls racing a reader",
+        Duration::from_secs(120),
+    );
+    let server = shared_server();
+    let c = connect(&server.connect_string(), SESSION_TIMEOUT);
+    read_a_few_times(&c, "/");
+    let token = CancelToken::new();
+    let cancellable = c.with_cancel(Some(&token));
+    let barrier = std::sync::Barrier::new(2);
+    let stop = AtomicBool::new(false);
+    let mut failure = None;
+    let mut slowest = Duration::ZERO;
+    thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..ROUNDS {
+                barrier.wait();
+                let r = c.with_timeout(Duration::from_secs(2)).get_data("/");
+                barrier.wait();
+                if r.is_err() || stop.load(Ordering::SeqCst) {
+                    stop.store(true, Ordering::SeqCst);
+                    break;
+                }
+            }
+        });
+        for round in 0..ROUNDS {
+            barrier.wait();
+            let lag = Duration::from_micros((round as u64 * 37) % 300);
+            let lagged = Instant::now();
+            while lagged.elapsed() < lag {
+                std::hint::spin_loop();
+            }
+            let started = Instant::now();
+            let r = cancellable
+                .with_timeout(Duration::from_secs(2))
+                .get_data("/");
+            let took = started.elapsed();
+            slowest = slowest.max(took);
+            if r.is_err() || took > Duration::from_secs(1) {
+                failure = Some(format!("round {round}: {r:?} after {took:?}"));
+                stop.store(true, Ordering::SeqCst);
+            }
+            barrier.wait();
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+        }
+    });
+    if let Some(f) = failure {
+        panic!("{f}\n{:?}", c.state_history());
+    }
+    assert!(!stop.load(Ordering::SeqCst), "the plain call failed");
+    println!("slowest cancellable call {slowest:?}");
+}
