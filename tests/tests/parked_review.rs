@@ -13,7 +13,8 @@
 //!   multi reads, a create with its parent's listing, whoAmI,
 //!   getEphemerals, a large write, a delete handed to the background);
 //! - deadlines that end a caller's read early (zero, microseconds, a late
-//!   reply), a cancel while parked;
+//!   reply), a cancel while parked; cancellable calls racing a reader that
+//!   parks, their requests left in the inbox for the engine;
 //! - the connection's end while parked: close, expiry, a silent server;
 //! - many threads calling on one client at once, each call bounded;
 //! - a read-only server hanging up a parked connection.
@@ -681,7 +682,7 @@ fn a_parked_read_only_connection_hears_the_server_hang_up() {
 /// read their replies: each call is answered within 1 s.
 #[test]
 fn a_cancellable_call_racing_a_reader_that_parks_is_answered() {
-    const ROUNDS: usize = 2000;
+    const ROUNDS: usize = 3000;
     let _dog = Watchdog::new(
         "cancellable calls racing a reader",
         Duration::from_secs(120),
