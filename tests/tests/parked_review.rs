@@ -737,3 +737,75 @@ fn a_cancellable_call_racing_a_reader_that_parks_is_answered() {
     assert!(!stop.load(Ordering::SeqCst), "the plain call failed");
     println!("slowest cancellable call {slowest:?}");
 }
+
+/// A client closed while its threads call on it, round after round, the
+/// connection parking and being claimed between their calls: every call
+/// ends (answered, or failed as closed) within 2 s of the close.
+#[test]
+fn a_close_racing_callers_on_a_parking_connection_ends_every_call() {
+    const ROUNDS: u64 = 30;
+    let _dog = Watchdog::new("closes racing callers", Duration::from_secs(120));
+    let server = shared_server();
+    for round in 0..ROUNDS {
+        let c = connect(&server.connect_string(), SESSION_TIMEOUT);
+        read_a_few_times(&c, "/");
+        let started = AtomicUsize::new(0);
+        let ended = thread::scope(|s| {
+            let callers: Vec<_> = (0..3)
+                .map(|t| {
+                    let (c, started) = (&c, &started);
+                    s.spawn(move || {
+                        let token = CancelToken::new();
+                        let h = match t {
+                            2 => c.with_cancel(Some(&token)),
+                            _ => c.clone(),
+                        };
+                        started.fetch_add(1, Ordering::SeqCst);
+                        let mut last = Ok(());
+                        for _ in 0..10_000 {
+                            last = h
+                                .with_timeout(Duration::from_secs(10))
+                                .get_data("/")
+                                .map(drop);
+                            if last.is_err() {
+                                break;
+                            }
+                        }
+                        (last, Instant::now())
+                    })
+                })
+                .collect();
+            wait_until(
+                Duration::from_secs(5),
+                || started.load(Ordering::SeqCst) == 3,
+                || "the callers never started".to_string(),
+            );
+            // A little later each round: the close meets the callers at
+            // different points of their calls.
+            let lag = Duration::from_micros(round * 97 % 2000);
+            let lagged = Instant::now();
+            while lagged.elapsed() < lag {
+                std::hint::spin_loop();
+            }
+            let closed_at = Instant::now();
+            c.close();
+            callers
+                .into_iter()
+                .map(|h| {
+                    let (last, at) = h.join().unwrap();
+                    (last, at.saturating_duration_since(closed_at))
+                })
+                .collect::<Vec<_>>()
+        });
+        for (last, after) in ended {
+            assert!(
+                matches!(last, Err(Error::Closed)),
+                "round {round}: the last call ended with {last:?}"
+            );
+            assert!(
+                after < Duration::from_secs(2),
+                "round {round}: a call ended {after:?} after the close"
+            );
+        }
+    }
+}
