@@ -1369,6 +1369,59 @@ mod selector {
         );
     }
 
+    /// A listener of the client that blocks (here for 3 s on `Suspended`)
+    /// holds up the client's listener thread, and with it the listener
+    /// that interrupts the term. A leader whose `wait` has returned false
+    /// must find its term interrupted at once all the same, and its bound
+    /// calls refused: the term is over the moment the leader is told so.
+    #[test]
+    fn a_term_whose_wait_ended_is_interrupted_though_a_listener_blocks() {
+        let server = shared_server();
+        let proxy = latchkey_test::FaultProxy::start(server.addr()).expect("start the proxy");
+        // Silence after 1.33 s: the connection is suspended soon.
+        let c = connect(&proxy.connect_string(), Duration::from_secs(2));
+        let ctx = Ctx::new(server, &c);
+        let _blocking = c.add_listener(|state| {
+            if state == ConnectionState::Suspended {
+                thread::sleep(Duration::from_secs(3));
+            }
+        });
+        let path = unique("selector-blocked-listener");
+        let (started_tx, started_rx) = crossbeam_channel::bounded(1);
+        let (ended_tx, ended_rx) = crossbeam_channel::bounded(1);
+        let (bound_tx, bound_rx) = crossbeam_channel::bounded(1);
+        let s = LeaderSelector::new(&c, &path, "blocked", move |l| {
+            let _ = started_tx.send(());
+            let valid = l.wait(Duration::from_secs(30));
+            let _ = ended_tx.send((valid, l.is_interrupted()));
+            let bound = l.bound_client().exists("/").map(drop);
+            let _ = bound_tx.send(bound);
+        })
+        .unwrap();
+        s.start().unwrap();
+        started_rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("no term within 10 s\n{}", ctx.dump()));
+        proxy.pause();
+        let (valid, interrupted) = ended_rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("the wait did not end\n{}", ctx.dump()));
+        assert!(!valid);
+        assert!(
+            interrupted,
+            "the wait ended, the term was not interrupted\n{}",
+            ctx.dump()
+        );
+        let bound = bound_rx
+            .recv_timeout(Duration::from_secs(2))
+            .unwrap_or_else(|_| panic!("the bound call did not return\n{}", ctx.dump()));
+        assert!(
+            matches!(bound, Err(Error::Cancelled)),
+            "a bound call after the term ended: {bound:?}"
+        );
+        proxy.resume();
+    }
+
     /// The case: a leader's create, sent while the term was
     /// valid, waits out an outage (its requests held at a proxy); the
     /// connection is suspended, which interrupts the term. Through the
@@ -1392,13 +1445,9 @@ mod selector {
         let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
         let s = LeaderSelector::new(&c, &path, "outage", move |l| {
             let _ = tx.send(l.bound_client().clone());
+            // The wait ends once the state is an error state, which
+            // interrupts the term.
             l.wait(Duration::from_secs(60));
-            // The wait ends once the state is an error state; the state
-            // listener interrupts the term a moment later.
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while !l.is_interrupted() && Instant::now() < deadline {
-                thread::sleep(Duration::from_millis(5));
-            }
             let _ = ended_tx.send((Instant::now(), l.is_interrupted()));
             let _ = done_rx.recv_timeout(Duration::from_secs(60));
         })

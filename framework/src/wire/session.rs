@@ -38,7 +38,7 @@
 //! session has expired the session reports it and stops: the framework
 //! starts a new one.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
 use std::net::{SocketAddr, TcpStream};
@@ -412,19 +412,18 @@ impl WireSession {
         // the socket with no reader (the engine's interest off): it ends
         // the read instead, and its panic goes on once the socket is the
         // engine's again.
-        let panicked = Cell::new(None);
+        let panicked = RefCell::new(None);
         let checked = || {
-            if let Some(p) = panicked.take() {
-                panicked.set(Some(p));
+            if panicked.borrow().is_some() {
                 return false;
             }
             catch_unwind(AssertUnwindSafe(waiting)).unwrap_or_else(|p| {
-                panicked.set(Some(p));
+                *panicked.borrow_mut() = Some(p);
                 false
             })
         };
         let read_it = wire.is_some_and(|wire| self.inner.read_while(&wire, &checked, deadline));
-        if let Some(p) = panicked.take() {
+        if let Some(p) = panicked.into_inner() {
             resume_unwind(p);
         }
         if read_it {
@@ -1832,6 +1831,15 @@ impl Driven for Live {
 /// running wakers runs what it read, in order, then what other threads
 /// queued meanwhile; another thread only queues its wakers for it.
 fn wake_from(inner: &Inner, mut guard: MutexGuard<'_, Wire>, buf: &mut Vec<Wake>) {
+    // Callers alone need no turn.
+    if !guard.has_wakers() {
+        buf.append(&mut guard.to_wake);
+        drop(guard);
+        for wake in buf.drain(..) {
+            wake.run();
+        }
+        return;
+    }
     let runner = {
         let mut turn = inner.wakers.lock();
         if turn.running {

@@ -90,16 +90,31 @@ impl Term {
     }
 
     /// Whether the term may go on (see [`Leadership::is_valid`]); a lost
-    /// term is in doubt too.
+    /// term is in doubt too. A term found in an error state ends here for
+    /// good: the state listener would interrupt it a moment later (or
+    /// later still, behind a listener of the client's that blocks), and a
+    /// leader told its term is over must not find it going on meanwhile.
     fn is_valid(&self, client: &Client) -> bool {
-        !self.interrupted.load(Ordering::Acquire)
-            && !hold::is_lost(client, self.owner)
-            && hold::policy_allows(client)
+        if self.interrupted.load(Ordering::Acquire) {
+            return false;
+        }
+        if !hold::is_lost(client, self.owner) && hold::policy_allows(client) {
+            return true;
+        }
+        self.end();
+        false
+    }
+
+    /// Marks the term interrupted and ends its bound calls; see
+    /// [`Term::interrupt`], which also wakes [`Leadership::wait`] (whose
+    /// lock a caller of this may hold).
+    fn end(&self) {
+        self.interrupted.store(true, Ordering::Release);
+        self.cancel.cancel();
     }
 
     fn interrupt(&self) {
-        self.interrupted.store(true, Ordering::Release);
-        self.cancel.cancel();
+        self.end();
         let _guard = self.lock.lock();
         self.changed.notify_all();
     }
@@ -110,7 +125,9 @@ impl Leadership {
     /// session that holds it is current), and the client in a state its
     /// error policy allows (connected; with the session policy, suspended
     /// too, while [`is_in_doubt`](Leadership::is_in_doubt) says so). Check
-    /// it right before each step that needs to be the only leader.
+    /// it right before each step that needs to be the only leader. Once it
+    /// is false the term is interrupted for good, its bound calls refused,
+    /// even before the client's listeners have heard of the state.
     pub fn is_valid(&self) -> bool {
         self.term.is_valid(&self.client)
     }
