@@ -893,11 +893,15 @@ impl Inner {
         if w.token.is_none() {
             return read_it;
         }
+        // What the poll reported while this thread read (a hang-up) may
+        // have come after its last read: switching the interest on again
+        // has the poll report it anew, to the engine.
+        let reported = std::mem::take(&mut w.reported);
         let given_back = match self.may_park(&w) {
             // Nothing can come but a hang-up, which the poll still hears
             // of: the next caller reads its reply without switching the
             // interest off, and this one need not switch it on.
-            true if !w.writable_interest => {
+            true if !w.writable_interest && !reported => {
                 w.parked = true;
                 Ok(())
             }
@@ -1453,6 +1457,10 @@ struct Wire {
     /// the two `epoll_ctl` calls of each caller's read on a connection
     /// with no watches.
     parked: bool,
+    /// The poll reported the socket (a hang-up, or writability) while a
+    /// caller was reading, and the engine left it to the caller; taken
+    /// when the caller lets go, which then does not park.
+    reported: bool,
     /// Frames written whose replies are not matched to a request: auth,
     /// SetWatches and pings. A connection waiting for one is not parked.
     unanswered: usize,
@@ -1604,6 +1612,7 @@ impl Live {
             token: None,
             reader: false,
             parked: false,
+            reported: false,
             unanswered: primed,
             writable_interest: false,
             broken: None,
@@ -1705,9 +1714,16 @@ impl Live {
             }
             wire.writable_interest = true;
         }
-        if readable && !wire.reader {
-            if let Some(ended) = inner.read_available(wire) {
-                return Some(ended);
+        if readable {
+            match wire.reader {
+                // The reader may have stopped reading already: it must
+                // not leave the connection parked with this unread.
+                true => wire.reported = true,
+                false => {
+                    if let Some(ended) = inner.read_available(wire) {
+                        return Some(ended);
+                    }
+                }
             }
         }
         // A thread reading for the engine may be held up (running a
