@@ -9,6 +9,7 @@
 //! - a request whose caller does not read (a cancellable handle) is still
 //!   answered: the engine reads for it, whether the handle writes to a
 //!   parked connection or a reader lets go with the handle's reply due;
+//!   and such a caller waits where its cancel reaches it;
 //! - pings on an idle connection are answered, so it is not dropped as
 //!   silent.
 //!
@@ -66,6 +67,43 @@ fn a_cancellable_call_on_a_parked_connection_is_answered() {
     assert!(result.is_ok(), "{result:?} after {took:?}");
     // Still parked afterwards or not, the next plain call is answered too.
     c.get_data("/").unwrap();
+}
+
+/// A cancellable call written to a parked connection leaves the reading
+/// to the engine and waits on its reply slot, where a cancel reaches it:
+/// cancelled while its request and reply are held up, it returns at once
+/// instead of reading the socket until the reply comes.
+#[test]
+fn a_cancellable_call_on_a_parked_connection_ends_at_its_cancel() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = connect(&proxy.connect_string(), SESSION_TIMEOUT);
+    read_a_few_times(&c, "/");
+    // Each chunk waits 3 s in the proxy: the reply is 6 s away.
+    proxy.set_delay(Duration::from_secs(3));
+    let sent = c.metrics().requests_sent;
+    let token = CancelToken::new();
+    let handle = c.with_cancel(Some(&token));
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    thread::spawn(move || {
+        let _ = tx.send(handle.get_data("/").map(drop));
+    });
+    wait_until(
+        Duration::from_secs(10),
+        || c.metrics().requests_sent > sent,
+        || format!("the call was never sent: {:?}", c.state_history()),
+    );
+    let cancelled_at = Instant::now();
+    token.cancel();
+    let result = rx
+        .recv_timeout(Duration::from_secs(2))
+        .expect("the cancelled call did not return within 2 s of its cancel");
+    println!("returned {:?} after the cancel", cancelled_at.elapsed());
+    assert!(
+        matches!(result, Err(latchkey_framework::Error::Cancelled)),
+        "{result:?}"
+    );
+    proxy.set_delay(Duration::ZERO);
 }
 
 /// A reader that has its own reply while another thread's is still due
