@@ -538,44 +538,65 @@ fn watchers_calling_back_and_closing_leave_no_thread() {
         let c = common::connect(&server, Duration::from_secs(10));
         let path = format!("{base}/{i}");
         writer.create().for_path(&path, b"").unwrap();
-        // Re-arms itself three times, then closes its own client.
-        fn arm(c: Client, path: String, left: u32, closed: crossbeam_channel::Sender<u32>) {
+        // Re-arms itself three times, then closes its own client;
+        // `armed` counts the arms in place.
+        fn arm(
+            c: Client,
+            path: String,
+            left: u32,
+            closed: crossbeam_channel::Sender<u32>,
+            armed: Arc<AtomicUsize>,
+        ) {
             let again = c.clone();
             let p = path.clone();
+            let counted = Arc::clone(&armed);
             let r = c.get_data_watch(&path, move |_| {
                 if left == 0 {
                     again.close();
                     let _ = closed.send(0);
                 } else {
-                    arm(again, p, left - 1, closed);
+                    arm(again, p, left - 1, closed, counted);
                 }
             });
             r.expect("arm a watch");
+            armed.fetch_add(1, Ordering::AcqRel);
         }
-        arm(c.clone(), path.clone(), 3, closed_tx.clone());
+        let armed = Arc::new(AtomicUsize::new(0));
+        arm(
+            c.clone(),
+            path.clone(),
+            3,
+            closed_tx.clone(),
+            Arc::clone(&armed),
+        );
         let woke = Arc::new(AtomicUsize::new(0));
         let w = Arc::clone(&woke);
         c.get_data_watch_waker(&path, move |_| {
             w.fetch_add(1, Ordering::AcqRel);
         })
         .unwrap();
-        clients.push((c, path));
+        clients.push((c, path, armed));
     }
     for round in 0..4 {
-        for (c, path) in &clients {
-            if round < 4 {
-                writer
-                    .set_data(path, format!("{round}").as_bytes(), None)
-                    .unwrap();
-            }
-            let _ = c;
+        for (_, path, _) in &clients {
+            writer
+                .set_data(path, format!("{round}").as_bytes(), None)
+                .unwrap();
         }
         // Each watcher re-arms before the next change (a change between
-        // two arms is not seen): wait for the watches to be back.
+        // two arms is not seen): wait for the arm that follows this
+        // round's event. (Counting the client's watches instead passed
+        // while the event was still on its way, the old watch still
+        // counted: then the next change came before the new arm, and
+        // its watcher never fired.)
         if round < 3 {
             wait_until(
                 Duration::from_secs(10),
-                || clients.iter().all(|(c, _)| c.pending_watches() >= 1),
+                || {
+                    clients
+                        .iter()
+                        .all(|(_, _, armed)| armed.load(Ordering::Acquire) >= round + 2)
+                },
                 || "watches not re-armed".into(),
             );
         }
@@ -585,7 +606,7 @@ fn watchers_calling_back_and_closing_leave_no_thread() {
             .recv_timeout(Duration::from_secs(20))
             .expect("a watcher's close of its own client did not return");
     }
-    for (c, _) in &clients {
+    for (c, _, _) in &clients {
         assert!(c.is_closed());
     }
     drop(clients);
