@@ -729,7 +729,7 @@ impl Inner {
         wire: &Arc<Mutex<Wire>>,
         may_read: bool,
     ) -> Option<Claim> {
-        let quiet = !w.has_wakers() && !self.wakers.lock().running;
+        let quiet = self.no_wakers_in_flight(w);
         let answers_only = !w.pending.is_empty() && w.unanswered == 0;
         if let Some(sock) = w.conn.plain_socket() {
             if may_read && quiet && answers_only && !w.reader {
@@ -743,11 +743,15 @@ impl Inner {
                 });
             }
         }
-        if let Err(e) = w.unpark(self.engine) {
-            log::debug!("cannot give the socket back to the engine: {e}");
-            w.broken.get_or_insert(Ended::Dropped);
-        }
+        w.give_to_engine(self.engine);
         None
+    }
+
+    /// Whether no wakers are in flight: none read and waiting on `w`, and
+    /// no thread running some. A waiter that starts reading while one is
+    /// could sleep through the wake-up it waits for.
+    fn no_wakers_in_flight(&self, w: &Wire) -> bool {
+        !w.has_wakers() && !self.wakers.lock().running
     }
 
     /// Waits for `slot`'s outcome until `deadline`, reading the reply
@@ -826,9 +830,7 @@ impl Inner {
     fn take_reader(&self, wire: &Mutex<Wire>) -> Option<Arc<mio::net::TcpStream>> {
         let mut w = wire.try_lock()?;
         let free = !w.reader && !w.done && w.broken.is_none() && !w.conn.has_output();
-        // Wakers taken or queued by another thread may be the ones this
-        // wait is for: it would sleep through their wake-up.
-        let quiet = !w.has_wakers() && !self.wakers.lock().running;
+        let quiet = self.no_wakers_in_flight(&w);
         let sock = w.conn.plain_socket().filter(|_| free && quiet)?;
         let token = w.token?;
         // A parked connection's poll hears of nothing already.
@@ -897,19 +899,13 @@ impl Inner {
         // have come after its last read: switching the interest on again
         // has the poll report it anew, to the engine.
         let reported = std::mem::take(&mut w.reported);
-        let given_back = match self.may_park(&w) {
+        if self.may_park(&w) && !w.writable_interest && !reported {
             // Nothing can come but a hang-up, which the poll still hears
             // of: the next caller reads its reply without switching the
             // interest off, and this one need not switch it on.
-            true if !w.writable_interest && !reported => {
-                w.parked = true;
-                Ok(())
-            }
-            _ => w.unpark(self.engine),
-        };
-        if let Err(e) = given_back {
-            log::debug!("cannot give the socket back to the engine: {e}");
-            w.broken.get_or_insert(Ended::Dropped);
+            w.parked = true;
+        } else {
+            w.give_to_engine(self.engine);
         }
         let broken = w.broken.is_some();
         self.let_go(w, &mut woken, broken);
@@ -1195,9 +1191,8 @@ impl Inner {
         Ok((s, resp))
     }
 
-    /// Auth and re-armed watches go first, before any caller's request.
-    /// Queues the auth and SetWatches frames; returns how many (each is
-    /// answered).
+    /// Queues auth and re-armed watches first, before any caller's
+    /// request; returns how many frames (the server answers each).
     fn prime(&self, conn: &mut Conn) -> usize {
         let mut frames = 0;
         for (scheme, auth) in self.cfg.auth.lock().iter() {
@@ -1502,13 +1497,10 @@ impl Drop for Claim {
         if w.done {
             return;
         }
-        if let Err(e) = w.unpark(self.engine) {
-            log::debug!("cannot give the socket back to the engine: {e}");
-            w.broken.get_or_insert(Ended::Dropped);
-            if let Some(token) = w.token {
-                drop(w);
-                self.engine.ready(token);
-            }
+        w.give_to_engine(self.engine);
+        if let Some(token) = w.token.filter(|_| w.broken.is_some()) {
+            drop(w);
+            self.engine.ready(token);
         }
     }
 }
@@ -1553,6 +1545,16 @@ impl Wire {
         engine.set_interest(self.conn.fd(), token, Some(interest))?;
         self.writable_interest = interest.is_writable();
         Ok(())
+    }
+
+    /// Gives the connection to the engine ([`Wire::unpark`]); one whose
+    /// interest cannot be switched on is marked broken, for the engine to
+    /// end.
+    fn give_to_engine(&mut self, engine: &Engine) {
+        if let Err(e) = self.unpark(engine) {
+            log::debug!("cannot give the socket back to the engine: {e}");
+            self.broken.get_or_insert(Ended::Dropped);
+        }
     }
 
     /// Puts `batch` in the write buffer, each request given its xid now, so
