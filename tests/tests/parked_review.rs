@@ -38,8 +38,8 @@ use latchkey_test::fake_server::{FakeServer, Script};
 use latchkey_test::FaultProxy;
 
 use common::{
-    call_within, connect, read_a_few_times, shared_server, start_connected, unique, wait_until,
-    StopOnDrop, Watchdog,
+    assert_connection_kept, call_within, connect, read_a_few_times, shared_server, start_connected,
+    unique, wait_until, StopOnDrop, Watchdog,
 };
 
 /// Long enough that no ping (every 10 s at most) or silence check comes
@@ -347,13 +347,7 @@ fn calls_with_hardly_any_time_on_a_parked_connection_leave_it_working() {
         }
     }
     println!("{timed_out} of 20 timed out");
-    let after = c.metrics();
-    assert_eq!(
-        (after.suspensions, after.reconnects),
-        (before.suspensions, before.reconnects),
-        "{:?}",
-        c.state_history()
-    );
+    assert_connection_kept(&c, &before, "the connection was dropped");
 }
 
 /// A call that gives up (its deadline) before its reply comes leaves the
@@ -384,13 +378,7 @@ fn a_late_reply_on_a_parked_connection_is_read_and_dropped() {
         assert_eq!(got, b"a");
     }
     assert_eq!(c.pending_watches(), 0, "the abandoned call left a watch");
-    let after = c.metrics();
-    assert_eq!(
-        (after.suspensions, after.reconnects),
-        (before.suspensions, before.reconnects),
-        "{:?}",
-        c.state_history()
-    );
+    assert_connection_kept(&c, &before, "the connection was dropped");
 }
 
 /// A cancellable call cancelled while its reply is on its way on a
@@ -594,12 +582,7 @@ fn many_threads_calling_on_one_client_each_return_promptly() {
             panic!("{e}\n{:?}", c.state_history());
         }
     }
-    assert_eq!(
-        (after.suspensions, after.reconnects),
-        (before.suspensions, before.reconnects),
-        "{:?}",
-        c.state_history()
-    );
+    assert_connection_kept(&c, &before, "the connection was dropped");
     assert_eq!(proxy.cut(), 1, "one connection to cut");
     wait_until(
         PROMPT,

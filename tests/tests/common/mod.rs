@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use latchkey_framework::{
-    Client, ClientBuilder, ConnectionState, ExponentialBackoffRetry, RetryForever, RetryNTimes,
+    Client, ClientBuilder, ClientMetrics, ConnectionState, ExponentialBackoffRetry, RetryForever,
+    RetryNTimes,
 };
 use latchkey_test::{FaultProxy, TestingServer};
 
@@ -283,6 +284,18 @@ impl CutOff {
         );
         self.proxy.resume();
     }
+}
+
+/// Checks that `c`'s connection was neither suspended nor replaced since
+/// `before` (its metrics then), printing its state history if it was.
+pub fn assert_connection_kept(c: &Client, before: &ClientMetrics, what: &str) {
+    let after = c.metrics();
+    assert_eq!(
+        (after.suspensions, after.reconnects),
+        (before.suspensions, before.reconnects),
+        "{what}: {:?}",
+        c.state_history()
+    );
 }
 
 /// Reads `path` a few times on `c`, and checks that a caller read a
