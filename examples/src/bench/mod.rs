@@ -1,6 +1,7 @@
 //! Support for the `bench` program: statistics, `mntr` counters, `/proc`
 //! readings, the results table with its targets, and SVG line charts.
 
+pub mod bare;
 pub mod mntr;
 pub mod procfs;
 pub mod report;

@@ -18,15 +18,19 @@ pub enum Library {
     /// The `zookeeper` crate (0.8), in the bench process: a client without
     /// recipes, so it takes part in the raw floor only.
     Zookeeper08,
+    /// No library: the requests of a lock cycle on a bare blocking socket
+    /// (see [`super::bare`]), the floor of the floor and CPU rows.
+    Bare,
 }
 
 impl Library {
     /// Every library, in table order.
-    pub const ALL: [Library; 4] = [
+    pub const ALL: [Library; 5] = [
         Library::Latchkey,
         Library::Curator,
         Library::Kazoo,
         Library::Zookeeper08,
+        Library::Bare,
     ];
 
     /// The name shown in tables and legends.
@@ -36,6 +40,7 @@ impl Library {
             Library::Curator => "Curator",
             Library::Kazoo => "kazoo",
             Library::Zookeeper08 => "zookeeper 0.8",
+            Library::Bare => "bare socket",
         }
     }
 
@@ -46,12 +51,19 @@ impl Library {
             Library::Curator => "#1f77b4",
             Library::Kazoo => "#2ca02c",
             Library::Zookeeper08 => "#9467bd",
+            Library::Bare => "#7f7f7f",
         }
     }
 
-    /// Whether it runs only the raw floor (it has no lock recipes).
-    pub fn floor_only(self) -> bool {
-        self == Library::Zookeeper08
+    /// Whether it has lock recipes: it runs every scenario, not only the
+    /// raw floor (and, for the bare socket, the uncontended cycle).
+    pub fn has_recipes(self) -> bool {
+        matches!(self, Library::Latchkey | Library::Curator | Library::Kazoo)
+    }
+
+    /// Whether it runs the uncontended lock cycle, with its CPU time.
+    pub fn runs_lock_cycle(self) -> bool {
+        self.has_recipes() || self == Library::Bare
     }
 }
 
@@ -413,10 +425,17 @@ pub fn targets(results: &Results, waiters: &[usize], target_sessions: usize) -> 
     });
 
     let r = ratio(med(keys::CPU, Latchkey), med(keys::CPU, Curator));
+    // What no client could go below, for scale: the same requests on a
+    // bare socket.
+    let floor = ratio(med(keys::CPU, Library::Bare), med(keys::CPU, Curator));
+    let measured = match floor {
+        Some(_) => format!("{} (bare socket: {})", fmt_ratio(r), fmt_ratio(floor)),
+        None => fmt_ratio(r),
+    };
     out.push(Target {
         what: "CPU per 1,000 cycles, latchkey ÷ Curator".into(),
         goal: "≤ 0.20x".into(),
-        measured: fmt_ratio(r),
+        measured,
         met: judge(r, &|r| r <= 0.20),
     });
 
@@ -543,6 +562,18 @@ mod tests {
             ]
         );
         assert_eq!(t[1].measured, "1.80x");
+        assert_eq!(t[4].measured, "0.10x");
+    }
+
+    #[test]
+    fn the_cpu_target_shows_the_bare_socket_beside_it() {
+        let mut r = sample();
+        for _ in 0..3 {
+            r.add(keys::CPU, "cpu", "ms", Better::Lower, Library::Bare, 30.0);
+        }
+        let t = targets(&r, &[2, 8, 64], 8);
+        assert_eq!(t[4].measured, "0.10x (bare socket: 0.07x)");
+        assert_eq!(t[4].met, Some(true));
     }
 
     #[test]

@@ -53,6 +53,7 @@ use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
+use latchkey_examples::bench::bare::BareSession;
 use latchkey_examples::bench::mntr::{self, Counters};
 use latchkey_examples::bench::report::{self, keys, Better, Library, Results};
 use latchkey_examples::bench::scale::{self, ScaleConfig};
@@ -90,7 +91,7 @@ const TARGET_SESSIONS: usize = 8;
 const COMMAND: &str = "cargo run --release -p latchkey-examples --features zk08 --bin bench";
 
 const USAGE: &str = "\
-usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazoo,zookeeper]
+usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazoo,zookeeper,bare]
              [--rounds N] [--tls] [--out DIR | --no-write]
        bench --scale [--quick] [--held N,N,..] [--waiters N,N,..] [--sessions N,N,..]
              [--connect HOST:PORT] [--libs latchkey,curator] [--out DIR | --no-write]
@@ -250,6 +251,7 @@ fn parse_args(args: &[String]) -> Res<Args> {
                         "curator" => Ok(Library::Curator),
                         "kazoo" => Ok(Library::Kazoo),
                         "zookeeper" | "zookeeper08" => Ok(Library::Zookeeper08),
+                        "bare" => Ok(Library::Bare),
                         other => Err(format!("unknown library {other:?}\n{USAGE}")),
                     })
                     .collect();
@@ -399,6 +401,10 @@ fn run(args: Args) -> Res<()> {
                 );
                 continue;
             }
+            Library::Bare => {
+                drivers.push(Box::new(Bare::new(&connect)?));
+                versions.push((Library::Bare, "this build, release".to_owned()));
+            }
             Library::Curator | Library::Kazoo => {
                 let kind = peer_kind(*lib);
                 if let Err(why) = peer_available(kind) {
@@ -452,7 +458,7 @@ fn run(args: Args) -> Res<()> {
     let libs: Vec<Library> = drivers
         .iter()
         .map(|d| d.lib())
-        .filter(|l| !l.floor_only())
+        .filter(|l| l.has_recipes())
         .collect();
     drop(drivers);
     drop(over_tls);
@@ -751,10 +757,12 @@ fn warm_up(drivers: &mut [Box<dyn Driver>], cfg: &Config) -> Res<()> {
     for d in drivers.iter_mut() {
         let base = bench_path(&format!("warmup-{}", d.lib().name().replace(' ', "-")));
         d.floor(&format!("{base}/floor"), cfg.warmup_cycles)?;
-        if d.lib().floor_only() {
+        if d.lib().runs_lock_cycle() {
+            d.mutex(&format!("{base}/mutex"), cfg.warmup_cycles)?;
+        }
+        if !d.lib().has_recipes() {
             continue;
         }
-        d.mutex(&format!("{base}/mutex"), cfg.warmup_cycles)?;
         d.contended(&format!("{base}/contended"), TARGET_SESSIONS, cfg.run, None)?;
     }
     Ok(())
@@ -783,7 +791,7 @@ fn run_round(
         );
         println!("  {:<13} floor  {:>8.0} µs/cycle", lib.name(), c.mean_us());
     }
-    for d in drivers.iter_mut().filter(|d| !d.lib().floor_only()) {
+    for d in drivers.iter_mut().filter(|d| d.lib().runs_lock_cycle()) {
         let lib = d.lib();
         let (c, cpu) = d.mutex(&path(d.as_ref(), "mutex"), cfg.cycles)?;
         let label = "uncontended mutex acquire + release";
@@ -814,7 +822,7 @@ fn run_round(
         );
     }
     for &n in &cfg.contenders {
-        for d in drivers.iter_mut().filter(|d| !d.lib().floor_only()) {
+        for d in drivers.iter_mut().filter(|d| d.lib().has_recipes()) {
             let lib = d.lib();
             let c = d.contended(&path(d.as_ref(), "contended"), n, cfg.run, None)?;
             let per_s = c.cycles as f64 / (c.elapsed_us.max(1) as f64 / 1e6);
@@ -852,7 +860,7 @@ fn run_round(
         }
     }
     for &w in cfg.waiters.iter().filter(|_| mntr.is_some()) {
-        for d in drivers.iter_mut().filter(|d| !d.lib().floor_only()) {
+        for d in drivers.iter_mut().filter(|d| d.lib().has_recipes()) {
             let lib = d.lib();
             let c = d.contended(&path(d.as_ref(), "herd"), w + 1, cfg.herd_run, mntr)?;
             let Some(win) = c.window.filter(|win| win.handoffs > 0) else {
@@ -887,7 +895,7 @@ fn run_round(
             );
         }
     }
-    for d in drivers.iter_mut().filter(|d| !d.lib().floor_only()) {
+    for d in drivers.iter_mut().filter(|d| d.lib().has_recipes()) {
         let lib = d.lib();
         let (n, every) = (cfg.rw_sessions, cfg.rw_write_every);
         let t = d.rw(&path(d.as_ref(), "rw"), n, cfg.run, every)?;
@@ -924,7 +932,7 @@ fn run_round(
             t.p99_us
         );
     }
-    for d in drivers.iter_mut().filter(|d| !d.lib().floor_only()) {
+    for d in drivers.iter_mut().filter(|d| d.lib().has_recipes()) {
         let lib = d.lib();
         let (n, leases) = (cfg.sem_sessions, cfg.sem_leases);
         let t = d.sem(&path(d.as_ref(), "sem"), n, leases, cfg.run)?;
@@ -961,7 +969,7 @@ fn run_round(
             t.p99_us
         );
     }
-    for d in drivers.iter_mut().filter(|d| !d.lib().floor_only()) {
+    for d in drivers.iter_mut().filter(|d| d.lib().has_recipes()) {
         let lib = d.lib();
         let (n, items) = (cfg.queue_consumers, cfg.queue_items);
         let Some(t) = d.queue(&path(d.as_ref(), "queue"), n, items)? else {
@@ -1031,6 +1039,91 @@ impl Ours {
 impl Drop for Ours {
     fn drop(&mut self) {
         self.client.close();
+    }
+}
+
+/// No library: the requests on a bare blocking socket (see
+/// [`BareSession`]), a session per scenario so that none idles unpinged.
+struct Bare {
+    addr: SocketAddr,
+}
+
+impl Bare {
+    const NO_RECIPES: &'static str = "the bare socket has no recipes: it runs the floor and \
+         the uncontended cycle only";
+    /// Long enough for a scenario's cycles, which never ping.
+    const SESSION: Duration = Duration::from_secs(30);
+
+    fn new(connect: &str) -> Res<Self> {
+        let addr = first_address(connect)
+            .ok_or_else(|| format!("bare socket: cannot resolve {connect}"))?;
+        Ok(Bare { addr })
+    }
+
+    fn session(&self, path: &str) -> Res<BareSession> {
+        let err = |e: std::io::Error| format!("bare socket on {}: {e}", self.addr);
+        let mut s = BareSession::connect(self.addr, CONNECT_WAIT, Self::SESSION).map_err(err)?;
+        s.ensure_path(path).map_err(err)?;
+        Ok(s)
+    }
+
+    fn cycles(
+        &self,
+        path: &str,
+        cycles: usize,
+        mut cycle: impl FnMut(&mut BareSession) -> std::io::Result<()>,
+    ) -> Res<(Cycles, Duration)> {
+        let err = |e: std::io::Error| format!("bare socket: {path}: {e}");
+        let mut s = self.session(path)?;
+        let me = std::process::id();
+        let cpu0 = procfs::cpu_time(me).map_err(|e| e.to_string())?;
+        let mut per_cycle = Vec::with_capacity(cycles);
+        let start = Instant::now();
+        for _ in 0..cycles {
+            let t0 = Instant::now();
+            cycle(&mut s).map_err(err)?;
+            per_cycle.push(micros(t0.elapsed()));
+        }
+        let total = start.elapsed();
+        let cpu = procfs::cpu_time(me).map_err(|e| e.to_string())?;
+        s.close().map_err(err)?;
+        Ok((cycles_of(per_cycle, total), cpu.saturating_sub(cpu0)))
+    }
+}
+
+impl Driver for Bare {
+    fn lib(&self) -> Library {
+        Library::Bare
+    }
+
+    fn floor(&mut self, path: &str, cycles: usize) -> Res<Cycles> {
+        let prefix = format!("{path}/lock-");
+        let (c, _) = self.cycles(path, cycles, |s| s.sequential_cycle(path, &prefix))?;
+        Ok(c)
+    }
+
+    fn mutex(&mut self, path: &str, cycles: usize) -> Res<(Cycles, Duration)> {
+        // Named as a protected lock node is; the data is Curator's default.
+        let prefix = format!("{path}/_c_3f2504e0-4f89-41d3-9a0c-0305e82c3301-lock-");
+        self.cycles(path, cycles, |s| s.lock_cycle(path, &prefix, b"127.0.0.1"))
+    }
+
+    fn contended(
+        &mut self,
+        _: &str,
+        _: usize,
+        _: Duration,
+        _: Option<SocketAddr>,
+    ) -> Res<Contended> {
+        Err(Self::NO_RECIPES.into())
+    }
+
+    fn rw(&mut self, _: &str, _: usize, _: Duration, _: usize) -> Res<Timed> {
+        Err(Self::NO_RECIPES.into())
+    }
+
+    fn sem(&mut self, _: &str, _: usize, _: usize, _: Duration) -> Res<Timed> {
+        Err(Self::NO_RECIPES.into())
     }
 }
 
@@ -1818,11 +1911,11 @@ fn write_docs(
         let p = dir.join(name);
         std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))
     };
-    // The plots are about the recipes; a floor-only library has no point there.
+    // The plots are about the recipes; a library without any has no point there.
     let libs: Vec<Library> = results
         .libraries()
         .into_iter()
-        .filter(|l| !l.floor_only())
+        .filter(|l| l.has_recipes())
         .collect();
     let series =
         |xs: &[usize], key: &dyn Fn(usize) -> String, lib: Library, name: String, dashed| Series {
@@ -1968,6 +2061,12 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
                 "the `zookeeper` crate from crates.io, in the bench process; a client without \
                  recipes, so it runs the raw floor only"
             }
+            Library::Bare => {
+                "no library: the requests of the floor and of an uncontended lock cycle written \
+                 by one thread on a blocking socket, in the bench process, with nothing else \
+                 (no pings, watches, retries or deadlines); its CPU is the kernel's and the \
+                 server's share of a cycle, which no client goes below"
+            }
         };
         line(&format!("- {} {v}: {how}.", lib.name()));
     }
@@ -2036,14 +2135,17 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
     line(&format!(
         "- **floor**: {} cycles of create (ephemeral sequential), getChildren and delete with the \
          library's own client: the requests one lock cycle cannot do without. The `zookeeper` \
-         crate (0.8), which latchkey chose not to build on (see the README), takes part here.",
+         crate (0.8), which latchkey chose not to build on (see the README), takes part here, \
+         and so does the bare socket.",
         cfg.cycles
     ));
     line(&format!(
         "- **uncontended mutex**: {} acquire + release cycles of `InterProcessMutex` (kazoo: `Lock`) \
          by one session. Client CPU is the CPU time of the client's whole process over those cycles \
          (all its threads, from Linux's per-thread scheduler statistics; for Curator that includes \
-         the JVM's JIT and GC threads).",
+         the JVM's JIT and GC threads). The bare socket sends what latchkey's uncontended cycle \
+         sends (create and list written together, then delete) with no library at all: its CPU is \
+         the least any client can spend on a cycle here.",
         cfg.cycles
     ));
     line(&format!(
@@ -2115,7 +2217,10 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
           latchkey most of it is kernel time: socket sends, and the calling thread's sleep on \
           its socket until the reply comes (the caller reads its own reply; the engine thread \
           does not wake). With no watch set, the engine's interest in the socket stays off \
-          between calls: an uncontended cycle makes no `epoll_ctl` call.",
+          between calls: an uncontended cycle makes no `epoll_ctl` call, and the calling thread \
+          sleeps in its read, as the bare socket does, with no `poll` before it: per cycle, two \
+          sends and two or three reads. What latchkey spends above the bare socket's CPU is its \
+          own user-space work.",
     );
     line("");
     line("## Reproduce");

@@ -1,0 +1,304 @@
+//! The benchmark's floor for client CPU: the requests of an uncontended
+//! lock cycle sent by the least client there can be. One thread, one
+//! blocking socket, no pings, no watches, no retries, no deadlines: what
+//! is left is what the kernel and the server cost any client for the same
+//! round trips. A library's CPU above this figure is its own.
+//!
+//! It speaks just enough of the protocol for that (the handshake, create,
+//! getChildren, delete and closeSession), and fails on anything it does not
+//! expect. It is a yardstick, not a client to build on.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+const CREATE: i32 = 1;
+const DELETE: i32 = 2;
+const GET_CHILDREN: i32 = 8;
+const CLOSE_SESSION: i32 = -11;
+const NODE_EXISTS: i32 = -110;
+const PERSISTENT: i32 = 0;
+const EPHEMERAL_SEQUENTIAL: i32 = 3;
+const PERMS_ALL: i32 = 31;
+
+/// One session on one blocking socket.
+pub struct BareSession {
+    sock: TcpStream,
+    xid: i32,
+    out: Vec<u8>,
+    input: Vec<u8>,
+    /// Where the unread input starts in `input`.
+    start: usize,
+}
+
+impl BareSession {
+    /// Connects and shakes hands, each step bounded by `timeout`; the
+    /// session asks for a `session_timeout` it never pings to keep, so the
+    /// caller closes it before that runs out.
+    pub fn connect(
+        addr: SocketAddr,
+        timeout: Duration,
+        session_timeout: Duration,
+    ) -> io::Result<Self> {
+        let sock = TcpStream::connect_timeout(&addr, timeout)?;
+        sock.set_nodelay(true)?;
+        sock.set_read_timeout(Some(timeout))?;
+        sock.set_write_timeout(Some(timeout))?;
+        let mut s = BareSession {
+            sock,
+            xid: 0,
+            out: Vec::with_capacity(512),
+            input: Vec::with_capacity(64 * 1024),
+            start: 0,
+        };
+        let millis = i32::try_from(session_timeout.as_millis()).unwrap_or(i32::MAX);
+        let mut body = Vec::new();
+        put_int(&mut body, 0); // protocol version
+        body.extend(0i64.to_be_bytes()); // last zxid seen
+        put_int(&mut body, millis);
+        body.extend(0i64.to_be_bytes()); // session id: a new session
+        put_bytes(&mut body, &[0; 16]); // password
+        body.push(0); // not read-only
+        s.out.clear();
+        put_frame(&mut s.out, &body);
+        s.sock.write_all(&s.out)?;
+        let reply = s.frame()?;
+        if reply.len() < 16 {
+            return Err(bad("a handshake reply too short"));
+        }
+        Ok(s)
+    }
+
+    /// Creates `path` and its missing parents as persistent nodes.
+    pub fn ensure_path(&mut self, path: &str) -> io::Result<()> {
+        for (i, _) in path.match_indices('/').skip(1) {
+            self.create_persistent(&path[..i])?;
+        }
+        self.create_persistent(path)
+    }
+
+    fn create_persistent(&mut self, path: &str) -> io::Result<()> {
+        self.out.clear();
+        self.push_create(path, b"", PERSISTENT);
+        self.sock.write_all(&self.out)?;
+        match self.reply("create", path)? {
+            (0, _) | (NODE_EXISTS, _) => Ok(()),
+            (err, _) => Err(zk_error("create", path, err)),
+        }
+    }
+
+    /// One lock cycle as an uncontended lock makes it: an ephemeral
+    /// sequential node under `parent` named `prefix` and the listing of
+    /// `parent` written together, then the node's delete.
+    pub fn lock_cycle(&mut self, parent: &str, prefix: &str, data: &[u8]) -> io::Result<()> {
+        self.out.clear();
+        self.push_create(prefix, data, EPHEMERAL_SEQUENTIAL);
+        self.push_get_children(parent);
+        self.sock.write_all(&self.out)?;
+        let node = self.created(prefix)?;
+        self.children(parent)?;
+        self.delete(&node)
+    }
+
+    /// The floor's cycle: create, then list, then delete, one round trip
+    /// each.
+    pub fn sequential_cycle(&mut self, parent: &str, prefix: &str) -> io::Result<()> {
+        self.out.clear();
+        self.push_create(prefix, b"", EPHEMERAL_SEQUENTIAL);
+        self.sock.write_all(&self.out)?;
+        let node = self.created(prefix)?;
+        self.out.clear();
+        self.push_get_children(parent);
+        self.sock.write_all(&self.out)?;
+        self.children(parent)?;
+        self.delete(&node)
+    }
+
+    /// Ends the session on the server and waits for its answer.
+    pub fn close(mut self) -> io::Result<()> {
+        self.out.clear();
+        let xid = self.next_xid();
+        let mut body = Vec::new();
+        put_int(&mut body, xid);
+        put_int(&mut body, CLOSE_SESSION);
+        put_frame(&mut self.out, &body);
+        self.sock.write_all(&self.out)?;
+        self.reply("closeSession", "/").map(|_| ())
+    }
+
+    fn delete(&mut self, path: &str) -> io::Result<()> {
+        self.out.clear();
+        let start = self.start_request(DELETE);
+        put_str(&mut self.out, path);
+        put_int(&mut self.out, -1); // any version
+        self.end_request(start);
+        self.sock.write_all(&self.out)?;
+        match self.reply("delete", path)? {
+            (0, _) => Ok(()),
+            (err, _) => Err(zk_error("delete", path, err)),
+        }
+    }
+
+    fn created(&mut self, path: &str) -> io::Result<String> {
+        match self.reply("create", path)? {
+            (0, body) => {
+                let mut at = 0;
+                get_str(&body, &mut at).ok_or_else(|| bad("a create reply without a path"))
+            }
+            (err, _) => Err(zk_error("create", path, err)),
+        }
+    }
+
+    fn children(&mut self, path: &str) -> io::Result<()> {
+        match self.reply("getChildren", path)? {
+            (0, _) => Ok(()),
+            (err, _) => Err(zk_error("getChildren", path, err)),
+        }
+    }
+
+    fn push_create(&mut self, path: &str, data: &[u8], flags: i32) {
+        let start = self.start_request(CREATE);
+        put_str(&mut self.out, path);
+        put_bytes(&mut self.out, data);
+        put_int(&mut self.out, 1); // one ACL: world:anyone, all permissions
+        put_int(&mut self.out, PERMS_ALL);
+        put_str(&mut self.out, "world");
+        put_str(&mut self.out, "anyone");
+        put_int(&mut self.out, flags);
+        self.end_request(start);
+    }
+
+    fn push_get_children(&mut self, path: &str) {
+        let start = self.start_request(GET_CHILDREN);
+        put_str(&mut self.out, path);
+        self.out.push(0); // no watch
+        self.end_request(start);
+    }
+
+    /// Opens a frame in `out` with its header; returns where it starts.
+    fn start_request(&mut self, kind: i32) -> usize {
+        let start = self.out.len();
+        let xid = self.next_xid();
+        put_int(&mut self.out, 0); // the length, filled in by end_request
+        put_int(&mut self.out, xid);
+        put_int(&mut self.out, kind);
+        start
+    }
+
+    fn end_request(&mut self, start: usize) {
+        let len = (self.out.len() - start - 4) as i32;
+        self.out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+    }
+
+    fn next_xid(&mut self) -> i32 {
+        self.xid = self.xid.wrapping_add(1).max(1);
+        self.xid
+    }
+
+    /// The next reply: its error code and body. Replies come in request
+    /// order, and nothing else can come (no watches, no pings).
+    fn reply(&mut self, op: &str, path: &str) -> io::Result<(i32, Vec<u8>)> {
+        let frame = self.frame()?;
+        if frame.len() < 16 {
+            return Err(bad(&format!("{op} {path}: a reply too short")));
+        }
+        let err = i32::from_be_bytes([frame[12], frame[13], frame[14], frame[15]]);
+        Ok((err, frame[16..].to_vec()))
+    }
+
+    fn frame(&mut self) -> io::Result<Vec<u8>> {
+        loop {
+            let unread = &self.input[self.start..];
+            if unread.len() >= 4 {
+                let len = i32::from_be_bytes([unread[0], unread[1], unread[2], unread[3]]);
+                let len = usize::try_from(len).map_err(|_| bad("a negative frame length"))?;
+                if unread.len() >= 4 + len {
+                    let frame = unread[4..4 + len].to_vec();
+                    self.start += 4 + len;
+                    return Ok(frame);
+                }
+            }
+            self.input.drain(..self.start);
+            self.start = 0;
+            let had = self.input.len();
+            self.input.resize(had + 64 * 1024, 0);
+            let n = self.sock.read(&mut self.input[had..]);
+            self.input.truncate(had + *n.as_ref().unwrap_or(&0));
+            match n? {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                _ => continue,
+            }
+        }
+    }
+}
+
+fn put_int(out: &mut Vec<u8>, v: i32) {
+    out.extend(v.to_be_bytes());
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_int(out, b.len() as i32);
+    out.extend(b);
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_bytes(out, s.as_bytes());
+}
+
+fn put_frame(out: &mut Vec<u8>, body: &[u8]) {
+    put_bytes(out, body);
+}
+
+fn get_str(b: &[u8], at: &mut usize) -> Option<String> {
+    let len = i32::from_be_bytes(b.get(*at..*at + 4)?.try_into().ok()?);
+    let len = usize::try_from(len).ok()?;
+    let s = std::str::from_utf8(b.get(*at + 4..*at + 4 + len)?).ok()?;
+    *at += 4 + len;
+    Some(s.to_owned())
+}
+
+fn zk_error(op: &str, path: &str, code: i32) -> io::Error {
+    io::Error::other(format!("{op} {path}: ZooKeeper error {code}"))
+}
+
+fn bad(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latchkey_framework::Client;
+    use latchkey_test::TestingServer;
+
+    #[test]
+    fn a_cycle_leaves_no_node_and_errors_name_the_path() {
+        let server = TestingServer::start().expect("a ZooKeeper server");
+        let timeout = Duration::from_secs(10);
+        let mut s = BareSession::connect(server.addr(), timeout, timeout).unwrap();
+        s.ensure_path("/bare/a/lock").unwrap();
+        s.ensure_path("/bare/a/lock").unwrap(); // already there: fine
+        for _ in 0..3 {
+            s.lock_cycle("/bare/a/lock", "/bare/a/lock/_c_x-lock-", b"who")
+                .unwrap();
+            s.sequential_cycle("/bare/a/lock", "/bare/a/lock/lock-")
+                .unwrap();
+        }
+        // Looked at before the session ends, which would take its
+        // ephemeral nodes with it.
+        let c = Client::new(&server.connect_string()).unwrap();
+        c.start().unwrap();
+        c.block_until_connected_or_err(timeout).unwrap();
+        assert_eq!(
+            c.get_children("/bare/a/lock").unwrap(),
+            Vec::<String>::new()
+        );
+        // Six creates and six deletes under the parent: every cycle
+        // created once and deleted once.
+        let stat = c.exists("/bare/a/lock").unwrap().unwrap();
+        assert_eq!(stat.cversion, 12, "{stat:?}");
+        let e = s.delete("/bare/missing").unwrap_err();
+        assert!(e.to_string().contains("delete /bare/missing"), "{e}");
+        s.close().unwrap();
+    }
+}
