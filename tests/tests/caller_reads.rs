@@ -547,3 +547,47 @@ fn a_cancellable_handle_does_not_wait_on_the_socket() {
     });
     assert!(!done);
 }
+
+/// This thread's voluntary context switches so far: one for each sleep,
+/// in a read on the socket or anywhere else.
+fn sleeps_of_this_thread() -> u64 {
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("voluntary_ctxt_switches in /proc/thread-self/status")
+}
+
+/// A reading caller sleeps in its read with the socket's receive timeout,
+/// set only when it must change. After a wait with a deadline 1 ms away
+/// (which sets it to 1 ms), a wait of a second with nothing coming wakes a
+/// handful of times, the timeout growing each time it runs out, not once
+/// a millisecond.
+#[test]
+fn a_long_wait_after_a_short_one_does_not_wake_every_millisecond() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), SESSION_TIMEOUT);
+    read_a_few_times(&c, "/");
+    let read_before = read_by_caller(&c);
+    c.exists("/").unwrap();
+    assert!(
+        read_by_caller(&c) > read_before,
+        "the caller did not read its reply: no reading caller to test"
+    );
+    let short = Instant::now() + Duration::from_millis(1);
+    assert!(!c.wait_reading(&|| false, Some(short)));
+    let sleeps = sleeps_of_this_thread();
+    let started = Instant::now();
+    assert!(!c.wait_reading(&|| false, Some(started + Duration::from_secs(1))));
+    let took = started.elapsed();
+    let woke = sleeps_of_this_thread() - sleeps;
+    assert!(
+        took >= Duration::from_secs(1),
+        "the wait ended early, after {took:?}"
+    );
+    assert!(
+        woke < 50,
+        "the second's wait slept {woke} times: the socket's receive timeout stayed short"
+    );
+}

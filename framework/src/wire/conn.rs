@@ -1,16 +1,22 @@
-//! A live connection as the engine drives it: a non-blocking socket, plain
-//! or TLS, touched under its session's wire lock only (by the engine's
-//! thread, or by a caller writing its request or reading its own reply).
+//! A live connection as the engine drives it: a socket, plain or TLS,
+//! touched under its session's wire lock (by the engine's thread, or by a
+//! caller writing its request or reading its own reply), and read without
+//! it only by a caller that waits on it for its reply ([`Socket::wait_read`]).
 //! Bytes to send wait in the connection's own buffer (plain) or in
-//! `rustls`'s (TLS) until the socket takes them; nothing here ever blocks.
+//! `rustls`'s (TLS) until the socket takes them; nothing done under the
+//! lock ever blocks.
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
+use nix::sys::socket::{self as socket, sockopt, MsgFlags};
+use nix::sys::time::TimeVal;
 use rustls::ClientConnection;
 
 /// Reads take at most this much at a time, so frames are dispatched as
@@ -31,11 +37,67 @@ pub(crate) enum Received {
     Closed,
 }
 
+/// A connection's socket. A plain one stays in blocking mode: every read
+/// and write under the wire lock says not to wait (`MSG_DONTWAIT`), and a
+/// caller waiting for its reply sleeps in the read itself, one system call
+/// a wake-up rather than a `poll` and a read. A TLS one is non-blocking, as
+/// `rustls` expects.
+pub(crate) struct Socket {
+    stream: TcpStream,
+    /// The receive timeout last set (`SO_RCVTIMEO`), in milliseconds; 0
+    /// for none yet.
+    read_timeout_ms: AtomicU64,
+}
+
+impl Socket {
+    /// Waits until the socket has something, at most `left` (and at most
+    /// `max`), then reads what it has into `buf`: `Ok(0)` at its end,
+    /// `WouldBlock` if the time passed. Only the connection's reader calls
+    /// this, and never under the wire lock.
+    ///
+    /// The timeout is set only when it must change, so that a reply, which
+    /// comes long before any timeout, costs no extra system call: when it
+    /// would outlast `left` (a deadline missed), or when the last wait
+    /// `timed_out` with a shorter one than now wanted (a wake-up a wait too
+    /// many). It is the largest power of two of milliseconds within
+    /// `left`, or `max`.
+    pub(crate) fn wait_read(
+        &self,
+        buf: &mut [u8],
+        left: Duration,
+        max: Duration,
+        timed_out: bool,
+    ) -> io::Result<usize> {
+        let want = match left >= max {
+            true => max.as_millis().max(1) as u64,
+            false => 1 << (left.as_millis() as u64).max(1).ilog2(),
+        };
+        let set = self.read_timeout_ms.load(Ordering::Relaxed);
+        let outlasts = set == 0 || u128::from(set) > left.as_millis().max(1);
+        if outlasts || (timed_out && set < want) {
+            let tv = TimeVal::new((want / 1000) as _, ((want % 1000) * 1000) as _);
+            socket::setsockopt(&self.stream, sockopt::ReceiveTimeout, &tv)?;
+            self.read_timeout_ms.store(want, Ordering::Relaxed);
+        }
+        Ok(socket::recv(
+            self.stream.as_raw_fd(),
+            buf,
+            MsgFlags::empty(),
+        )?)
+    }
+}
+
+impl AsFd for Socket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+}
+
 /// One live connection.
 pub(crate) struct Conn {
     /// Shared with a caller that waits on the socket for its own reply
     /// (see [`Conn::plain_socket`]); the descriptor closes with the last.
-    sock: Arc<TcpStream>,
+    sock: Arc<Socket>,
     fd: RawFd,
     tls: Option<Box<ClientConnection>>,
     /// Plain TCP: bytes queued and not written yet, from `written` on.
@@ -45,10 +107,15 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
+    /// A connection on `sock`: in blocking mode if plain, non-blocking
+    /// with `tls` (see [`Socket`]).
     pub(crate) fn new(sock: TcpStream, tls: Option<Box<ClientConnection>>) -> Self {
         Conn {
             fd: sock.as_raw_fd(),
-            sock: Arc::new(sock),
+            sock: Arc::new(Socket {
+                stream: sock,
+                read_timeout_ms: AtomicU64::new(0),
+            }),
             tls,
             out: Vec::new(),
             written: 0,
@@ -69,14 +136,14 @@ impl Conn {
     /// The socket, for a caller to wait on until it is readable: plain TCP
     /// only (with TLS, `rustls` may hold decrypted bytes the socket no
     /// longer shows).
-    pub(crate) fn plain_socket(&self) -> Option<Arc<TcpStream>> {
+    pub(crate) fn plain_socket(&self) -> Option<Arc<Socket>> {
         self.tls.is_none().then(|| Arc::clone(&self.sock))
     }
 
     /// Ends the connection for everyone holding the socket: a caller
     /// waiting on it wakes up.
     pub(crate) fn shut_down(&self) {
-        let _ = self.sock.shutdown(Shutdown::Both);
+        let _ = self.sock.stream.shutdown(Shutdown::Both);
     }
 
     /// Queues `frame` to be sent after everything queued before it.
@@ -104,7 +171,7 @@ impl Conn {
         match &mut self.tls {
             None => {
                 while self.written < self.out.len() {
-                    match (&*self.sock).write(&self.out[self.written..]) {
+                    match send_now(self.fd, &self.out[self.written..]) {
                         Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                         Ok(n) => self.written += n,
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -123,7 +190,7 @@ impl Conn {
             }
             Some(tls) => {
                 while tls.wants_write() {
-                    match tls.write_tls(&mut &*self.sock) {
+                    match tls.write_tls(&mut &self.sock.stream) {
                         Ok(_) => {}
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -138,7 +205,7 @@ impl Conn {
     /// Reads once from the connection, appending plaintext to `into`.
     pub(crate) fn receive(&mut self, into: &mut Vec<u8>) -> io::Result<Received> {
         let Some(tls) = &mut self.tls else {
-            return match (&*self.sock).read(&mut self.scratch) {
+            return match receive_now(self.fd, &mut self.scratch) {
                 Ok(0) => Ok(Received::Closed),
                 Ok(n) => {
                     into.extend_from_slice(&self.scratch[..n]);
@@ -162,7 +229,7 @@ impl Conn {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }
-            match tls.read_tls(&mut &*self.sock) {
+            match tls.read_tls(&mut &self.sock.stream) {
                 Ok(0) => return Ok(Received::Closed),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Received::WouldBlock),
@@ -172,11 +239,23 @@ impl Conn {
             if let Err(e) = tls.process_new_packets() {
                 // rustls has queued an alert saying why: send it, as far as
                 // the socket takes it, before the connection is dropped.
-                let _ = tls.write_tls(&mut &*self.sock);
+                let _ = tls.write_tls(&mut &self.sock.stream);
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
         }
     }
+}
+
+/// Writes what a plain socket takes now, without waiting, and without a
+/// `SIGPIPE` if the server has gone.
+fn send_now(fd: RawFd, data: &[u8]) -> io::Result<usize> {
+    let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+    Ok(socket::send(fd, data, flags)?)
+}
+
+/// Reads what a plain socket has now, without waiting.
+fn receive_now(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    Ok(socket::recv(fd, buf, MsgFlags::MSG_DONTWAIT)?)
 }
 
 #[cfg(test)]

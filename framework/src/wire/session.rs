@@ -13,8 +13,9 @@
 //! client does). One caller at a time may read instead
 //! (`Inner::read_own_reply`): on a plain socket nobody else is reading, a
 //! caller whose request is written switches the engine's interest in the
-//! socket off, waits on it, reads and dispatches what comes exactly as
-//! the engine would, and switches the interest on again once its reply is
+//! socket off, sleeps in a read on it (a plain socket stays in blocking
+//! mode for that, and every other read and write on it says not to wait),
+//! dispatches what comes exactly as the engine would, and switches the interest on again once its reply is
 //! in. That saves the engine's wake-up and the hand-over of each reply to
 //! the caller's thread. When nothing more is due from the server (every
 //! request answered, no watch set) the caller leaves the connection
@@ -53,7 +54,7 @@ use mio::{Interest, Registry, Token};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use super::conn::{Conn, Received};
+use super::conn::{Conn, Received, Socket};
 use super::connect::{
     self, open_stream_with, read_frame, resolve_one, ConnectFailure, HostList, RwProbe, RwSearch,
     SharedHosts,
@@ -88,9 +89,14 @@ pub(crate) const DEFAULT_MAX_REPLY: usize = 4 << 20;
 /// The longest an idle connection goes without a ping.
 const MAX_PING_INTERVAL: Duration = Duration::from_secs(10);
 
-/// A caller reading its own reply polls the socket this long at most at a
-/// time; the connection's end (a shutdown) wakes it sooner.
+/// A caller reading its own reply waits on the socket this long at most at
+/// a time; the connection's end (a shutdown) wakes it sooner.
 const MAX_OWN_READ_WAIT: Duration = Duration::from_secs(5);
+
+/// How much a caller reading its own reply takes from the socket in its
+/// wait, on its stack: a lock's replies fit, and what does not is read on
+/// at once (see [`Inner::read_as_reader`]).
+const READER_CHUNK: usize = 4 * 1024;
 
 /// A connection that lasted this long was healthy: the next reconnect
 /// starts the back-off afresh.
@@ -827,7 +833,7 @@ impl Inner {
     /// Makes this thread the reader of `wire`, if the connection is plain
     /// TCP, all its output is written, nobody else reads and no wakers are
     /// in flight; the engine's poll then hears of nothing but hang-ups.
-    fn take_reader(&self, wire: &Mutex<Wire>) -> Option<Arc<mio::net::TcpStream>> {
+    fn take_reader(&self, wire: &Mutex<Wire>) -> Option<Arc<Socket>> {
         let mut w = wire.try_lock()?;
         let free = !w.reader && !w.done && w.broken.is_none() && !w.conn.has_output();
         let quiet = self.no_wakers_in_flight(&w);
@@ -853,34 +859,50 @@ impl Inner {
     fn read_as_reader(
         &self,
         wire: &Mutex<Wire>,
-        sock: Arc<mio::net::TcpStream>,
+        sock: Arc<Socket>,
         waiting: &dyn Fn() -> bool,
         deadline: Instant,
     ) -> bool {
         let mut woken = Vec::new();
         let mut read_it = false;
+        let mut buf = [0u8; READER_CHUNK];
+        let mut timed_out = false;
         while waiting() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
             }
-            // Whole milliseconds, rounded up: a wait rounded down to zero
-            // would spin until the deadline.
-            let millis = left.min(MAX_OWN_READ_WAIT).as_micros().div_ceil(1000);
-            let wait = PollTimeout::from(u16::try_from(millis).unwrap_or(u16::MAX));
-            let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
-            match nix::poll::poll(&mut fds, wait) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => {
-                    log::debug!("cannot wait on the socket, leaving it to the engine: {e}");
-                    break;
-                }
-            }
+            // Sleeps in the read: no lock is held, so the engine serves
+            // the session (and every other) meanwhile.
+            let got = sock.wait_read(&mut buf, left, MAX_OWN_READ_WAIT, timed_out);
+            timed_out = matches!(&got, Err(e) if e.kind() == io::ErrorKind::WouldBlock);
             let mut w = wire.lock();
             if w.done {
                 break; // ended by the engine, which answers what is pending
             }
-            if let Some(ended) = self.read_available(&mut w) {
+            let ended = match got {
+                Ok(0) => Some(Ended::Dropped),
+                Ok(n) => {
+                    w.received.extend_from_slice(&buf[..n]);
+                    // A full buffer may have left more in the socket.
+                    let more = n == buf.len();
+                    self.took_input(&mut w)
+                        .or_else(|| more.then(|| self.read_available(&mut w)).flatten())
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    None
+                }
+                Err(e) => {
+                    log::debug!("read failed: {e}");
+                    Some(Ended::Dropped)
+                }
+            };
+            if let Some(ended) = ended {
                 w.broken = Some(ended);
                 break;
             }
@@ -1209,6 +1231,26 @@ impl Inner {
         frames
     }
 
+    /// Dispatches every complete frame of the input a reader just added to
+    /// `wire.received`; `Some` if the connection must end.
+    fn took_input(&self, wire: &mut Wire) -> Option<Ended> {
+        wire.clocks.last_recv = Instant::now();
+        let Wire {
+            received,
+            pending,
+            to_wake,
+            unanswered,
+            ..
+        } = wire;
+        match self.dispatch_frames(received, pending, unanswered, to_wake) {
+            Ok(ended) => ended,
+            Err(e) => {
+                log::warn!("protocol error, reconnecting: {e}");
+                Some(Ended::Dropped)
+            }
+        }
+    }
+
     /// Reads everything the socket has and dispatches every complete
     /// frame; `Some` if the connection must end.
     fn read_available(&self, wire: &mut Wire) -> Option<Ended> {
@@ -1216,22 +1258,11 @@ impl Inner {
             match wire.conn.receive(&mut wire.received) {
                 Ok(Received::Bytes(0)) => {}
                 Ok(got @ (Received::Bytes(_) | Received::Drained)) => {
-                    wire.clocks.last_recv = Instant::now();
-                    let Wire {
-                        received,
-                        pending,
-                        to_wake,
-                        unanswered,
-                        ..
-                    } = wire;
-                    match self.dispatch_frames(received, pending, unanswered, to_wake) {
-                        Ok(None) if matches!(got, Received::Drained) => return None,
-                        Ok(None) => {}
-                        Ok(Some(ended)) => return Some(ended),
-                        Err(e) => {
-                            log::warn!("protocol error, reconnecting: {e}");
-                            return Some(Ended::Dropped);
-                        }
+                    if let Some(ended) = self.took_input(wire) {
+                        return Some(ended);
+                    }
+                    if matches!(got, Received::Drained) {
+                        return None;
                     }
                 }
                 Ok(Received::WouldBlock) => return None,
@@ -1475,13 +1506,13 @@ struct Wire {
 struct Claim {
     engine: &'static Engine,
     wire: Arc<Mutex<Wire>>,
-    sock: Arc<mio::net::TcpStream>,
+    sock: Arc<Socket>,
     read: bool,
 }
 
 impl Claim {
     /// The connection and its socket, to read now.
-    fn into_parts(mut self) -> (Arc<Mutex<Wire>>, Arc<mio::net::TcpStream>) {
+    fn into_parts(mut self) -> (Arc<Mutex<Wire>>, Arc<Socket>) {
         self.read = true;
         (Arc::clone(&self.wire), Arc::clone(&self.sock))
     }
