@@ -14,9 +14,13 @@ use std::time::Duration;
 
 const CREATE: i32 = 1;
 const DELETE: i32 = 2;
+const EXISTS: i32 = 3;
 const GET_CHILDREN: i32 = 8;
 const CLOSE_SESSION: i32 = -11;
+const NO_NODE: i32 = -101;
 const NODE_EXISTS: i32 = -110;
+/// The xid of a watch event.
+const NOTIFICATION: i32 = -1;
 const PERSISTENT: i32 = 0;
 const EPHEMERAL_SEQUENTIAL: i32 = 3;
 const PERMS_ALL: i32 = 31;
@@ -29,6 +33,8 @@ pub struct BareSession {
     input: Vec<u8>,
     /// Where the unread input starts in `input`.
     start: usize,
+    /// Watch events read and not yet waited for.
+    events: usize,
 }
 
 impl BareSession {
@@ -50,6 +56,7 @@ impl BareSession {
             out: Vec::with_capacity(512),
             input: Vec::with_capacity(64 * 1024),
             start: 0,
+            events: 0,
         };
         let millis = i32::try_from(session_timeout.as_millis()).unwrap_or(i32::MAX);
         let mut body = Vec::new();
@@ -114,6 +121,61 @@ impl BareSession {
         self.delete(&node)
     }
 
+    /// Takes the lock at `parent` as Curator's lock does, and returns the
+    /// node that holds it: creates an ephemeral sequential `prefix` and
+    /// lists `parent` together; then, while a node sorts before ours,
+    /// watches the one just before it, waits for its event and lists
+    /// again. Release it with [`BareSession::release`].
+    pub fn acquire(&mut self, parent: &str, prefix: &str, data: &[u8]) -> io::Result<String> {
+        self.out.clear();
+        self.push_create(prefix, data, EPHEMERAL_SEQUENTIAL);
+        self.push_get_children(parent);
+        self.sock.write_all(&self.out)?;
+        let node = self.created(prefix)?;
+        let ours = node.rsplit('/').next().unwrap_or_default().to_owned();
+        let mut children = self.children(parent)?;
+        while let Some(before) = predecessor(&children, &ours)? {
+            let watched = format!("{parent}/{before}");
+            self.out.clear();
+            let start = self.start_request(EXISTS);
+            put_str(&mut self.out, &watched);
+            self.out.push(1); // watch
+            self.end_request(start);
+            self.sock.write_all(&self.out)?;
+            match self.reply("exists", &watched)? {
+                (0, _) => self.wait_event()?,
+                (NO_NODE, _) => {} // gone already: no event will come
+                (err, _) => return Err(zk_error("exists", &watched, err)),
+            }
+            self.out.clear();
+            self.push_get_children(parent);
+            self.sock.write_all(&self.out)?;
+            children = self.children(parent)?;
+        }
+        Ok(node)
+    }
+
+    /// Gives up a node [`BareSession::acquire`] returned.
+    pub fn release(&mut self, node: &str) -> io::Result<()> {
+        self.delete(node)
+    }
+
+    /// Waits for the next watch event, unless one was read already.
+    fn wait_event(&mut self) -> io::Result<()> {
+        while self.events == 0 {
+            let frame = self.frame()?;
+            match frame
+                .get(..4)
+                .map(|x| i32::from_be_bytes([x[0], x[1], x[2], x[3]]))
+            {
+                Some(NOTIFICATION) => self.events += 1,
+                _ => return Err(bad("a reply with no request outstanding")),
+            }
+        }
+        self.events -= 1;
+        Ok(())
+    }
+
     /// Ends the session on the server and waits for its answer.
     pub fn close(mut self) -> io::Result<()> {
         self.out.clear();
@@ -149,9 +211,15 @@ impl BareSession {
         }
     }
 
-    fn children(&mut self, path: &str) -> io::Result<()> {
+    fn children(&mut self, path: &str) -> io::Result<Vec<String>> {
         match self.reply("getChildren", path)? {
-            (0, _) => Ok(()),
+            (0, body) => {
+                let at = &mut 0;
+                let count = get_int(&body, at).ok_or_else(|| bad("a listing without a count"))?;
+                (0..count.max(0))
+                    .map(|_| get_str(&body, at).ok_or_else(|| bad("a listing cut short")))
+                    .collect()
+            }
             (err, _) => Err(zk_error("getChildren", path, err)),
         }
     }
@@ -196,12 +264,19 @@ impl BareSession {
     }
 
     /// The next reply: its error code and body. Replies come in request
-    /// order, and nothing else can come (no watches, no pings).
+    /// order; watch events between them are counted for
+    /// [`BareSession::wait_event`] (no pings are sent, so none come back).
     fn reply(&mut self, op: &str, path: &str) -> io::Result<(i32, Vec<u8>)> {
-        let frame = self.frame()?;
-        if frame.len() < 16 {
-            return Err(bad(&format!("{op} {path}: a reply too short")));
-        }
+        let frame = loop {
+            let frame = self.frame()?;
+            if frame.len() < 16 {
+                return Err(bad(&format!("{op} {path}: a reply too short")));
+            }
+            match i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) {
+                NOTIFICATION => self.events += 1,
+                _ => break frame,
+            }
+        };
         let err = i32::from_be_bytes([frame[12], frame[13], frame[14], frame[15]]);
         Ok((err, frame[16..].to_vec()))
     }
@@ -249,12 +324,34 @@ fn put_frame(out: &mut Vec<u8>, body: &[u8]) {
     put_bytes(out, body);
 }
 
+fn get_int(b: &[u8], at: &mut usize) -> Option<i32> {
+    let v = i32::from_be_bytes(b.get(*at..*at + 4)?.try_into().ok()?);
+    *at += 4;
+    Some(v)
+}
+
 fn get_str(b: &[u8], at: &mut usize) -> Option<String> {
-    let len = i32::from_be_bytes(b.get(*at..*at + 4)?.try_into().ok()?);
-    let len = usize::try_from(len).ok()?;
-    let s = std::str::from_utf8(b.get(*at + 4..*at + 4 + len)?).ok()?;
-    *at += 4 + len;
+    let len = usize::try_from(get_int(b, at)?).ok()?;
+    let s = std::str::from_utf8(b.get(*at..*at + len)?).ok()?;
+    *at += len;
     Some(s.to_owned())
+}
+
+/// The node just before `ours` in the lock's queue (by sequence number,
+/// the last ten characters), or `None` if ours is first.
+fn predecessor(children: &[String], ours: &str) -> io::Result<Option<String>> {
+    let seq = |name: &str| {
+        name.get(name.len().saturating_sub(10)..)
+            .unwrap_or(name)
+            .to_owned()
+    };
+    let mut sorted: Vec<&String> = children.iter().collect();
+    sorted.sort_by_key(|c| seq(c));
+    let at = sorted
+        .iter()
+        .position(|c| *c == ours)
+        .ok_or_else(|| bad(&format!("our node {ours} is not listed")))?;
+    Ok(at.checked_sub(1).map(|i| sorted[i].clone()))
 }
 
 fn zk_error(op: &str, path: &str, code: i32) -> io::Error {
@@ -300,5 +397,42 @@ mod tests {
         let e = s.delete("/bare/missing").unwrap_err();
         assert!(e.to_string().contains("delete /bare/missing"), "{e}");
         s.close().unwrap();
+    }
+
+    #[test]
+    fn contending_sessions_take_turns_one_at_a_time() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let server = TestingServer::start().expect("a ZooKeeper server");
+        let timeout = Duration::from_secs(10);
+        let parent = "/bare/turns";
+        BareSession::connect(server.addr(), timeout, timeout)
+            .unwrap()
+            .ensure_path(parent)
+            .unwrap();
+        let holders = Arc::new(AtomicUsize::new(0));
+        let turns = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|i| {
+                let (holders, turns, addr) = (holders.clone(), turns.clone(), server.addr());
+                std::thread::spawn(move || {
+                    let mut s = BareSession::connect(addr, timeout, timeout).unwrap();
+                    let prefix = format!("{parent}/_c_{i}-lock-");
+                    for _ in 0..25 {
+                        let node = s.acquire(parent, &prefix, b"").unwrap();
+                        assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                        std::thread::yield_now();
+                        holders.fetch_sub(1, Ordering::SeqCst);
+                        turns.fetch_add(1, Ordering::SeqCst);
+                        s.release(&node).unwrap();
+                    }
+                    s.close().unwrap();
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("a contending session failed");
+        }
+        assert_eq!(turns.load(Ordering::SeqCst), 100);
     }
 }

@@ -392,7 +392,7 @@ fn run(args: Args) -> Res<()> {
             #[cfg(feature = "zk08")]
             Library::Zookeeper08 => {
                 drivers.push(Box::new(Zk08::new(&connect)?));
-                versions.push((Library::Zookeeper08, "0.8 (crates.io, release)".to_owned()));
+                versions.push((Library::Zookeeper08, "(crates.io, release)".to_owned()));
             }
             #[cfg(not(feature = "zk08"))]
             Library::Zookeeper08 => {
@@ -403,7 +403,7 @@ fn run(args: Args) -> Res<()> {
             }
             Library::Bare => {
                 drivers.push(Box::new(Bare::new(&connect)?));
-                versions.push((Library::Bare, "this build, release".to_owned()));
+                versions.push((Library::Bare, "(this build, release)".to_owned()));
             }
             Library::Curator | Library::Kazoo => {
                 let kind = peer_kind(*lib);
@@ -757,12 +757,10 @@ fn warm_up(drivers: &mut [Box<dyn Driver>], cfg: &Config) -> Res<()> {
     for d in drivers.iter_mut() {
         let base = bench_path(&format!("warmup-{}", d.lib().name().replace(' ', "-")));
         d.floor(&format!("{base}/floor"), cfg.warmup_cycles)?;
-        if d.lib().runs_lock_cycle() {
-            d.mutex(&format!("{base}/mutex"), cfg.warmup_cycles)?;
-        }
-        if !d.lib().has_recipes() {
+        if !d.lib().runs_lock_cycle() {
             continue;
         }
+        d.mutex(&format!("{base}/mutex"), cfg.warmup_cycles)?;
         d.contended(&format!("{base}/contended"), TARGET_SESSIONS, cfg.run, None)?;
     }
     Ok(())
@@ -822,7 +820,7 @@ fn run_round(
         );
     }
     for &n in &cfg.contenders {
-        for d in drivers.iter_mut().filter(|d| d.lib().has_recipes()) {
+        for d in drivers.iter_mut().filter(|d| d.lib().runs_lock_cycle()) {
             let lib = d.lib();
             let c = d.contended(&path(d.as_ref(), "contended"), n, cfg.run, None)?;
             let per_s = c.cycles as f64 / (c.elapsed_us.max(1) as f64 / 1e6);
@@ -1050,7 +1048,7 @@ struct Bare {
 
 impl Bare {
     const NO_RECIPES: &'static str = "the bare socket has no recipes: it runs the floor and \
-         the uncontended cycle only";
+         the lock cycles only";
     /// Long enough for a scenario's cycles, which never ping.
     const SESSION: Duration = Duration::from_secs(30);
 
@@ -1110,12 +1108,35 @@ impl Driver for Bare {
 
     fn contended(
         &mut self,
-        _: &str,
-        _: usize,
-        _: Duration,
-        _: Option<SocketAddr>,
+        path: &str,
+        sessions: usize,
+        run: Duration,
+        mntr: Option<SocketAddr>,
     ) -> Res<Contended> {
-        Err(Self::NO_RECIPES.into())
+        let mut lockers = Vec::with_capacity(sessions);
+        for i in 0..sessions {
+            // Each session's nodes named apart, as protection's ids make them.
+            let prefix = format!(
+                "{path}/_c_{:08x}-0000-4000-8000-{i:012x}-lock-",
+                std::process::id()
+            );
+            lockers.push((self.session(path)?, prefix, None::<String>));
+        }
+        let parent = path.to_owned();
+        let err = |e: std::io::Error| format!("bare socket contended: {e}");
+        // A waiter does not give up at the run's end: it is next in a
+        // queue that drains as every thread stops after its release.
+        let acquire = move |(s, prefix, held): &mut (BareSession, String, Option<String>),
+                            _: Duration| {
+            *held = Some(s.acquire(&parent, prefix, b"127.0.0.1").map_err(err)?);
+            Ok(true)
+        };
+        let release =
+            move |(s, _, held): &mut (BareSession, String, Option<String>)| match held.take() {
+                Some(node) => s.release(&node).map_err(err),
+                None => Ok(()),
+            };
+        contended_with(lockers, "bare socket", path, run, mntr, acquire, release)
     }
 
     fn rw(&mut self, _: &str, _: usize, _: Duration, _: usize) -> Res<Timed> {
@@ -1511,26 +1532,44 @@ fn contended_on(
         .map(|c| InterProcessMutex::new(c, path))
         .collect::<Result<_, _>>()
         .map_err(err)?;
+    let acquire =
+        move |m: &mut InterProcessMutex, left: Duration| m.acquire_timeout(left).map_err(err);
+    let release = move |m: &mut InterProcessMutex| m.release().map_err(err);
+    contended_with(mutexes, "latchkey", path, run, mntr, acquire, release)
+}
+
+/// The contended run of `lockers`, one thread each: `acquire` (given the
+/// time left; false to stop) and `release` in a loop, with a shared
+/// counter that fails the run if two hold at once.
+fn contended_with<L: Send + 'static>(
+    lockers: Vec<L>,
+    lib: &'static str,
+    path: &str,
+    run: Duration,
+    mntr: Option<SocketAddr>,
+    acquire: impl Fn(&mut L, Duration) -> Res<bool> + Send + Sync + 'static,
+    release: impl Fn(&mut L) -> Res<()> + Send + Sync + 'static,
+) -> Res<Contended> {
     let generation = Arc::new(AtomicU64::new(0));
     let holders = Arc::new(AtomicUsize::new(0));
     let (gen, lock_path) = (Arc::clone(&generation), path.to_owned());
-    let step = move |m: &mut InterProcessMutex, left: Duration| {
-        if !m.acquire_timeout(left).map_err(err)? {
+    let step = move |m: &mut L, left: Duration| {
+        if !acquire(m, left)? {
             return Ok(None);
         }
         let acquired = Instant::now();
         if holders.fetch_add(1, Ordering::SeqCst) != 0 {
             return Err(format!(
-                "latchkey contended: two holders of {lock_path} at once"
+                "{lib} contended: two holders of {lock_path} at once"
             ));
         }
         let g = gen.fetch_add(1, Ordering::SeqCst);
         holders.fetch_sub(1, Ordering::SeqCst);
-        m.release().map_err(err)?;
+        release(m)?;
         Ok(Some((g, acquired, Instant::now())))
     };
     let mut window = None;
-    let (outs, elapsed) = run_crew(mutexes, run, step, |began| {
+    let (outs, elapsed) = run_crew(lockers, run, step, |began| {
         let Some(addr) = mntr else { return Ok(()) };
         // The steady middle of the run: no session set-up or tear-down.
         sleep_until(began + run / 4);
@@ -2152,7 +2191,10 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
         "- **contended**: {:?} sessions, each on its own thread, loop acquire + release on one mutex \
          for {}. Throughput is handoffs per second; a handoff's latency runs from one holder's \
          `release()` returning to the next holder's `acquire()` returning (0 when the next holder \
-         saw the deletion first).",
+         saw the deletion first). The bare socket's sessions send the requests of Curator's lock \
+         (create and list together, watch the predecessor, list again at its event, delete), \
+         each on its own blocking socket, with nothing else; at the end of the run its waiters \
+         drain their queue rather than give up.",
         cfg.contenders,
         seconds(cfg.run)
     ));
