@@ -570,3 +570,81 @@ fn on_socket(line: &str) -> bool {
             .is_some_and(|fd| fd.contains("<socket:") || fd.contains("<TCP"))
     })
 }
+
+/// The server killed while a thread sleeps in its read (`wait_reading`,
+/// 20 s deadline): the read ends with the connection, within a bound.
+#[test]
+fn a_server_killed_under_a_reading_wait_ends_it() {
+    let mut server = latchkey_test::TestingServer::start().unwrap();
+    let c = connect(&server.connect_string(), Duration::from_secs(10));
+    c.create().for_path(&unique("/killed"), b"").unwrap();
+    let waiting = c.clone();
+    let in_wait = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&in_wait);
+    let waiter = thread::spawn(move || {
+        let _ = waiting.exists("/");
+        flag.store(true, Ordering::SeqCst);
+        let started = Instant::now();
+        waiting.wait_reading(&|| false, Some(started + Duration::from_secs(20)));
+        started.elapsed()
+    });
+    wait_until(
+        Duration::from_secs(5),
+        || in_wait.load(Ordering::SeqCst),
+        || "the waiter never started".into(),
+    );
+    thread::sleep(Duration::from_millis(100));
+    server.kill().unwrap();
+    let took = call_within(
+        "the wait on a killed server",
+        Duration::from_secs(10),
+        move || waiter.join().unwrap(),
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "the wait took {took:?} after the kill"
+    );
+    c.close();
+}
+
+/// A server that closes the connection instead of answering, while the
+/// caller sleeps in its read: the call fails (no retries here) promptly,
+/// and the client connects again.
+#[test]
+fn a_connection_closed_instead_of_a_reply_wakes_the_reader() {
+    let fake = FakeServer::start(Script::default().reply(
+        latchkey_test::fake_server::op::EXISTS,
+        latchkey_test::fake_server::Reply::Late(
+            Duration::from_millis(300),
+            Box::new(latchkey_test::fake_server::Reply::Close),
+        ),
+    ))
+    .unwrap();
+    let c = start_connected(
+        Client::builder()
+            .connect_string(fake.connect_string())
+            .session_timeout(Duration::from_secs(10))
+            .connection_timeout(Duration::from_secs(2))
+            .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
+    );
+    let caller = c.with_timeout(Duration::from_secs(20));
+    for i in 0..3 {
+        let caller = caller.clone();
+        let (got, took) = call_within("the closed call", Duration::from_secs(10), move || {
+            let started = Instant::now();
+            let got = caller.exists("/closes");
+            (got.map(drop), started.elapsed())
+        });
+        assert!(got.is_err(), "call {i}: a reply from a closed connection");
+        assert!(
+            took < Duration::from_millis(300) + Duration::from_secs(1),
+            "call {i} took {took:?}"
+        );
+        assert!(
+            c.block_until_connected(Duration::from_secs(5)).unwrap(),
+            "no reconnect after call {i}: {:?}",
+            c.state_history()
+        );
+    }
+    c.close();
+}
