@@ -401,7 +401,7 @@ fn close_ends_a_long_reading_wait() {
     );
 }
 
-/// A server that neither reads nor writes (the engine's 4 MiB write is
+/// A server that neither reads nor writes (the engine's 32 MiB write is
 /// taken in parts and then not at all): the engine must not block on the
 /// socket, so another session keeps being served: its calls answer and
 /// its watch events (read by the engine) come, each within a bound.
@@ -413,13 +413,14 @@ fn a_stalled_server_does_not_hold_up_another_session() {
             .connect_string(fake.connect_string())
             .session_timeout(Duration::from_secs(3))
             .connection_timeout(Duration::from_secs(2))
+            .max_request_size(64 << 20)
             .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
     );
     let stuck = Arc::new(AtomicBool::new(false));
     let done = Arc::clone(&stuck);
     let writer = stalled.with_timeout(Duration::from_secs(4));
     let big = thread::spawn(move || {
-        let _ = writer.set_data("/stalled", &vec![7u8; 4 << 20], None);
+        let _ = writer.set_data("/stalled", &vec![7u8; 32 << 20], None);
         done.store(true, Ordering::SeqCst);
     });
     let server = shared_server();
