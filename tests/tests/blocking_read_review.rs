@@ -649,3 +649,106 @@ fn a_connection_closed_instead_of_a_reply_wakes_the_reader() {
     }
     c.close();
 }
+
+/// 8 sessions hand an `InterProcessMutex` round 25 times each, their
+/// waiters reading their own events: a counter outside ZooKeeper sees one
+/// holder at a time and every acquisition, and no hand-over stalls.
+#[test]
+fn eight_sessions_hand_a_lock_round_one_holder_at_a_time() {
+    const SESSIONS: usize = 8;
+    const ROUNDS: usize = 25;
+    let server = shared_server();
+    let clients: Vec<Client> = (0..SESSIONS)
+        .map(|_| connect(&server.connect_string(), Duration::from_secs(10)))
+        .collect();
+    let path = unique("/blocking_read/lock");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let total = Arc::new(AtomicUsize::new(0));
+    let (inside2, total2, clients2) = (Arc::clone(&inside), Arc::clone(&total), clients.clone());
+    call_within("the lock rounds", Duration::from_secs(40), move || {
+        thread::scope(|s| {
+            for (i, c) in clients2.iter().enumerate() {
+                let (inside, total, path) = (&inside2, &total2, &path);
+                s.spawn(move || {
+                    let mutex = latchkey_recipes::InterProcessMutex::new(c, path).unwrap();
+                    for round in 0..ROUNDS {
+                        let started = Instant::now();
+                        assert!(
+                            mutex.acquire_timeout(Duration::from_secs(10)).unwrap(),
+                            "session {i} round {round}: no lock within 10 s"
+                        );
+                        let waited = started.elapsed();
+                        let now_in = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        assert_eq!(now_in, 1, "session {i} round {round}: two holders");
+                        total.fetch_add(1, Ordering::SeqCst);
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        mutex.release().unwrap();
+                        assert!(
+                            waited < Duration::from_secs(5),
+                            "session {i} round {round}: waited {waited:?}"
+                        );
+                    }
+                });
+            }
+        });
+    });
+    assert_eq!(total.load(Ordering::SeqCst), SESSIONS * ROUNDS);
+    let read: u64 = clients
+        .iter()
+        .map(|c| c.metrics().waits_read_by_waiter)
+        .sum();
+    eprintln!("lock waits ended by the waiter's own read: {read}");
+    for c in &clients {
+        c.close();
+    }
+}
+
+/// The connection blackholed (a partition) while a caller sleeps in its
+/// read with a 20 s deadline, past the session's end: silence ends the
+/// connection within the read timeout (2/3 of 1.2 s), the call fails then,
+/// and after the partition the client learns the session expired.
+#[test]
+fn a_partition_under_a_sleeping_reader_ends_on_the_silence_clock() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_millis(1200))
+            .connection_timeout(Duration::from_secs(5))
+            .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
+    );
+    let path = unique("/blocking_read/partition");
+    c.create()
+        .creating_parents_if_needed()
+        .for_path(&path, b"")
+        .unwrap();
+    for _ in 0..3 {
+        c.get_data(&path).unwrap();
+    }
+    let expired_before = c.metrics().sessions_lost;
+    proxy.pause();
+    let reader = c.with_timeout(Duration::from_secs(20));
+    let (got, took) = call_within("the partitioned call", Duration::from_secs(10), move || {
+        let started = Instant::now();
+        let got = reader.get_data(&path);
+        (got.map(drop), started.elapsed())
+    });
+    assert!(got.is_err(), "a reply through a partition");
+    // Silence at 800 ms after the last receive, which was at most a ping
+    // interval (400 ms) before the pause.
+    assert!(
+        took < Duration::from_millis(800) + Duration::from_millis(300),
+        "the call took {took:?}: {:?}",
+        c.state_history()
+    );
+    // Past the session timeout, then heal: the session is gone.
+    thread::sleep(Duration::from_millis(1500));
+    proxy.resume();
+    wait_until(
+        Duration::from_secs(10),
+        || c.metrics().sessions_lost > expired_before,
+        || format!("no expiry seen: {:?}", c.state_history()),
+    );
+    c.close();
+}
