@@ -798,3 +798,47 @@ fn a_partition_under_a_sleeping_reader_ends_on_the_silence_clock() {
     );
     c.close();
 }
+
+/// 1,500 watches on long paths re-armed after a cut (a SetWatches frame of
+/// ~250 KB, written by the engine in parts if the socket wants): the
+/// session resumes, the calls go on, and a re-armed watch fires.
+#[test]
+fn many_watches_are_re_armed_after_a_cut() {
+    const WATCHES: usize = 1500;
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = connect(&proxy.connect_string(), Duration::from_secs(10));
+    let other = connect(&server.connect_string(), Duration::from_secs(10));
+    let base = unique(&format!(
+        "/blocking_read/rearm/{}",
+        "long-segment-".repeat(8)
+    ));
+    let heard = Arc::new(AtomicUsize::new(0));
+    for i in 0..WATCHES {
+        let heard = Arc::clone(&heard);
+        c.exists_watch_waker(&format!("{base}/node-{i:05}"), move |_| {
+            heard.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+    }
+    let session = c.session_id();
+    let reconnects = c.metrics().reconnects;
+    assert!(proxy.cut() > 0, "no connection to cut");
+    wait_until(
+        Duration::from_secs(10),
+        || c.metrics().reconnects > reconnects && c.exists("/").is_ok(),
+        || format!("no reconnect: {:?}", c.state_history()),
+    );
+    assert_eq!(c.session_id(), session, "the session was not resumed");
+    other
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&format!("{base}/node-{:05}", WATCHES - 1), b"")
+        .unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        || heard.load(Ordering::SeqCst) >= 1,
+        || format!("the re-armed watch never fired: {:?}", c.state_history()),
+    );
+    c.close();
+}
