@@ -9,13 +9,22 @@
 //! - replies much bigger than the reader's 4 KiB chunk (2,000 children,
 //!   ~1 MB of data) read by a caller while watch events come in;
 //! - 8 threads x 500 calls on one client, each checking its own data;
-//! - `close()` while a caller sleeps in its read, and in `wait_reading`:
-//!   the caller wakes promptly;
-//! - a server that stops reading (the engine's write is taken in parts)
-//!   while another session on the same engine must still be served;
-//! - every write a client makes on a socket says MSG_NOSIGNAL (checked
-//!   with strace on a child process: Rust test binaries ignore SIGPIPE, so
-//!   only the flags show a process with the default disposition survives).
+//! - 8 sessions handing an `InterProcessMutex` round, one holder at a
+//!   time by a counter outside ZooKeeper;
+//! - the connection ending under a caller asleep in its read: `close()`,
+//!   a killed server, a server closing instead of answering, a partition
+//!   (silence, then the session's expiry); the caller wakes promptly;
+//! - a server that stops reading (the write is taken in parts) while
+//!   another session on the same engine must still be served, and 1,500
+//!   watches re-armed after a cut;
+//! - every write a client makes on a socket, plain or TLS, handshake
+//!   included, says MSG_NOSIGNAL (checked with strace on a child process:
+//!   Rust test binaries ignore SIGPIPE, and `unsafe` to reset it is
+//!   forbidden here, so the flags show that a process with the default
+//!   disposition survives).
+//!
+//! Curator has no test class for this (its transport is ZooKeeper's own
+//! Java client): no Curator tests are ported here.
 
 mod common;
 
