@@ -190,7 +190,7 @@ impl Conn {
             }
             Some(tls) => {
                 while tls.wants_write() {
-                    match tls.write_tls(&mut &self.sock.stream) {
+                    match tls.write_tls(&mut NoSigPipe(self.fd)) {
                         Ok(_) => {}
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -239,7 +239,7 @@ impl Conn {
             if let Err(e) = tls.process_new_packets() {
                 // rustls has queued an alert saying why: send it, as far as
                 // the socket takes it, before the connection is dropped.
-                let _ = tls.write_tls(&mut &self.sock.stream);
+                let _ = tls.write_tls(&mut NoSigPipe(self.fd));
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
         }
@@ -256,6 +256,34 @@ fn send_now(fd: RawFd, data: &[u8]) -> io::Result<usize> {
 /// Reads what a plain socket has now, without waiting.
 fn receive_now(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     Ok(socket::recv(fd, buf, MsgFlags::MSG_DONTWAIT)?)
+}
+
+/// A socket as `rustls` reads and writes it, with every write saying
+/// `MSG_NOSIGNAL`: `rustls` writes records with a vectored write, which
+/// for a `TcpStream` is `writev(2)`, and that raises `SIGPIPE` on a
+/// connection the server has closed, killing a host process that did not
+/// ignore the signal. Waits (or not) as the socket's mode says.
+pub(crate) struct NoSigPipe(pub(crate) RawFd);
+
+impl Read for NoSigPipe {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        Ok(socket::recv(self.0, buf, MsgFlags::empty())?)
+    }
+}
+
+impl Write for NoSigPipe {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        Ok(socket::send(self.0, data, MsgFlags::MSG_NOSIGNAL)?)
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let flags = MsgFlags::MSG_NOSIGNAL;
+        Ok(socket::sendmsg::<()>(self.0, bufs, &[], flags, None)?)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

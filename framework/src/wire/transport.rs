@@ -7,13 +7,14 @@
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection};
 
-use super::conn::Conn;
+use super::conn::{Conn, NoSigPipe};
 
 /// What a session needs for TLS: the `rustls` configuration and the name
 /// to verify servers by, if not each connect string entry's host.
@@ -82,7 +83,8 @@ impl Stream {
         let mut sock = sock;
         while conn.is_handshaking() {
             while conn.wants_write() {
-                conn.write_tls(&mut sock).map_err(TlsFailure::from_io)?;
+                conn.write_tls(&mut NoSigPipe(sock.as_raw_fd()))
+                    .map_err(TlsFailure::from_io)?;
             }
             if !conn.is_handshaking() {
                 break;
@@ -97,7 +99,7 @@ impl Stream {
             }
             if let Err(e) = conn.process_new_packets() {
                 // Tell the server why (an alert) before giving up.
-                let _ = conn.write_tls(&mut sock);
+                let _ = conn.write_tls(&mut NoSigPipe(sock.as_raw_fd()));
                 return Err(TlsFailure::Rejected(e.to_string()));
             }
         }
@@ -154,7 +156,9 @@ impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match &mut self.tls {
             None => self.sock.read(buf),
-            Some(conn) => rustls::Stream::new(&mut **conn, &mut self.sock).read(buf),
+            Some(conn) => {
+                rustls::Stream::new(&mut **conn, &mut NoSigPipe(self.sock.as_raw_fd())).read(buf)
+            }
         }
     }
 }
@@ -163,14 +167,18 @@ impl Write for Stream {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         match &mut self.tls {
             None => self.sock.write(data),
-            Some(conn) => rustls::Stream::new(&mut **conn, &mut self.sock).write(data),
+            Some(conn) => {
+                rustls::Stream::new(&mut **conn, &mut NoSigPipe(self.sock.as_raw_fd())).write(data)
+            }
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
         match &mut self.tls {
             None => self.sock.flush(),
-            Some(conn) => rustls::Stream::new(&mut **conn, &mut self.sock).flush(),
+            Some(conn) => {
+                rustls::Stream::new(&mut **conn, &mut NoSigPipe(self.sock.as_raw_fd())).flush()
+            }
         }
     }
 }
