@@ -39,8 +39,10 @@ use latchkey_test::FaultProxy;
 
 use common::{call_within, connect, shared_server, start_connected, unique, wait_until};
 
-/// Slack allowed past a deadline on a loaded 2-core machine.
-const SLACK: Duration = Duration::from_millis(60);
+/// Slack allowed past a deadline on a loaded 2-core machine (the suite's
+/// binaries run side by side). A deadline the reader does not keep is
+/// missed by seconds: the 5 s bound of one wait.
+const SLACK: Duration = Duration::from_millis(300);
 
 fn read_by_caller(c: &Client) -> u64 {
     c.metrics().replies_read_by_caller
