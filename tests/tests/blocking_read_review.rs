@@ -44,6 +44,17 @@ use common::{call_within, connect, shared_server, start_connected, unique, wait_
 /// missed by seconds: the 5 s bound of one wait.
 const SLACK: Duration = Duration::from_millis(300);
 
+/// A node of this test's own, `/blocking_read/<name>` made unique, with
+/// `data`.
+fn new_node(c: &Client, name: &str, data: &[u8]) -> String {
+    let path = unique(&format!("/blocking_read/{name}"));
+    c.create()
+        .creating_parents_if_needed()
+        .for_path(&path, data)
+        .unwrap();
+    path
+}
+
 fn read_by_caller(c: &Client) -> u64 {
     c.metrics().replies_read_by_caller
 }
@@ -96,11 +107,7 @@ fn held_replies_end_each_call_on_its_own_deadline() {
     let server = shared_server();
     let proxy = FaultProxy::start(server.addr()).unwrap();
     let c = proxied(&proxy);
-    let path = unique("/blocking_read/held");
-    c.create()
-        .creating_parents_if_needed()
-        .for_path(&path, b"held")
-        .unwrap();
+    let path = new_node(&c, "held", b"held");
     // Each chunk waits this long in each direction.
     proxy.set_delay(Duration::from_millis(80));
     let held = Duration::from_millis(160);
@@ -143,11 +150,7 @@ fn short_and_long_deadlines_across_threads_end_on_time() {
     let server = shared_server();
     let proxy = FaultProxy::start(server.addr()).unwrap();
     let c = proxied(&proxy);
-    let path = unique("/blocking_read/threads_held");
-    c.create()
-        .creating_parents_if_needed()
-        .for_path(&path, b"held")
-        .unwrap();
+    let path = new_node(&c, "threads_held", b"held");
     proxy.set_delay(Duration::from_millis(60));
     let held = Duration::from_millis(120);
     let c2 = c.clone();
@@ -184,11 +187,7 @@ fn short_and_long_deadlines_across_threads_end_on_time() {
 fn a_reading_wait_ends_on_its_deadline_not_before() {
     let server = shared_server();
     let c = connect(&server.connect_string(), Duration::from_secs(10));
-    let path = unique("/blocking_read/wait");
-    c.create()
-        .creating_parents_if_needed()
-        .for_path(&path, b"")
-        .unwrap();
+    let path = new_node(&c, "wait", b"");
     let c2 = c.clone();
     call_within("the waits", Duration::from_secs(10), move || {
         for ms in [1u64, 3, 700, 1, 20, 3, 2, 5, 300, 1] {
@@ -294,11 +293,7 @@ fn eight_threads_of_500_calls_each_get_their_own_replies() {
     const CALLS: usize = 500;
     let server = shared_server();
     let c = connect(&server.connect_string(), Duration::from_secs(10));
-    let base = unique("/blocking_read/threads");
-    c.create()
-        .creating_parents_if_needed()
-        .for_path(&base, b"")
-        .unwrap();
+    let base = new_node(&c, "threads", b"");
     let before = read_by_caller(&c);
     let c2 = c.clone();
     call_within("8 x 500 calls", Duration::from_secs(60), move || {
@@ -333,11 +328,7 @@ fn close_wakes_a_caller_sleeping_in_its_read() {
     let server = shared_server();
     let proxy = FaultProxy::start(server.addr()).unwrap();
     let c = proxied(&proxy);
-    let path = unique("/blocking_read/close");
-    c.create()
-        .creating_parents_if_needed()
-        .for_path(&path, b"")
-        .unwrap();
+    let path = new_node(&c, "close", b"");
     // A few calls so that the connection is in the callers' hands.
     for _ in 0..5 {
         c.get_data(&path).unwrap();
@@ -381,11 +372,7 @@ fn close_wakes_a_caller_sleeping_in_its_read() {
 fn close_ends_a_long_reading_wait() {
     let server = shared_server();
     let c = connect(&server.connect_string(), Duration::from_secs(10));
-    let path = unique("/blocking_read/close_wait");
-    c.create()
-        .creating_parents_if_needed()
-        .for_path(&path, b"")
-        .unwrap();
+    let path = new_node(&c, "close_wait", b"");
     let waiting = c.clone();
     let in_wait = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&in_wait);
@@ -437,11 +424,7 @@ fn a_stalled_server_does_not_hold_up_another_session() {
     let server = shared_server();
     let c = connect(&server.connect_string(), Duration::from_secs(10));
     let other = connect(&server.connect_string(), Duration::from_secs(10));
-    let base = unique("/blocking_read/stall");
-    c.create()
-        .creating_parents_if_needed()
-        .for_path(&base, b"")
-        .unwrap();
+    let base = new_node(&c, "stall", b"");
     let c2 = c.clone();
     call_within(
         "served beside a stall",
@@ -523,11 +506,7 @@ fn socket_writes_child() {
             .retry_policy(RetryNTimes::new(3, Duration::from_millis(20)))
             .tls(latchkey_framework::TlsConfig::new(ca)),
     );
-    let path = unique("/blocking_read/sigpipe_tls");
-    c.create()
-        .creating_parents_if_needed()
-        .for_path(&path, b"")
-        .unwrap();
+    let path = new_node(&c, "sigpipe_tls", b"");
     for round in 0..3 {
         let writer = c.with_timeout(Duration::from_secs(3));
         let p = path.clone();
@@ -775,11 +754,7 @@ fn a_partition_under_a_sleeping_reader_ends_on_the_silence_clock() {
             .connection_timeout(Duration::from_secs(5))
             .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
     );
-    let path = unique("/blocking_read/partition");
-    c.create()
-        .creating_parents_if_needed()
-        .for_path(&path, b"")
-        .unwrap();
+    let path = new_node(&c, "partition", b"");
     for _ in 0..3 {
         c.get_data(&path).unwrap();
     }
