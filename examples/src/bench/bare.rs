@@ -94,17 +94,13 @@ impl BareSession {
         }
     }
 
-    /// One lock cycle as an uncontended lock makes it: an ephemeral
+    /// One lock cycle: [`BareSession::acquire`], then
+    /// [`BareSession::release`]. Uncontended, that is an ephemeral
     /// sequential node under `parent` named `prefix` and the listing of
     /// `parent` written together, then the node's delete.
     pub fn lock_cycle(&mut self, parent: &str, prefix: &str, data: &[u8]) -> io::Result<()> {
-        self.out.clear();
-        self.push_create(prefix, data, EPHEMERAL_SEQUENTIAL);
-        self.push_get_children(parent);
-        self.sock.write_all(&self.out)?;
-        let node = self.created(prefix)?;
-        self.children(parent)?;
-        self.delete(&node)
+        let node = self.acquire(parent, prefix, data)?;
+        self.release(&node)
     }
 
     /// The floor's cycle: create, then list, then delete, one round trip

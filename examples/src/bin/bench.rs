@@ -1073,19 +1073,9 @@ impl Bare {
     ) -> Res<(Cycles, Duration)> {
         let err = |e: std::io::Error| format!("bare socket: {path}: {e}");
         let mut s = self.session(path)?;
-        let me = std::process::id();
-        let cpu0 = procfs::cpu_time(me).map_err(|e| e.to_string())?;
-        let mut per_cycle = Vec::with_capacity(cycles);
-        let start = Instant::now();
-        for _ in 0..cycles {
-            let t0 = Instant::now();
-            cycle(&mut s).map_err(err)?;
-            per_cycle.push(micros(t0.elapsed()));
-        }
-        let total = start.elapsed();
-        let cpu = procfs::cpu_time(me).map_err(|e| e.to_string())?;
+        let measured = with_cpu(|| timed_cycles(cycles, || cycle(&mut s).map_err(err)))?;
         s.close().map_err(err)?;
-        Ok((cycles_of(per_cycle, total), cpu.saturating_sub(cpu0)))
+        Ok(measured)
     }
 }
 
@@ -1197,10 +1187,7 @@ impl Driver for Zk08 {
         let zk = &self.zk;
         zk.ensure_path(path).map_err(err)?;
         let prefix = format!("{path}/lock-");
-        let mut per_cycle = Vec::with_capacity(cycles);
-        let start = Instant::now();
-        for _ in 0..cycles {
-            let t0 = Instant::now();
+        timed_cycles(cycles, || {
             let node = zk
                 .create(
                     &prefix,
@@ -1210,10 +1197,8 @@ impl Driver for Zk08 {
                 )
                 .map_err(err)?;
             zk.get_children(path, false).map_err(err)?;
-            zk.delete(&node, None).map_err(err)?;
-            per_cycle.push(micros(t0.elapsed()));
-        }
-        Ok(cycles_of(per_cycle, start.elapsed()))
+            zk.delete(&node, None).map_err(err)
+        })
     }
 
     fn mutex(&mut self, _: &str, _: usize) -> Res<(Cycles, Duration)> {
@@ -1275,6 +1260,28 @@ fn connected_with(connect: &str, n: usize, tls: Option<TlsConfig>) -> Res<Vec<Cl
 
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Runs `cycle` `cycles` times in a row, timing each.
+fn timed_cycles(cycles: usize, mut cycle: impl FnMut() -> Res<()>) -> Res<Cycles> {
+    let mut per_cycle = Vec::with_capacity(cycles);
+    let start = Instant::now();
+    for _ in 0..cycles {
+        let t0 = Instant::now();
+        cycle()?;
+        per_cycle.push(micros(t0.elapsed()));
+    }
+    Ok(cycles_of(per_cycle, start.elapsed()))
+}
+
+/// What `work` returns, and the CPU time this process spent on it (see
+/// [`procfs::cpu_time`]).
+fn with_cpu<T>(work: impl FnOnce() -> Res<T>) -> Res<(T, Duration)> {
+    let me = std::process::id();
+    let cpu0 = procfs::cpu_time(me).map_err(|e| e.to_string())?;
+    let out = work()?;
+    let cpu = procfs::cpu_time(me).map_err(|e| e.to_string())?;
+    Ok((out, cpu.saturating_sub(cpu0)))
 }
 
 fn cycles_of(mut per_cycle: Vec<u64>, total: Duration) -> Cycles {
@@ -1388,42 +1395,30 @@ impl Driver for Ours {
         let err = |e: latchkey_framework::Error| format!("latchkey floor: {e}");
         c.ensure_path(path).map_err(err)?;
         let prefix = format!("{path}/lock-");
-        let mut per_cycle = Vec::with_capacity(cycles);
-        let start = Instant::now();
-        for _ in 0..cycles {
-            let t0 = Instant::now();
+        timed_cycles(cycles, || {
             let node = c
                 .create()
                 .mode(CreateMode::EphemeralSequential)
                 .for_path(&prefix, b"")
                 .map_err(err)?;
             c.get_children(path).map_err(err)?;
-            c.delete().for_path(&node).map_err(err)?;
-            per_cycle.push(micros(t0.elapsed()));
-        }
-        Ok(cycles_of(per_cycle, start.elapsed()))
+            c.delete().for_path(&node).map_err(err)
+        })
     }
 
     fn mutex(&mut self, path: &str, cycles: usize) -> Res<(Cycles, Duration)> {
         let err = |e: latchkey_framework::Error| format!("latchkey mutex: {e}");
         let m = InterProcessMutex::new(&self.client, path).map_err(err)?;
-        let me = std::process::id();
-        let cpu0 = procfs::cpu_time(me).map_err(|e| e.to_string())?;
-        let mut per_cycle = Vec::with_capacity(cycles);
-        let start = Instant::now();
-        for _ in 0..cycles {
-            let t0 = Instant::now();
-            if !m.acquire_timeout(ACQUIRE_WAIT).map_err(err)? {
-                return Err(format!(
-                    "latchkey mutex: {path} not acquired within {ACQUIRE_WAIT:?}"
-                ));
-            }
-            m.release().map_err(err)?;
-            per_cycle.push(micros(t0.elapsed()));
-        }
-        let total = start.elapsed();
-        let cpu = procfs::cpu_time(me).map_err(|e| e.to_string())?;
-        Ok((cycles_of(per_cycle, total), cpu.saturating_sub(cpu0)))
+        with_cpu(|| {
+            timed_cycles(cycles, || {
+                if !m.acquire_timeout(ACQUIRE_WAIT).map_err(err)? {
+                    return Err(format!(
+                        "latchkey mutex: {path} not acquired within {ACQUIRE_WAIT:?}"
+                    ));
+                }
+                m.release().map_err(err)
+            })
+        })
     }
 
     fn contended(
