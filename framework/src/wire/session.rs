@@ -15,8 +15,8 @@
 //! caller whose request is written switches the engine's interest in the
 //! socket off, sleeps in a read on it (a plain socket stays in blocking
 //! mode for that, and every other read and write on it says not to wait),
-//! dispatches what comes exactly as the engine would, and switches the interest on again once its reply is
-//! in. That saves the engine's wake-up and the hand-over of each reply to
+//! dispatches what comes exactly as the engine would, and switches the
+//! interest on again once its reply is in. That saves the engine's wake-up and the hand-over of each reply to
 //! the caller's thread. When nothing more is due from the server (every
 //! request answered, no watch set) the caller leaves the connection
 //! parked instead, the poll hearing of hang-ups only, and the next caller
