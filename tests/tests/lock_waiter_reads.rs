@@ -14,8 +14,8 @@ use latchkey_recipes::{InterProcessMutex, InterProcessReadWriteLock, InterProces
 use latchkey_test::{ClientAuth, FaultProxy, ServerConfig, TestCerts, TestingServer};
 
 use common::{
-    call_within, connect, shared_server, start_connected, unique, wait_for_a_watch, wait_until,
-    Watchdog,
+    call_within, connect, shared_server, signal_reading, start_connected, unique, wait_for_a_watch,
+    wait_until, Watchdog,
 };
 
 const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -349,22 +349,13 @@ fn closing_the_client_ends_a_wait_with_no_deadline() {
     let server = shared_server();
     let c = connect(&server.connect_string(), SESSION_TIMEOUT);
     warm_up(&c);
-    let (reading_tx, reading) = crossbeam_channel::bounded(1);
+    let (done, reading) = signal_reading(move || false);
     let waiter = c.clone();
     let wait = thread::spawn(move || {
-        let calls = std::sync::atomic::AtomicUsize::new(0);
-        let done = || {
-            if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
-                let _ = reading_tx.send(());
-            }
-            false
-        };
         let done = waiter.wait_reading(&done, None);
         (done, Instant::now())
     });
-    reading
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the waiting thread never read");
+    reading.wait();
     let closed = Instant::now();
     c.close();
     let (done, at) = call_within("the wait", Duration::from_secs(10), move || {

@@ -38,8 +38,8 @@ use latchkey_test::fake_server::{FakeServer, Script};
 use latchkey_test::FaultProxy;
 
 use common::{
-    assert_connection_kept, call_within, connect, read_a_few_times, shared_server, start_connected,
-    unique, wait_until, StopOnDrop, Watchdog,
+    assert_connection_kept, call_within, connect, read_a_few_times, shared_server, signal_reading,
+    start_connected, unique, wait_until, StopOnDrop, Watchdog,
 };
 
 /// Long enough that no ping (every 10 s at most) or silence check comes
@@ -87,23 +87,13 @@ fn a_hang_up_reported_while_a_held_up_thread_reads_is_not_lost_when_it_lets_go()
         flag.store(true, Ordering::SeqCst);
     })
     .unwrap();
-    let (reading_tx, reading) = bounded(1);
+    let (done, reading) = signal_reading(move || fired.load(Ordering::SeqCst));
     let waiter = c.clone();
     let wait = thread::spawn(move || {
-        let calls = AtomicUsize::new(0);
-        let done = || {
-            // The second check is the reading thread's own.
-            if calls.fetch_add(1, Ordering::SeqCst) == 1 {
-                let _ = reading_tx.send(());
-            }
-            fired.load(Ordering::SeqCst)
-        };
         let done = waiter.wait_reading(&done, Some(Instant::now() + Duration::from_secs(10)));
         (done, thread::current().id())
     });
-    reading
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the waiting thread never read");
+    reading.wait();
     let suspended = c.metrics().suspensions;
     other.delete().for_path(&node).unwrap();
     let ran_on = ran

@@ -19,7 +19,9 @@ use crossbeam_channel::bounded;
 use latchkey_framework::{CancelToken, Client};
 use latchkey_test::FaultProxy;
 
-use common::{call_within, connect, read_a_few_times, shared_server, unique, wait_until};
+use common::{
+    call_within, connect, read_a_few_times, shared_server, signal_reading, unique, wait_until,
+};
 
 /// Long enough that no ping or silence check comes along within a test.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -178,25 +180,13 @@ fn wakers_of_a_session_do_not_overlap_across_a_reconnection() {
         done.store(true, Ordering::SeqCst);
     })
     .unwrap();
-    let (reading_tx, reading) = bounded(1);
+    let (done, reading) = signal_reading(move || false);
     let waiter = c.clone();
     let wait = thread::Builder::new()
         .name("waiting-reader".into())
-        .spawn(move || {
-            let calls = AtomicUsize::new(0);
-            // The second call comes from the read loop: the thread reads.
-            let done = || {
-                if calls.fetch_add(1, Ordering::SeqCst) == 1 {
-                    let _ = reading_tx.send(());
-                }
-                false
-            };
-            waiter.wait_reading(&done, Some(Instant::now() + Duration::from_secs(10)))
-        })
+        .spawn(move || waiter.wait_reading(&done, Some(Instant::now() + Duration::from_secs(10))))
         .unwrap();
-    reading
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the waiting thread never read");
+    reading.wait();
     other.delete().for_path(&first).unwrap();
     let ran_on = entered
         .recv_timeout(Duration::from_secs(10))
@@ -253,23 +243,14 @@ fn a_panicking_waker_run_by_a_waiting_thread_does_not_end_its_wait() {
     c.exists_watch_waker(&good, move |_| flag.store(true, Ordering::SeqCst))
         .unwrap();
     let before = c.metrics().waits_read_by_waiter;
-    let (reading_tx, reading) = bounded(1);
     let (waiter, flag) = (c.clone(), Arc::clone(&fired));
+    let (done, reading) = signal_reading(move || flag.load(Ordering::SeqCst));
     let wait = thread::spawn(move || {
-        let calls = AtomicUsize::new(0);
-        let done = || {
-            if calls.fetch_add(1, Ordering::SeqCst) == 1 {
-                let _ = reading_tx.send(());
-            }
-            flag.load(Ordering::SeqCst)
-        };
         let started = Instant::now();
         let done = waiter.wait_reading(&done, Some(Instant::now() + Duration::from_secs(8)));
         (done, started.elapsed())
     });
-    reading
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the waiting thread never read");
+    reading.wait();
     other
         .transaction()
         .delete(&bad)
@@ -299,23 +280,14 @@ fn a_silent_connection_under_a_waiting_thread_ends_on_time() {
     let proxy = FaultProxy::start(server.addr()).unwrap();
     let c = connect(&proxy.connect_string(), Duration::from_secs(3));
     read_a_few_times(&c, "/");
-    let (reading_tx, reading) = bounded(1);
+    let (done, reading) = signal_reading(move || false);
     let waiter = c.clone();
     let wait = thread::spawn(move || {
-        let calls = AtomicUsize::new(0);
-        let done = || {
-            if calls.fetch_add(1, Ordering::SeqCst) == 1 {
-                let _ = reading_tx.send(());
-            }
-            false
-        };
         let deadline = Some(Instant::now() + Duration::from_secs(20));
         let done = waiter.wait_reading(&done, deadline);
         (done, Instant::now())
     });
-    reading
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the waiting thread never read");
+    reading.wait();
     let paused = Instant::now();
     proxy.pause();
     let (done, at) = call_within("the wait", Duration::from_secs(25), move || {
@@ -359,22 +331,13 @@ fn a_write_taken_in_parts_while_a_thread_waits_reading_still_goes_out() {
             .retry_policy(RetryNTimes::new(0, Duration::ZERO)),
     );
     assert!(c.exists("/a").unwrap().is_none());
-    let (reading_tx, reading) = bounded(1);
     let stop = Arc::new(AtomicBool::new(false));
     let (waiter, stopped) = (c.clone(), Arc::clone(&stop));
+    let (done, reading) = signal_reading(move || stopped.load(Ordering::SeqCst));
     let wait = thread::spawn(move || {
-        let calls = AtomicUsize::new(0);
-        let done = || {
-            if calls.fetch_add(1, Ordering::SeqCst) == 1 {
-                let _ = reading_tx.send(());
-            }
-            stopped.load(Ordering::SeqCst)
-        };
         waiter.wait_reading(&done, Some(Instant::now() + Duration::from_secs(20)))
     });
-    reading
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the waiting thread never read");
+    reading.wait();
     let writer = c.with_timeout(Duration::from_secs(6));
     let (result, took) = call_within("the 16 MiB write", Duration::from_secs(15), move || {
         let t0 = Instant::now();
@@ -416,21 +379,12 @@ fn a_waiting_thread_held_up_does_not_make_a_live_connection_look_silent() {
         flag.store(true, Ordering::SeqCst);
     })
     .unwrap();
-    let (reading_tx, reading) = bounded(1);
     let (waiter, flag) = (c.clone(), Arc::clone(&fired));
+    let (done, reading) = signal_reading(move || flag.load(Ordering::SeqCst));
     let wait = thread::spawn(move || {
-        let calls = AtomicUsize::new(0);
-        let done = || {
-            if calls.fetch_add(1, Ordering::SeqCst) == 1 {
-                let _ = reading_tx.send(());
-            }
-            flag.load(Ordering::SeqCst)
-        };
         waiter.wait_reading(&done, Some(Instant::now() + Duration::from_secs(10)))
     });
-    reading
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the waiting thread never read");
+    reading.wait();
     other.delete().for_path(&node).unwrap();
     let done = call_within("the wait", Duration::from_secs(15), move || {
         wait.join().unwrap()
@@ -470,23 +424,14 @@ fn many_wakers_read_by_a_waiting_thread_run_once_each_in_order() {
         c.exists_watch_waker(node, move |_| ran.lock().unwrap().push(i))
             .unwrap();
     }
-    let (reading_tx, reading) = bounded(1);
     let (waiter, seen) = (c.clone(), Arc::clone(&ran));
+    let (done, reading) = signal_reading(move || seen.lock().unwrap().len() >= N);
     let wait = thread::spawn(move || {
-        let calls = AtomicUsize::new(0);
-        let done = || {
-            if calls.fetch_add(1, Ordering::SeqCst) == 1 {
-                let _ = reading_tx.send(());
-            }
-            seen.lock().unwrap().len() >= N
-        };
         let started = Instant::now();
         let done = waiter.wait_reading(&done, Some(Instant::now() + Duration::from_secs(8)));
         (done, started.elapsed())
     });
-    reading
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the waiting thread never read");
+    reading.wait();
     // Reversed, so that the order is the transaction's, not the names'.
     let mut tx = other.transaction();
     for node in nodes.iter().rev() {
