@@ -483,14 +483,14 @@ impl Client {
 
     /// For recipe authors: [`Client::get_data_watch`] with a waker instead
     /// of a watcher. A waker runs as soon as the event is read, on the
-    /// thread that read it: the engine thread (which serves every
-    /// session's connection), or a caller's thread reading its own reply or
-    /// waiting in [`Client::wait_reading`]. That is a thread hop sooner
-    /// than a watcher (which runs on the watcher thread), so it must return
-    /// at once and must not call the client: set a flag, notify a condvar.
-    /// A session's wakers run one at a time, in the order of their events.
-    /// A panicking waker is caught and logged. A lock waiter wakes this way
-    /// when its predecessor goes, reading the event itself where it can.
+    /// engine thread that serves every session's connection: a thread hop
+    /// sooner than a watcher (which runs on the session's event thread),
+    /// so it must return at once and must not call the client (such a call
+    /// fails with `IllegalState`): set a flag, notify a condvar. Wakers run
+    /// in the order of their events. A panicking waker is caught and
+    /// logged. A lock waiter wakes this way when its predecessor goes. A
+    /// waker that is never run (its call failed or timed out) is dropped
+    /// on the session's event thread, not the engine's.
     pub fn get_data_watch_waker(
         &self,
         path: &str,

@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{unbounded, Receiver};
 use parking_lot::{Mutex, RwLock};
 
 use crate::acl::{AclProvider, DefaultAclProvider};
@@ -24,6 +24,7 @@ use crate::state::{
 };
 use crate::trace;
 use crate::types::CreateMode;
+use crate::wire::clock::Timers;
 use crate::wire::{WireConfig, WireEvent, WireSession};
 
 /// Builds a [`Client`]; Curator's `CuratorFrameworkFactory.builder()`.
@@ -54,6 +55,7 @@ pub struct ClientBuilder {
     can_be_read_only: bool,
     max_reply_size: usize,
     max_request_size: usize,
+    max_unsent_bytes: usize,
     tls: Option<crate::TlsConfig>,
     sasl: Option<crate::wire::SaslDigest>,
 }
@@ -73,6 +75,7 @@ impl Default for ClientBuilder {
             can_be_read_only: false,
             max_reply_size: crate::wire::DEFAULT_MAX_REPLY,
             max_request_size: crate::wire::JUTE_MAXBUFFER,
+            max_unsent_bytes: crate::wire::DEFAULT_MAX_UNSENT,
             tls: None,
             sasl: None,
         }
@@ -205,6 +208,28 @@ impl ClientBuilder {
         self
     }
 
+    /// The most bytes of requests that may wait, per connection, to be
+    /// written to a server that is slow to take them: 16 MiB by default. A
+    /// call that finds them at the cap waits for room until its deadline,
+    /// then fails with [`Error::Unsent`] naming the cap; nothing of it was
+    /// sent. A call whose deadline passes while its request still waits is
+    /// taken back the same way, so requests given up on never pile up. A
+    /// single request larger than the cap is sent alone, once nothing else
+    /// waits.
+    ///
+    /// ```no_run
+    /// # fn f() -> latchkey_framework::Result<()> {
+    /// let client = latchkey_framework::Client::builder()
+    ///     .connect_string("127.0.0.1:2181")
+    ///     .max_unsent_bytes(4 << 20)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn max_unsent_bytes(mut self, bytes: usize) -> Self {
+        self.max_unsent_bytes = bytes;
+        self
+    }
+
     /// Connects with TLS, to servers' secure client port
     /// (`secureClientPort`): see [`TlsConfig`](crate::TlsConfig) for the
     /// verification and the README for the matching server settings. The
@@ -298,12 +323,12 @@ impl ClientBuilder {
             }
         };
         let tls = self.tls.as_ref().map(crate::TlsConfig::load).transpose()?;
-        let (events_tx, events_rx) = unbounded();
         let counters = Arc::new(Counters::default());
         Ok(Client {
             deadline: None,
             cancel: None,
-            shared: Arc::new(Shared {
+            shared: Arc::new_cyclic(|me| Shared {
+                me: me.clone(),
                 cfg: Config {
                     connect_string: self.connect_string,
                     wire: WireConfig {
@@ -314,6 +339,7 @@ impl ClientBuilder {
                         auth: Arc::new(Mutex::new(self.auth)),
                         max_reply: self.max_reply_size,
                         max_request: self.max_request_size,
+                        max_unsent: self.max_unsent_bytes,
                         counters: Arc::clone(&counters),
                         tls,
                         sasl: self.sasl,
@@ -326,8 +352,7 @@ impl ClientBuilder {
                 board: Arc::new(StateBoard::new()),
                 session: RwLock::new(None),
                 generation: AtomicU64::new(0),
-                events_tx,
-                events_rx: Mutex::new(Some(events_rx)),
+                machine: Mutex::new(StateMachine::default()),
                 started: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
                 auth_failed: AtomicBool::new(false),
@@ -397,10 +422,14 @@ pub(crate) struct Config {
 pub(crate) struct Shared {
     pub cfg: Config,
     pub board: Arc<StateBoard>,
+    /// This client, for the sessions' event sinks and the timers, which
+    /// must not keep it open.
+    me: Weak<Shared>,
     session: RwLock<Option<WireSession>>,
     generation: AtomicU64,
-    events_tx: Sender<(u64, WireEvent)>,
-    events_rx: Mutex<Option<Receiver<(u64, WireEvent)>>>,
+    /// What the session's events have said so far; changed on the
+    /// process' timer thread only.
+    machine: Mutex<StateMachine>,
     started: AtomicBool,
     closed: AtomicBool,
     /// Set while the server has rejected the client's auth and no new
@@ -510,27 +539,17 @@ impl Client {
         if s.started.swap(true, Ordering::AcqRel) {
             return Err(Error::IllegalState("client already started".into()));
         }
-        let Some(events) = s.events_rx.lock().take() else {
-            return Err(Error::IllegalState("client already started".into()));
-        };
         s.new_session()?;
-        let weak = Arc::downgrade(s);
-        thread::Builder::new()
-            .name("latchkey-state".into())
-            .spawn(move || state_thread(weak, events))?;
         // The cleanup thread (as the listener and watcher threads) starts
         // with its first job: a session that only holds locks needs none.
         let (weak, background) = (Arc::downgrade(s), Arc::downgrade(&s.background));
         s.background.start_with_first_job(move || {
             let (weak, background) = (weak.clone(), background.clone());
-            thread::Builder::new()
-                .name("latchkey-background".into())
-                .spawn(move || {
-                    if let Some(background) = background.upgrade() {
-                        background::run(weak, background);
-                    }
-                })
-                .map(drop)
+            crate::sched::spawn("latchkey-background", move || {
+                if let Some(background) = background.upgrade() {
+                    background::run(weak, background);
+                }
+            })
         });
         Ok(())
     }
@@ -723,55 +742,12 @@ impl Client {
     /// For recipe authors: calls `wake` on every state change and once when
     /// the client closes, so that a thread sleeping on a watch re-checks.
     /// Called right away if the client is already closed. A waker runs on
-    /// the client's state thread as the state changes, so it must return at
-    /// once and must not call the client: set a flag, notify a condvar.
+    /// the process' timer thread (which every client's state changes go
+    /// through) as the state changes, so it must return at once and must
+    /// not call the client: set a flag, notify a condvar.
     pub fn add_waker(&self, wake: impl Fn() + Send + Sync + 'static) -> ListenerHandle {
         let id = self.shared.board.add_waker(Arc::new(wake));
         self.handle(id)
-    }
-
-    /// For recipe authors: waits until `done()` holds or `deadline` passes,
-    /// reading this client's connection on the calling thread meanwhile, so
-    /// that when the event a waker waits for arrives, the waker runs on
-    /// this thread: no wake-up of the client's I/O thread and no hand-over
-    /// to this one. Returns `done()`.
-    ///
-    /// It may return early, with `false`, whenever it cannot read: another
-    /// thread is reading, the connection is TLS or not there, this handle
-    /// has a cancel token (see [`Client::with_cancel`]; a cancel could not
-    /// wake a thread asleep on the socket), or the connection ended. The caller then waits for its
-    /// waker as it would have. Only wakes that come from the connection end
-    /// the wait at once (a watch event, the connection ending, the client
-    /// closing); `done()` made true by anything else is seen at the next
-    /// read, or after at most 5 s.
-    ///
-    /// `done` runs on this thread while it reads for the connection, so,
-    /// like a waker, it must return at once and must not call the client
-    /// (the call's reply would wait for this thread until the call's
-    /// deadline). A panic in `done` ends the wait, gives the connection
-    /// back, and goes on to the caller.
-    ///
-    /// ```no_run
-    /// # fn f(client: &latchkey_framework::Client, path: &str) -> latchkey_framework::Result<()> {
-    /// use std::sync::atomic::{AtomicBool, Ordering};
-    /// use std::sync::Arc;
-    /// use std::time::{Duration, Instant};
-    ///
-    /// let fired = Arc::new(AtomicBool::new(false));
-    /// let flag = Arc::clone(&fired);
-    /// client.exists_watch_waker(path, move |_| flag.store(true, Ordering::Release))?;
-    /// let deadline = Instant::now() + Duration::from_secs(5);
-    /// if !client.wait_reading(&|| fired.load(Ordering::Acquire), Some(deadline)) {
-    ///     // Not read here: wait for the waker some other way (a condvar).
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn wait_reading(&self, done: &dyn Fn() -> bool, deadline: Option<Instant>) -> bool {
-        let deadline = earliest(deadline, self.deadline);
-        if let Some(s) = self.shared.session().filter(|_| self.cancel.is_none()) {
-            s.read_while(&|| !done(), reply_deadline(deadline));
-        }
-        done()
     }
 
     fn handle(&self, id: u64) -> ListenerHandle {
@@ -969,9 +945,12 @@ impl Shared {
 
     fn new_session(&self) -> Result<()> {
         let gen = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
-        let tx = self.events_tx.clone();
+        let me = self.me.clone();
+        // Told on the engine's or a connect thread: handled on the timer
+        // thread, in order, with every other session's.
         let sink = Box::new(move |ev| {
-            let _ = tx.send((gen, ev));
+            let me = me.clone();
+            Timers::get().run(Box::new(move || on_wire_event(&me, gen, ev)));
         });
         let fresh = WireSession::start(self.cfg.wire.clone(), sink)?;
         let mut slot = self.session.write();
@@ -1216,104 +1195,143 @@ impl Drop for Shared {
     }
 }
 
-/// Turns session events into connection states; declares the session lost
-/// when it stays suspended for the session timeout (Curator's simulated
-/// expiration) and then starts a new one.
-fn state_thread(weak: Weak<Shared>, events: Receiver<(u64, WireEvent)>) {
-    let mut lost_at: Option<Instant> = None;
-    let mut auth = AuthFailures::default();
-    // Whether a session has logged in (SASL) since the last rejected auth.
-    let mut logged_in = false;
-    // The session whose first connection was counted last.
-    let mut connected_gen = 0;
-    loop {
-        let tick = match weak.upgrade() {
-            Some(s) => (s.cfg.wire.session_timeout / 20)
-                .clamp(Duration::from_millis(5), Duration::from_millis(100)),
-            None => return,
-        };
-        let received = events.recv_timeout(tick);
-        let Some(shared) = weak.upgrade() else { return };
-        if shared.closed.load(Ordering::Acquire) {
-            return;
+/// What a client's session events have said, for the next one: when the
+/// session is to be declared lost, and the rejected auths so far.
+#[derive(Default)]
+struct StateMachine {
+    /// When a suspended session is declared lost (Curator's simulated
+    /// expiration), and the timer's number: a timer whose number is not
+    /// the current one was overtaken, and does nothing.
+    lost_at: Option<(Instant, u64)>,
+    timers: u64,
+    auth: AuthFailures,
+    /// Whether a session has logged in (SASL) since the last rejected auth.
+    logged_in: bool,
+    /// The session whose first connection was counted last.
+    connected_gen: u64,
+}
+
+/// Runs `job` with the client, on the timer thread, unless it is gone or
+/// closed. The timer thread serves every client: it never drops a client's
+/// last handle itself (closing waits for the server), but hands it to a
+/// thread of its own.
+fn with_client(weak: &Weak<Shared>, job: impl FnOnce(&Shared)) {
+    let Some(shared) = weak.upgrade() else { return };
+    if !shared.closed.load(Ordering::Acquire) {
+        job(&shared);
+    }
+    if Arc::strong_count(&shared) == 1 {
+        let _ = crate::sched::spawn("latchkey-close", move || drop(shared));
+    }
+}
+
+/// Turns a session event into connection states; on a disconnection, sets
+/// the timer that declares the session lost when it stays suspended for
+/// the session timeout (Curator's simulated expiration), which then starts
+/// a new one.
+fn on_wire_event(weak: &Weak<Shared>, gen: u64, event: WireEvent) {
+    with_client(weak, |shared| {
+        if gen != shared.generation.load(Ordering::Acquire) {
+            return; // from a session already replaced
         }
+        let mut m = shared.machine.lock();
         let current = shared.board.current();
-        match received {
-            Ok((gen, event)) if gen == shared.generation.load(Ordering::Acquire) => match event {
-                WireEvent::Connected { read_only } => {
-                    lost_at = None;
-                    // With SASL, Connected comes only after the login.
-                    logged_in |= shared.cfg.wire.sasl.is_some();
-                    let next = if read_only {
-                        ConnectionState::ReadOnly
-                    } else if current.is_none() {
-                        ConnectionState::Connected
-                    } else {
-                        ConnectionState::Reconnected
-                    };
-                    if gen != connected_gen {
-                        connected_gen = gen;
-                        metrics::add(&shared.counters.sessions_started, 1);
-                    }
-                    if current != Some(next) {
-                        shared.post(next);
-                    }
-                    // Cleanup waiting for a connection goes now.
-                    shared.background.wake();
+        match event {
+            WireEvent::Connected { read_only } => {
+                m.lost_at = None;
+                // With SASL, Connected comes only after the login.
+                m.logged_in |= shared.cfg.wire.sasl.is_some();
+                let next = if read_only {
+                    ConnectionState::ReadOnly
+                } else if current.is_none() {
+                    ConnectionState::Connected
+                } else {
+                    ConnectionState::Reconnected
+                };
+                if gen != m.connected_gen {
+                    m.connected_gen = gen;
+                    metrics::add(&shared.counters.sessions_started, 1);
                 }
-                WireEvent::Disconnected { silent_for } => {
-                    if current.is_some_and(ConnectionState::is_connected) {
-                        let timeout = shared
-                            .session()
-                            .map_or(shared.cfg.wire.session_timeout, |s| s.negotiated_timeout());
-                        // Lost must come no later than the server's expiry,
-                        // which is at least the session timeout after our last
-                        // reply (the server heard our request before it
-                        // answered). This loop checks once a tick, so aim
-                        // two ticks early.
-                        let left = timeout.saturating_sub(silent_for).saturating_sub(tick * 2);
-                        lost_at = Some(instant_after(left));
-                        shared.post(ConnectionState::Suspended);
-                    }
+                if current != Some(next) {
+                    shared.post(next);
                 }
-                WireEvent::Expired => {
-                    lost_at = None;
-                    shared.lose_session();
+                // Cleanup waiting for a connection goes now.
+                shared.background.wake();
+            }
+            WireEvent::Disconnected { silent_for } => {
+                if current.is_some_and(ConnectionState::is_connected) {
+                    let timeout = shared
+                        .session()
+                        .map_or(shared.cfg.wire.session_timeout, |s| s.negotiated_timeout());
+                    // Lost must come no later than the server's expiry,
+                    // which is at least the session timeout after our last
+                    // reply (the server heard our request before it
+                    // answered): a little early, for the timer's own delay.
+                    let margin =
+                        (timeout / 20).clamp(Duration::from_millis(5), Duration::from_millis(100));
+                    let left = timeout.saturating_sub(silent_for).saturating_sub(margin);
+                    m.timers += 1;
+                    let (at, number) = (instant_after(left), m.timers);
+                    m.lost_at = Some((at, number));
+                    let weak = weak.clone();
+                    Timers::get().at(at, Box::new(move || lost_timer(&weak, number)));
+                    shared.post(ConnectionState::Suspended);
                 }
-                WireEvent::AuthFailed { reason, at_login } => {
-                    lost_at = None;
-                    // A refused login after one that succeeded is a new run
-                    // of refusals: the policy bounds refusals in a row.
-                    if std::mem::take(&mut logged_in) && at_login {
-                        auth = AuthFailures::default();
-                    }
-                    *shared.auth_failure.lock() = reason;
-                    shared.auth_failed.store(true, Ordering::Release);
-                    metrics::add(&shared.counters.auth_failures, 1);
-                    if shared.board.current() != Some(ConnectionState::Lost) {
-                        shared.declare_lost();
-                    }
-                    auth.failed(&*shared.cfg.retry);
+            }
+            WireEvent::Expired => {
+                m.lost_at = None;
+                drop(m);
+                shared.lose_session();
+            }
+            WireEvent::AuthFailed { reason, at_login } => {
+                m.lost_at = None;
+                // A refused login after one that succeeded is a new run
+                // of refusals: the policy bounds refusals in a row.
+                if std::mem::take(&mut m.logged_in) && at_login {
+                    m.auth = AuthFailures::default();
                 }
-                WireEvent::Closed => {}
-            },
-            Ok(_) => {} // from a session already replaced
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return,
+                *shared.auth_failure.lock() = reason;
+                shared.auth_failed.store(true, Ordering::Release);
+                metrics::add(&shared.counters.auth_failures, 1);
+                if shared.board.current() != Some(ConnectionState::Lost) {
+                    shared.declare_lost();
+                }
+                m.timers += 1;
+                let number = m.timers;
+                if let Some(at) = m.auth.failed(&*shared.cfg.retry, number) {
+                    let weak = weak.clone();
+                    Timers::get().at(at, Box::new(move || auth_retry_timer(&weak, number)));
+                }
+            }
+            WireEvent::Closed => {}
         }
-        if auth.retry_due() {
+    });
+}
+
+/// The session stayed suspended for the whole session timeout: lost.
+fn lost_timer(weak: &Weak<Shared>, number: u64) {
+    with_client(weak, |shared| {
+        let mut m = shared.machine.lock();
+        if m.lost_at.is_some_and(|(_, n)| n == number)
+            && shared.board.current() == Some(ConnectionState::Suspended)
+        {
+            m.lost_at = None;
+            drop(m);
+            log::warn!("suspended for the whole session timeout: session lost");
+            shared.lose_session();
+        }
+    });
+}
+
+/// The pause after a rejected auth is over: a new session.
+fn auth_retry_timer(weak: &Weak<Shared>, number: u64) {
+    with_client(weak, |shared| {
+        if shared.machine.lock().auth.retry_due(number) {
             log::info!("starting a new session after the rejected auth");
             shared.auth_failed.store(false, Ordering::Release);
             shared.start_new_session();
         }
-        if lost_at.is_some_and(|t| Instant::now() >= t)
-            && shared.board.current() == Some(ConnectionState::Suspended)
-        {
-            lost_at = None;
-            log::warn!("suspended for the whole session timeout: session lost");
-            shared.lose_session();
-        }
-    }
+    });
 }
 
 /// The shortest pause between a rejected auth and the next session, so
@@ -1328,11 +1346,14 @@ const AUTH_RETRY_FLOOR: Duration = Duration::from_secs(1);
 struct AuthFailures {
     count: u32,
     first: Option<Instant>,
-    retry_at: Option<Instant>,
+    /// The number of the timer that starts the next session.
+    retry: Option<u64>,
 }
 
 impl AuthFailures {
-    fn failed(&mut self, policy: &dyn RetryPolicy) {
+    /// Counts a refusal; returns when to start the next session, if the
+    /// policy allows one (its timer is `number`).
+    fn failed(&mut self, policy: &dyn RetryPolicy, number: u64) -> Option<Instant> {
         let first = *self.first.get_or_insert_with(Instant::now);
         match policy.allow_retry(self.count, first.elapsed()) {
             Some(sleep) => {
@@ -1343,7 +1364,8 @@ impl AuthFailures {
                     self.count + 1
                 );
                 self.count += 1;
-                self.retry_at = Instant::now().checked_add(sleep);
+                self.retry = Some(number);
+                Some(instant_after(sleep))
             }
             None => {
                 log::error!(
@@ -1351,15 +1373,17 @@ impl AuthFailures {
                      calls fail with AuthFailed until the client is closed",
                     self.count + 1
                 );
-                self.retry_at = None;
+                self.retry = None;
+                None
             }
         }
     }
 
-    /// Whether the next session is due now (then it is no longer pending).
-    fn retry_due(&mut self) -> bool {
-        if self.retry_at.is_some_and(|t| Instant::now() >= t) {
-            self.retry_at = None;
+    /// Whether timer `number` is the one to start the next session (then
+    /// it is no longer pending).
+    fn retry_due(&mut self, number: u64) -> bool {
+        if self.retry == Some(number) {
+            self.retry = None;
             return true;
         }
         false
@@ -1395,19 +1419,16 @@ impl Shared {
         self.start_new_session();
     }
 
-    /// Starts a new session, trying again until it starts or the client closes.
+    /// Starts a new session, trying again every 100 ms (on the timer
+    /// thread) until it starts or the client closes.
     fn start_new_session(&self) {
-        loop {
-            match self.new_session() {
-                Ok(()) => return,
-                Err(e) => {
-                    log::error!("cannot start a new session: {e}");
-                    if self.closed.load(Ordering::Acquire) {
-                        return;
-                    }
-                    thread::sleep(Duration::from_millis(100));
-                }
-            }
+        if let Err(e) = self.new_session() {
+            log::error!("cannot start a new session: {e}; trying again in 100 ms");
+            let weak = self.me.clone();
+            Timers::get().at(
+                instant_after(Duration::from_millis(100)),
+                Box::new(move || with_client(&weak, Shared::start_new_session)),
+            );
         }
     }
 }

@@ -226,6 +226,17 @@ pub enum Error {
         /// The last error before the deadline (say, `ConnectionLoss`), if any.
         source: Option<Box<Error>>,
     },
+    /// The request was never written to the server: its deadline passed
+    /// while it waited to be sent, behind earlier requests or, with `cap`,
+    /// behind a connection whose unsent requests had reached that many
+    /// bytes (`ClientBuilder::max_unsent_bytes`). It was not applied, and
+    /// trying it again is safe. Its code is `OperationTimeout`; see
+    /// [`Error::is_unsent`].
+    Unsent {
+        /// The cap on unsent bytes the request waited behind, if that is
+        /// what kept it from being sent.
+        cap: Option<usize>,
+    },
     /// A request longer than the servers accept (`jute.maxbuffer`, see
     /// `ClientBuilder::max_request_size`); it was not sent and the
     /// connection is untouched.
@@ -282,6 +293,7 @@ impl Error {
             e @ (Error::Zk { .. }
             | Error::Marshalling(_)
             | Error::NotConnected { .. }
+            | Error::Unsent { .. }
             | Error::AuthFailed { .. }) => Error::Operation {
                 op: name,
                 path: user_path.to_owned(),
@@ -315,7 +327,7 @@ impl Error {
         match self {
             Error::Zk { code, .. } => Some(*code),
             Error::Operation { source, .. } => source.code(),
-            Error::Timeout { .. } => Some(ErrorCode::OperationTimeout),
+            Error::Timeout { .. } | Error::Unsent { .. } => Some(ErrorCode::OperationTimeout),
             Error::NotConnected { .. } | Error::ConnectTimeout { .. } => {
                 Some(ErrorCode::ConnectionLoss)
             }
@@ -328,6 +340,21 @@ impl Error {
     /// Whether this is ZooKeeper's `code`.
     pub fn is(&self, code: ErrorCode) -> bool {
         self.code() == Some(code)
+    }
+
+    /// Whether the request was certainly never written to the server (see
+    /// [`Error::Unsent`]), looking through the operation and timeout that
+    /// wrap it: not applied, so trying it again is safe. False means the
+    /// operation failed for another reason, or may have been applied.
+    pub fn is_unsent(&self) -> bool {
+        match self {
+            Error::Unsent { .. } => true,
+            Error::Operation { source, .. } => source.is_unsent(),
+            Error::Timeout {
+                source: Some(e), ..
+            } => e.is_unsent(),
+            _ => false,
+        }
     }
 
     /// Whether the retry loop may try the operation again: connection loss,
@@ -408,6 +435,16 @@ impl fmt::Display for Error {
                     None => Ok(()),
                 }
             }
+            Error::Unsent { cap: None } => write!(
+                f,
+                "not sent by the deadline (it waited behind earlier requests); \
+                 not applied, safe to retry"
+            ),
+            Error::Unsent { cap: Some(cap) } => write!(
+                f,
+                "not sent by the deadline: the connection's unsent requests were at \
+                 their cap of {cap} bytes (max_unsent_bytes); not applied, safe to retry"
+            ),
             Error::RequestTooLarge {
                 operation,
                 path,

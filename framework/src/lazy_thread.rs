@@ -50,9 +50,7 @@ impl<T: Send + 'static> LazyThread<T> {
         let mut idle = self.idle.lock();
         let Some(rx) = idle.take() else { return };
         let (run, thread_rx) = (self.run, rx.clone());
-        let spawned = std::thread::Builder::new()
-            .name(self.name.into())
-            .spawn(move || thread_rx.iter().for_each(run));
+        let spawned = crate::sched::spawn(self.name, move || thread_rx.iter().for_each(run));
         if let Err(e) = spawned {
             // Out of threads: run what is queued here rather than lose it,
             // and try the thread again with the next job.

@@ -55,6 +55,7 @@ mod metrics;
 mod ops;
 pub mod paths;
 pub mod retry;
+mod sched;
 mod state;
 mod tls;
 mod trace;

@@ -47,17 +47,6 @@ pub struct ClientMetrics {
     pub auth_failures: u64,
     /// Watch events received from ZooKeeper.
     pub watch_events: u64,
-    /// Replies that the calling thread read from the socket itself, rather
-    /// than being handed them by the engine's thread: on a plain (not TLS)
-    /// connection, a caller whose request is written and that nobody else
-    /// is reading for waits on the socket directly, which saves a thread
-    /// hand-over per request.
-    pub replies_read_by_caller: u64,
-    /// Waits for a watch event that the waiting thread ended by reading the
-    /// event from the socket itself (see
-    /// [`Client::wait_reading`](crate::Client::wait_reading)), rather than
-    /// being woken by the engine's thread.
-    pub waits_read_by_waiter: u64,
 }
 
 /// The live counters behind [`ClientMetrics`].
@@ -71,8 +60,6 @@ pub(crate) struct Counters {
     sessions_lost: AtomicU64,
     pub auth_failures: AtomicU64,
     pub watch_events: AtomicU64,
-    pub replies_read_by_caller: AtomicU64,
-    pub waits_read_by_waiter: AtomicU64,
 }
 
 /// Adds `n` to `counter`; counts need no ordering with anything else.
@@ -102,8 +89,6 @@ impl Counters {
             sessions_lost: get(&self.sessions_lost),
             auth_failures: get(&self.auth_failures),
             watch_events: get(&self.watch_events),
-            replies_read_by_caller: get(&self.replies_read_by_caller),
-            waits_read_by_waiter: get(&self.waits_read_by_waiter),
         }
     }
 }

@@ -231,10 +231,6 @@ fn dropping_the_last_handle_closes_the_session_whatever_callbacks_hold() {
     let baseline = settled_latchkey_threads();
     let c = connect(&server.connect_string(), Duration::from_secs(30));
     let ctx = Ctx::new(server, &observer);
-    assert!(
-        !latchkey_thread_ids().is_subset(&baseline),
-        "the client started no thread of its own"
-    );
     let eph = c
         .create()
         .mode(CreateMode::Ephemeral)
@@ -253,6 +249,18 @@ fn dropping_the_last_handle_closes_the_session_whatever_callbacks_hold() {
     let weak = c.downgrade();
     let listener = c.add_listener(move |_| drop(weak.upgrade()));
     let _waker = c.add_waker(|| {});
+    // A connected client has no thread of its own until it has callbacks
+    // to run (the engine and the timer thread are the process'): one
+    // watcher fired starts its session's event thread.
+    observer
+        .create()
+        .for_path(&format!("{eph}-missing"), b"")
+        .unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        || !latchkey_thread_ids().is_subset(&baseline),
+        || format!("the client started no thread of its own\n{}", ctx.dump()),
+    );
     let states = c.listen();
     let clone = c.clone();
     drop(c);

@@ -14,8 +14,8 @@ use latchkey_recipes::{InterProcessMutex, InterProcessReadWriteLock, InterProces
 use latchkey_test::{ClientAuth, FaultProxy, ServerConfig, TestCerts, TestingServer};
 
 use common::{
-    call_within, connect, shared_server, signal_reading, start_connected, unique, wait_for_a_watch,
-    wait_until, Watchdog,
+    call_within, connect, shared_server, start_connected, unique, wait_for_a_watch, wait_until,
+    Watchdog,
 };
 
 const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -227,11 +227,9 @@ fn a_reader_that_joined_a_watch_whose_arming_failed_is_woken_at_once() {
     );
 }
 
-/// Over TLS a waiter cannot wait on the socket (the TLS session, not the
-/// socket, says what is readable): `wait_reading` returns at once, and a
-/// lock waiter is woken by the engine as before, at once.
+/// Over TLS a lock waiter is woken by the engine at once, as over TCP.
 #[test]
-fn over_tls_a_waiter_does_not_read_and_is_woken_at_once() {
+fn over_tls_a_waiter_is_woken_at_once() {
     let certs = TestCerts::generate().unwrap();
     let server = TestingServer::start_with(ServerConfig::default().tls(&certs, ClientAuth::None))
         .expect("start a TLS ZooKeeper");
@@ -248,18 +246,6 @@ fn over_tls_a_waiter_does_not_read_and_is_woken_at_once() {
     };
     let (holder, waiter) = (tls_client(), tls_client());
     warm_up(&waiter);
-    let w = waiter.clone();
-    let (done, took) = call_within(
-        "wait_reading over TLS",
-        Duration::from_secs(10),
-        move || {
-            let started = Instant::now();
-            let done = w.wait_reading(&|| false, Some(Instant::now() + Duration::from_secs(5)));
-            (done, started.elapsed())
-        },
-    );
-    assert!(!done);
-    assert!(took < Duration::from_secs(1), "wait_reading took {took:?}");
     let path = unique("/lock_waiter_reads/tls");
     let held = InterProcessMutex::new(&holder, &path).unwrap();
     assert!(held.acquire_timeout(Duration::from_secs(10)).unwrap());
@@ -284,7 +270,6 @@ fn over_tls_a_waiter_does_not_read_and_is_woken_at_once() {
         took < PROMPT,
         "the waiter got the lock {took:?} after the release"
     );
-    assert_eq!(waiter.metrics().waits_read_by_waiter, 0);
 }
 
 /// A semaphore waiter and a mutex waiter on one client: the mutex waiter
@@ -340,30 +325,6 @@ fn a_semaphore_waiter_beside_a_reading_mutex_waiter_gets_in_at_once() {
         let took = at.saturating_duration_since(released);
         assert!(took < PROMPT, "the lock came {took:?} after the release");
     });
-}
-
-/// `wait_reading` with no deadline and a check that never holds, on a
-/// client closed meanwhile: it returns at once.
-#[test]
-fn closing_the_client_ends_a_wait_with_no_deadline() {
-    let server = shared_server();
-    let c = connect(&server.connect_string(), SESSION_TIMEOUT);
-    warm_up(&c);
-    let (done, reading) = signal_reading(move || false);
-    let waiter = c.clone();
-    let wait = thread::spawn(move || {
-        let done = waiter.wait_reading(&done, None);
-        (done, Instant::now())
-    });
-    reading.wait();
-    let closed = Instant::now();
-    c.close();
-    let (done, at) = call_within("the wait", Duration::from_secs(10), move || {
-        wait.join().unwrap()
-    });
-    assert!(!done);
-    let took = at.saturating_duration_since(closed);
-    assert!(took < PROMPT, "the wait ended {took:?} after the close");
 }
 
 /// The session of a waiter that was reading is lost (a partition longer

@@ -10,12 +10,13 @@ use common::{clients, unique, wait_until};
 use latchkey_recipes::InterProcessMutex;
 
 /// The client's threads alive in this process: those named `latchkey-*`,
-/// except the one engine thread that serves every session's connection
-/// (it stays once started).
+/// except the process' own, which serve every session and stay once
+/// started: the engine (every connection) and the timer thread (every
+/// session's states).
 fn client_threads() -> usize {
     client_thread_names()
         .iter()
-        .filter(|name| name.as_str() != "latchkey-engine")
+        .filter(|name| !matches!(name.as_str(), "latchkey-engine" | "latchkey-timers"))
         .count()
 }
 
@@ -28,13 +29,13 @@ fn client_thread_names() -> Vec<String> {
         .collect()
 }
 
-/// A session holding a lock (with a revocation watch) needs only its state
-/// thread: one engine thread serves every session's connection, and
-/// listener, watcher and cleanup threads start when there is something for
-/// them to run. A watch that fires and a state that a listener must hear
-/// still reach them.
+/// A session holding a lock (with a revocation watch) needs no thread of
+/// its own: one engine thread serves every session's connection, one timer
+/// thread every session's states, and the event, listener and cleanup
+/// threads start when there is something for them to run. A watch that
+/// fires still reaches its watcher.
 #[test]
-fn a_session_holding_a_lock_runs_on_one_thread() {
+fn a_session_holding_a_lock_runs_on_no_thread_of_its_own() {
     const SESSIONS: usize = 10;
     let before = client_threads();
     let cs = clients(SESSIONS, Duration::from_secs(10));
@@ -52,10 +53,10 @@ fn a_session_holding_a_lock_runs_on_one_thread() {
     // Connect threads end once their connection is handed to the engine.
     wait_until(
         Duration::from_secs(10),
-        || client_threads() - before <= SESSIONS,
+        || client_threads() == before,
         || {
             format!(
-                "{} threads for {SESSIONS} sessions holding a lock (want at most one each): {:?}",
+                "{} threads for {SESSIONS} sessions holding a lock (want none): {:?}",
                 client_threads() - before,
                 client_thread_names()
             )
@@ -87,7 +88,7 @@ fn a_session_holding_a_lock_runs_on_one_thread() {
     assert_eq!(ev.path, node);
     wait_until(
         Duration::from_secs(5),
-        || client_threads() - before == SESSIONS + 1,
+        || client_threads() - before == 1,
         || {
             format!(
                 "want one more thread, for the watcher: {}",

@@ -1,22 +1,15 @@
-//! A live connection as the engine drives it: a socket, plain or TLS,
-//! touched under its session's wire lock (by the engine's thread, or by a
-//! caller writing its request or reading its own reply), and read without
-//! it only by a caller that waits on it for its reply ([`Socket::wait_read`]).
-//! Bytes to send wait in the connection's own buffer (plain) or in
-//! `rustls`'s (TLS) until the socket takes them; nothing done under the
-//! lock ever blocks.
+//! A live connection as the engine drives it: a non-blocking socket, plain
+//! or TLS, touched by the engine's thread only. Bytes to send wait in the
+//! connection's own buffer (plain) or in `rustls`'s (TLS) until the socket
+//! takes them; nothing here ever blocks.
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
-use nix::sys::socket::{self as socket, sockopt, MsgFlags};
-use nix::sys::time::TimeVal;
+use nix::sys::socket::{self as socket, MsgFlags};
 use rustls::ClientConnection;
 
 /// Reads take at most this much at a time, so frames are dispatched as
@@ -27,9 +20,10 @@ const READ_CHUNK: usize = 64 * 1024;
 pub(crate) enum Received {
     /// This many plaintext bytes were appended.
     Bytes(usize),
-    /// Bytes were appended, fewer than asked for: the socket had no more. Data arriving later raises a new readiness event (the poll
-    /// is edge-triggered on every arrival), so reading again now would
-    /// only cost a call that finds nothing.
+    /// Bytes were appended, fewer than asked for: the socket had no more.
+    /// Data arriving later raises a new readiness event (the poll is
+    /// edge-triggered on every arrival), so reading again now would only
+    /// cost a call that finds nothing.
     Drained,
     /// Nothing more for now.
     WouldBlock,
@@ -37,67 +31,9 @@ pub(crate) enum Received {
     Closed,
 }
 
-/// A connection's socket. A plain one stays in blocking mode: every read
-/// and write under the wire lock says not to wait (`MSG_DONTWAIT`), and a
-/// caller waiting for its reply sleeps in the read itself, one system call
-/// a wake-up rather than a `poll` and a read. A TLS one is non-blocking, as
-/// `rustls` expects.
-pub(crate) struct Socket {
-    stream: TcpStream,
-    /// The receive timeout last set (`SO_RCVTIMEO`), in milliseconds; 0
-    /// for none yet.
-    read_timeout_ms: AtomicU64,
-}
-
-impl Socket {
-    /// Waits until the socket has something, at most `left` (and at most
-    /// `max`), then reads what it has into `buf`: `Ok(0)` at its end,
-    /// `WouldBlock` if the time passed. Only the connection's reader calls
-    /// this, and never under the wire lock.
-    ///
-    /// The timeout is set only when it must change, so that a reply, which
-    /// comes long before any timeout, costs no extra system call: when it
-    /// would outlast `left` (a deadline missed), or when the last wait
-    /// `timed_out` with a shorter one than now wanted (a wake-up a wait too
-    /// many). It is the largest power of two of milliseconds within
-    /// `left`, or `max`.
-    pub(crate) fn wait_read(
-        &self,
-        buf: &mut [u8],
-        left: Duration,
-        max: Duration,
-        timed_out: bool,
-    ) -> io::Result<usize> {
-        let want = match left >= max {
-            true => max.as_millis().max(1) as u64,
-            false => 1 << (left.as_millis() as u64).max(1).ilog2(),
-        };
-        let set = self.read_timeout_ms.load(Ordering::Relaxed);
-        let outlasts = set == 0 || u128::from(set) > left.as_millis().max(1);
-        if outlasts || (timed_out && set < want) {
-            let tv = TimeVal::new((want / 1000) as _, ((want % 1000) * 1000) as _);
-            socket::setsockopt(&self.stream, sockopt::ReceiveTimeout, &tv)?;
-            self.read_timeout_ms.store(want, Ordering::Relaxed);
-        }
-        Ok(socket::recv(
-            self.stream.as_raw_fd(),
-            buf,
-            MsgFlags::empty(),
-        )?)
-    }
-}
-
-impl AsFd for Socket {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.stream.as_fd()
-    }
-}
-
 /// One live connection.
 pub(crate) struct Conn {
-    /// Shared with a caller that waits on the socket for its own reply
-    /// (see [`Conn::plain_socket`]); the descriptor closes with the last.
-    sock: Arc<Socket>,
+    sock: TcpStream,
     fd: RawFd,
     tls: Option<Box<ClientConnection>>,
     /// Plain TCP: bytes queued and not written yet, from `written` on.
@@ -107,15 +43,11 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// A connection on `sock`: in blocking mode if plain, non-blocking
-    /// with `tls` (see [`Socket`]).
+    /// A connection on `sock`, which must be non-blocking.
     pub(crate) fn new(sock: TcpStream, tls: Option<Box<ClientConnection>>) -> Self {
         Conn {
             fd: sock.as_raw_fd(),
-            sock: Arc::new(Socket {
-                stream: sock,
-                read_timeout_ms: AtomicU64::new(0),
-            }),
+            sock,
             tls,
             out: Vec::new(),
             written: 0,
@@ -133,17 +65,9 @@ impl Conn {
         self.sock.as_fd()
     }
 
-    /// The socket, for a caller to wait on until it is readable: plain TCP
-    /// only (with TLS, `rustls` may hold decrypted bytes the socket no
-    /// longer shows).
-    pub(crate) fn plain_socket(&self) -> Option<Arc<Socket>> {
-        self.tls.is_none().then(|| Arc::clone(&self.sock))
-    }
-
-    /// Ends the connection for everyone holding the socket: a caller
-    /// waiting on it wakes up.
+    /// Ends the connection.
     pub(crate) fn shut_down(&self) {
-        let _ = self.sock.stream.shutdown(Shutdown::Both);
+        let _ = self.sock.shutdown(Shutdown::Both);
     }
 
     /// Queues `frame` to be sent after everything queued before it.
@@ -229,7 +153,7 @@ impl Conn {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }
-            match tls.read_tls(&mut &self.sock.stream) {
+            match tls.read_tls(&mut &self.sock) {
                 Ok(0) => return Ok(Received::Closed),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Received::WouldBlock),
@@ -246,8 +170,9 @@ impl Conn {
     }
 }
 
-/// Writes what a plain socket takes now, without waiting, and without a
-/// `SIGPIPE` if the server has gone.
+/// Writes what a plain socket takes now, without waiting (the flag says so
+/// whatever the socket's mode), and without a `SIGPIPE` if the server has
+/// gone.
 fn send_now(fd: RawFd, data: &[u8]) -> io::Result<usize> {
     let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
     Ok(socket::send(fd, data, flags)?)

@@ -239,28 +239,26 @@ impl RwSearch {
         let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let found = Arc::new(Mutex::new(None));
         let report = Arc::clone(&found);
-        thread::Builder::new()
-            .name("latchkey-rw-probe".into())
-            .spawn(move || loop {
-                let wait = probe.lock().wait();
-                if !matches!(
-                    stopped.recv_timeout(wait),
-                    Err(crossbeam_channel::RecvTimeoutError::Timeout)
-                ) {
-                    return;
-                }
-                let timeout = probe.lock().start_probe();
-                let (host, _) = hosts.lock().next();
-                let read_write = resolve_one(&host)
-                    .ok()
-                    .filter(|addr| is_read_write(&host, *addr, tls.as_ref(), timeout));
-                probe.lock().last = Instant::now();
-                if let Some(addr) = read_write {
-                    *report.lock() = Some((host, addr));
-                    wake();
-                    return;
-                }
-            })?;
+        crate::sched::spawn("latchkey-rw-probe", move || loop {
+            let wait = probe.lock().wait();
+            if !matches!(
+                stopped.recv_timeout(wait),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout)
+            ) {
+                return;
+            }
+            let timeout = probe.lock().start_probe();
+            let (host, _) = hosts.lock().next();
+            let read_write = resolve_one(&host)
+                .ok()
+                .filter(|addr| is_read_write(&host, *addr, tls.as_ref(), timeout));
+            probe.lock().last = Instant::now();
+            if let Some(addr) = read_write {
+                *report.lock() = Some((host, addr));
+                wake();
+                return;
+            }
+        })?;
         Ok(RwSearch { _stop: stop, found })
     }
 

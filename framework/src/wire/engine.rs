@@ -8,15 +8,16 @@
 //! connection to be served through [`Engine::ready`] (a request queued, a
 //! close). Either wakes the poll. A connection is served when its socket
 //! has an event, when it was asked to be, and when its own clock says so
-//! (a ping, silence); the poll sleeps until the earliest of those clocks.
-//! Nothing on this thread blocks: no name lookup, connect, handshake or
-//! user callback runs here.
+//! (a ping, silence); the poll sleeps until the earliest of those clocks,
+//! kept in a heap so that a thousand idle connections cost nothing between
+//! their pings. Nothing on this thread blocks: no name lookup, connect,
+//! handshake or user callback runs here, and no user closure is dropped.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Registry, Token, Waker};
@@ -69,9 +70,8 @@ struct Incoming {
 /// The handle every session shares.
 pub(crate) struct Engine {
     waker: Waker,
-    /// The poll's epoll instance, for switching one socket's interest off
-    /// while a caller waits on the socket itself, and on again after
-    /// (`mio` has no interest that is none).
+    /// The poll's epoll instance, for changing one socket's interest from
+    /// a connection's own service (which has no `mio` registry at hand).
     epoll: nix::sys::epoll::Epoll,
     incoming: Mutex<Incoming>,
 }
@@ -99,9 +99,7 @@ impl Engine {
             }),
         });
         let serving = Arc::clone(&engine);
-        thread::Builder::new()
-            .name("latchkey-engine".into())
-            .spawn(move || serving.run(poll))?;
+        crate::sched::spawn("latchkey-engine", move || serving.run(poll))?;
         Ok(engine)
     }
 
@@ -124,28 +122,21 @@ impl Engine {
         self.wake();
     }
 
-    /// Sets what the poll watches `fd` for (registered under `token`):
-    /// hang-ups only when `interest` is `None` (the peer's shutdown, which
-    /// a parked connection must hear of, as well as errors), as `mio`
-    /// would register `interest` otherwise.
+    /// Sets what the poll watches `fd` (registered under `token`) for,
+    /// edge-triggered, as `mio` registers `interest`.
     pub(crate) fn set_interest(
         &self,
         fd: std::os::fd::BorrowedFd<'_>,
         token: Token,
-        interest: Option<mio::Interest>,
+        interest: mio::Interest,
     ) -> io::Result<()> {
         use nix::sys::epoll::{EpollEvent, EpollFlags};
         let mut flags = EpollFlags::EPOLLET;
-        match interest {
-            None => flags |= EpollFlags::EPOLLRDHUP,
-            Some(i) => {
-                if i.is_readable() {
-                    flags |= EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP;
-                }
-                if i.is_writable() {
-                    flags |= EpollFlags::EPOLLOUT;
-                }
-            }
+        if interest.is_readable() {
+            flags |= EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP;
+        }
+        if interest.is_writable() {
+            flags |= EpollFlags::EPOLLOUT;
         }
         let mut event = EpollEvent::new(flags, token.0 as u64);
         self.epoll.modify(fd, &mut event).map_err(io::Error::from)
@@ -159,7 +150,10 @@ impl Engine {
 
     fn run(&self, mut poll: Poll) {
         ON_ENGINE.with(|on| on.set(true));
-        let mut conns: HashMap<Token, Box<dyn Driven>> = HashMap::new();
+        let mut conns: HashMap<Token, Served> = HashMap::new();
+        // Each connection's next wake, earliest first. An entry whose time
+        // is not its connection's `scheduled` is stale, and skipped.
+        let mut wakes: BinaryHeap<Reverse<(Instant, Token)>> = BinaryHeap::new();
         let mut events = Events::with_capacity(256);
         let mut due: Vec<(Token, bool)> = Vec::new();
         let mut timeout = None;
@@ -167,7 +161,7 @@ impl Engine {
             if let Err(e) = poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     log::error!("the ZooKeeper engine's poll failed: {e}");
-                    thread::sleep(Duration::from_millis(10));
+                    std::thread::sleep(Duration::from_millis(10));
                 }
             }
             let (attach, ready) = {
@@ -181,7 +175,9 @@ impl Engine {
                 match conn.register(poll.registry(), token) {
                     Ok(()) => {
                         conn.attached(token);
-                        conns.insert(token, conn);
+                        let scheduled = conn.next_wake();
+                        wakes.push(Reverse((scheduled, token)));
+                        conns.insert(token, Served { conn, scheduled });
                         due.push((token, true));
                     }
                     Err(e) => {
@@ -198,40 +194,58 @@ impl Engine {
             );
             due.extend(ready.into_iter().map(|t| (t, false)));
             let now = Instant::now();
-            due.extend(
-                conns
-                    .iter()
-                    .filter(|(_, c)| c.next_wake() <= now)
-                    .map(|(t, _)| (*t, false)),
-            );
+            while let Some(&Reverse((at, token))) = wakes.peek() {
+                if at > now {
+                    break;
+                }
+                wakes.pop();
+                if conns.get(&token).is_some_and(|s| s.scheduled == at) {
+                    due.push((token, false));
+                }
+            }
             // Each connection once, readable if any of its reasons says so.
             due.sort_unstable_by_key(|(t, readable)| (*t, !readable));
             due.dedup_by_key(|(t, _)| *t);
             for (token, readable) in due.drain(..) {
-                let Some(conn) = conns.get_mut(&token) else {
+                let Some(served) = conns.get_mut(&token) else {
                     continue; // gone already
                 };
                 // A bug in one connection's handling ends that connection,
                 // not the engine every session shares.
+                let conn = &mut served.conn;
                 let alive =
                     catch_unwind(AssertUnwindSafe(|| conn.serve(readable))).unwrap_or_else(|_| {
                         log::error!("serving a ZooKeeper connection panicked; dropping it");
                         false
                     });
-                if !alive {
-                    if let Some(mut conn) = conns.remove(&token) {
-                        conn.deregister(poll.registry());
-                        if catch_unwind(AssertUnwindSafe(|| conn.finish())).is_err() {
-                            log::error!("ending a ZooKeeper connection panicked");
-                        }
+                if alive {
+                    // Its clocks moved: wake for it when they say, unless
+                    // an entry already does so sooner (then it is served,
+                    // and rescheduled, a little early).
+                    let next = served.conn.next_wake();
+                    let stale = served.scheduled <= now;
+                    if stale || next < served.scheduled {
+                        served.scheduled = next;
+                        wakes.push(Reverse((next, token)));
+                    }
+                } else if let Some(mut served) = conns.remove(&token) {
+                    served.conn.deregister(poll.registry());
+                    if catch_unwind(AssertUnwindSafe(|| served.conn.finish())).is_err() {
+                        log::error!("ending a ZooKeeper connection panicked");
                     }
                 }
             }
             let now = Instant::now();
-            timeout = conns.values().map(|c| c.next_wake()).min().map(|at| {
+            timeout = wakes.peek().map(|Reverse((at, _))| {
                 at.saturating_duration_since(now)
                     .max(Duration::from_millis(1))
             });
         }
     }
+}
+
+/// A connection and when the engine next wakes for it.
+struct Served {
+    conn: Box<dyn Driven>,
+    scheduled: Instant,
 }

@@ -1,12 +1,17 @@
 //! One request's bookkeeping: the slot its caller waits on, and the entry
 //! the engine keeps while the request waits for its reply.
 //!
-//! A slot gets exactly one outcome. Either the engine answers it, or the
-//! caller gives up on it first (deadline, cancel) and it is *abandoned*:
-//! the request keeps its place on the connection, its late reply is read
-//! and thrown away, and a watch it would have registered is not. So a call
-//! that returned an error never leaves a live watch behind, and a call is
-//! never applied twice by the client.
+//! A slot gets exactly one outcome, and says which side of the wire the
+//! request was on when its caller stopped waiting:
+//! - still *queued* (in the session's outbox): the engine never writes
+//!   it, and the caller's error says it was not applied;
+//! - *written*: the request keeps its place on the connection, its late
+//!   reply is read and thrown away, and a watch it would have registered
+//!   is not. So a call that returned an error never leaves a live watch
+//!   behind, and a call is never applied twice by the client.
+//!
+//! The engine also refuses to write a request whose deadline has passed
+//! by the time its turn comes: that caller hears it was not sent.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,10 +26,24 @@ use crate::error::{Error, ErrorCode};
 pub(crate) type Reply = Vec<u8>;
 
 enum State {
-    Waiting,
+    /// In the outbox; the engine has not taken it.
+    Queued,
+    /// Taken by the engine for writing: it may reach the server.
+    Written,
     Answered(Result<Reply, Error>),
+    /// The engine found its deadline passed before writing it.
+    Unsent,
     /// The caller has its outcome (taken, or gave up): later answers are dropped.
     Done,
+}
+
+/// How a caller's wait on its slot ended, before it looks at the outbox.
+pub(crate) enum Waited {
+    /// The outcome, to return as it is.
+    Outcome(Result<Reply, Error>),
+    /// The deadline passed, or the call was cancelled (`Cancelled`), while
+    /// the request was queued or written: see [`ReplySlot::give_up`].
+    GaveUp(Error),
 }
 
 /// Where one request's outcome is left for its caller. The caller parks at
@@ -33,14 +52,35 @@ enum State {
 pub(crate) struct ReplySlot {
     state: Mutex<State>,
     ready: Condvar,
+    /// The caller's deadline: the engine does not write the request after it.
+    deadline: Instant,
 }
 
 impl ReplySlot {
-    pub(crate) fn new() -> Arc<Self> {
+    pub(crate) fn new(deadline: Instant) -> Arc<Self> {
         Arc::new(ReplySlot {
-            state: Mutex::new(State::Waiting),
+            state: Mutex::new(State::Queued),
             ready: Condvar::new(),
+            deadline,
         })
+    }
+
+    /// The engine's turn to write the request, at `now`: true if it is to
+    /// be written. False if its caller gave up already, or its deadline has
+    /// passed (the caller then hears it was not sent).
+    pub(crate) fn take_for_writing(&self, now: Instant) -> bool {
+        let mut state = self.state.lock();
+        if !matches!(*state, State::Queued) {
+            return false;
+        }
+        if now >= self.deadline {
+            *state = State::Unsent;
+            drop(state);
+            self.ready.notify_one();
+            return false;
+        }
+        *state = State::Written;
+        true
     }
 
     /// Answers the slot, running `accept` first under the slot's lock so
@@ -52,47 +92,20 @@ impl ReplySlot {
         result: Result<Reply, Error>,
         accept: impl FnOnce(&Result<Reply, Error>),
     ) -> bool {
-        let answered = self.settle(result, accept);
-        if answered {
-            self.wake();
-        }
-        answered
-    }
-
-    /// Answers the slot as [`answer`](Self::answer) does, without waking
-    /// the caller: the engine wakes it with [`wake`](Self::wake) once it
-    /// has let go of the connection, so the woken caller finds the
-    /// connection free for its next request instead of handing it over.
-    pub(crate) fn settle(
-        &self,
-        result: Result<Reply, Error>,
-        accept: impl FnOnce(&Result<Reply, Error>),
-    ) -> bool {
         let mut state = self.state.lock();
-        if !matches!(*state, State::Waiting) {
+        if !matches!(*state, State::Queued | State::Written) {
             return false;
         }
         accept(&result);
         *state = State::Answered(result);
+        drop(state);
+        self.ready.notify_one();
         true
     }
 
-    /// Wakes the caller of a settled slot. The state is set under the
-    /// lock before this runs, so a caller that has not parked yet sees it
-    /// and does not park.
-    pub(crate) fn wake(&self) {
-        self.ready.notify_one();
-    }
-
-    /// Whether the slot still waits for its outcome.
-    pub(crate) fn is_waiting(&self) -> bool {
-        matches!(*self.state.lock(), State::Waiting)
-    }
-
-    /// The outcome, waiting for it until `deadline`. A deadline passed or a
-    /// cancel of the calling thread's operation abandons the request: the
-    /// error says the request may or may not have run.
-    pub(crate) fn wait_until(self: &Arc<Self>, deadline: Instant) -> Result<Reply, Error> {
+    /// Waits for the outcome until `deadline`; a cancel of the calling
+    /// thread's operation ends the wait too.
+    pub(crate) fn wait_until(self: &Arc<Self>, deadline: Instant) -> Waited {
         let mut state = self.state.lock();
         let slot = Arc::clone(self);
         let notify = move || {
@@ -103,7 +116,7 @@ impl ReplySlot {
             &self.ready,
             &mut state,
             deadline,
-            |s| !matches!(s, State::Waiting),
+            |s| !matches!(s, State::Queued | State::Written),
             notify,
         );
         let gave_up = match waited {
@@ -112,8 +125,32 @@ impl ReplySlot {
         };
         // An answer that came with the deadline still counts.
         match std::mem::replace(&mut *state, State::Done) {
-            State::Answered(result) => result,
-            State::Waiting | State::Done => Err(gave_up),
+            State::Answered(result) => Waited::Outcome(result),
+            State::Unsent => Waited::Outcome(Err(Error::Unsent { cap: None })),
+            old @ (State::Queued | State::Written) => {
+                *state = old;
+                Waited::GaveUp(gave_up)
+            }
+            State::Done => Waited::GaveUp(gave_up),
+        }
+    }
+
+    /// The caller stops waiting, with `why` (a timeout or a cancel): the
+    /// outcome it returns. Called under the outbox's lock, so that the
+    /// engine cannot take the request meanwhile: `Queued` means it never
+    /// will (the caller removes it), and the error says it was not sent
+    /// (unless the call was cancelled, which says so). An outcome that came
+    /// meanwhile still counts.
+    pub(crate) fn give_up(&self, why: Error) -> (Result<Reply, Error>, bool) {
+        let mut state = self.state.lock();
+        match std::mem::replace(&mut *state, State::Done) {
+            State::Answered(result) => (result, false),
+            State::Unsent => (Err(Error::Unsent { cap: None }), false),
+            State::Queued => match why {
+                Error::Cancelled => (Err(why), true),
+                _ => (Err(Error::Unsent { cap: None }), true),
+            },
+            State::Written | State::Done => (Err(why), false),
         }
     }
 }
@@ -123,33 +160,33 @@ impl ReplySlot {
 /// session's requests in that order.
 pub(crate) struct Pending {
     pub xid: i32,
-    pub slot: Option<Arc<ReplySlot>>,
+    slot: Option<Arc<ReplySlot>>,
     pub watch: Option<WatchRegistration>,
 }
 
 impl Pending {
-    /// Answers the caller; `accept` runs only if the caller still waits.
-    pub(crate) fn answer(
-        self,
-        result: Result<Reply, Error>,
-        accept: impl FnOnce(&Result<Reply, Error>, Option<WatchRegistration>),
-    ) {
-        if let Some(slot) = self.settle(result, accept) {
-            slot.wake();
+    pub(crate) fn new(xid: i32, slot: Arc<ReplySlot>, watch: Option<WatchRegistration>) -> Self {
+        Pending {
+            xid,
+            slot: Some(slot),
+            watch,
         }
     }
 
-    /// Settles the caller's slot without waking it (see
-    /// [`ReplySlot::settle`]); returns the slot to wake, if its caller
-    /// still waits.
-    pub(crate) fn settle(
+    /// Answers the caller; `accept` runs only if the caller still waits.
+    /// The watch registration is handed back when it was not accepted (the
+    /// caller gave up): it holds user code, which the engine must not drop
+    /// itself.
+    pub(crate) fn answer(
         mut self,
         result: Result<Reply, Error>,
         accept: impl FnOnce(&Result<Reply, Error>, Option<WatchRegistration>),
-    ) -> Option<Arc<ReplySlot>> {
-        let watch = self.watch.take();
-        let slot = self.slot.take()?;
-        slot.settle(result, |r| accept(r, watch)).then_some(slot)
+    ) -> Option<WatchRegistration> {
+        let mut watch = self.watch.take();
+        if let Some(slot) = self.slot.take() {
+            slot.answer(result, |r| accept(r, watch.take()));
+        }
+        watch
     }
 }
 
@@ -168,11 +205,20 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(5)
+    }
+
     #[test]
     fn an_abandoned_slot_takes_no_late_answer() {
-        let slot = ReplySlot::new();
-        let gave_up = slot.wait_until(Instant::now() + Duration::from_millis(5));
+        let slot = ReplySlot::new(soon());
+        assert!(slot.take_for_writing(Instant::now()));
+        let Waited::GaveUp(why) = slot.wait_until(Instant::now() + Duration::from_millis(5)) else {
+            panic!("no answer was given");
+        };
+        let (gave_up, was_queued) = slot.give_up(why);
         assert!(gave_up.unwrap_err().is(ErrorCode::OperationTimeout));
+        assert!(!was_queued, "written, so in doubt");
         let mut accepted = false;
         assert!(!slot.answer(Ok(vec![1]), |_| accepted = true));
         assert!(!accepted, "a late reply must not register anything");
@@ -180,22 +226,35 @@ mod tests {
 
     #[test]
     fn an_answer_is_accepted_before_the_caller_sees_it() {
-        let slot = ReplySlot::new();
+        let slot = ReplySlot::new(soon());
         let mut accepted = false;
         assert!(slot.answer(Ok(vec![7]), |r| accepted = r.is_ok()));
         assert!(accepted);
-        assert_eq!(slot.wait_until(Instant::now()).unwrap(), vec![7]);
+        assert!(matches!(slot.wait_until(Instant::now()), Waited::Outcome(Ok(v)) if v == [7]));
     }
 
     #[test]
-    fn a_dropped_pending_request_reads_as_connection_loss() {
-        let slot = ReplySlot::new();
-        drop(Pending {
-            xid: 1,
-            slot: Some(Arc::clone(&slot)),
-            watch: None,
-        });
-        let r = slot.wait_until(Instant::now() + Duration::from_secs(5));
-        assert!(r.unwrap_err().is(ErrorCode::ConnectionLoss));
+    fn a_queued_request_given_up_is_not_sent_and_says_so() {
+        let slot = ReplySlot::new(soon());
+        let Waited::GaveUp(why) = slot.wait_until(Instant::now()) else {
+            panic!("no answer was given");
+        };
+        let (gave_up, was_queued) = slot.give_up(why);
+        assert!(was_queued);
+        assert!(gave_up.unwrap_err().is_unsent());
+        assert!(
+            !slot.take_for_writing(Instant::now()),
+            "given up: not written"
+        );
+    }
+
+    #[test]
+    fn the_engine_does_not_write_a_request_past_its_deadline() {
+        let slot = ReplySlot::new(Instant::now());
+        assert!(!slot.take_for_writing(Instant::now()));
+        match slot.wait_until(soon()) {
+            Waited::Outcome(Err(e)) => assert!(e.is_unsent(), "{e}"),
+            _ => panic!("the caller must hear it was not sent"),
+        }
     }
 }

@@ -121,10 +121,9 @@ impl Stream {
             .set_write_timeout(d.map(|d| d.max(Duration::from_millis(1))))
     }
 
-    /// The connection as the engine drives it: a TLS socket non-blocking
-    /// from now on, a plain one left blocking (see [`Conn::new`]).
+    /// The connection as the engine drives it, non-blocking from now on.
     pub(crate) fn into_conn(self) -> io::Result<Conn> {
-        self.sock.set_nonblocking(self.tls.is_some())?;
+        self.sock.set_nonblocking(true)?;
         Ok(Conn::new(
             mio::net::TcpStream::from_std(self.sock),
             self.tls,

@@ -270,6 +270,7 @@ impl Watches {
             .collect()
     }
 
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.data.is_empty()
             && self.exist.is_empty()

@@ -904,11 +904,6 @@ impl LockInternals {
             let watched = paths::make_path(&self.base_path, &node);
             match self.watches.watch_data(client, &watched, &signal) {
                 Ok(_) => {
-                    // Read the event here if this thread can: one thread
-                    // hand-over less per handoff of the lock.
-                    if cancel.is_none() {
-                        client.wait_reading(&|| signal.epoch() != epoch, deadline);
-                    }
                     if signal.wait(epoch, deadline) {
                         // A cancel ends the wait before another listing,
                         // which could wait long on a connection gone silent.

@@ -149,11 +149,14 @@ impl InterProcessMultiLock {
                 }
             };
             if !matches!(outcome, Ok(true)) {
-                // The roll-back keeps the call's deadline; a cancelled call
-                // returns at once.
+                // The roll-back keeps the call's deadline, but no sooner
+                // than REQUEST_GRACE from now, as a timed call's requests
+                // do (a request past its deadline is not sent at all); a
+                // cancelled call returns at once, leaving the deletes to
+                // the background.
                 let by = match outcome {
                     Err(Error::Cancelled) => Some(Instant::now()),
-                    _ => deadline,
+                    _ => deadline.map(|d| d.max(Instant::now() + crate::REQUEST_GRACE)),
                 };
                 for held in self.locks[..taken].iter().rev() {
                     if let Err(e) = held.release_by(by) {
