@@ -55,6 +55,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use latchkey_examples::bench::bare::BareSession;
 use latchkey_examples::bench::mntr::{self, Counters};
+use latchkey_examples::bench::reader::ReaderSession;
 use latchkey_examples::bench::report::{self, keys, Better, Library, Results};
 use latchkey_examples::bench::scale::{self, ScaleConfig};
 use latchkey_examples::bench::scale_child;
@@ -91,7 +92,7 @@ const TARGET_SESSIONS: usize = 8;
 const COMMAND: &str = "cargo run --release -p latchkey-examples --features zk08 --bin bench";
 
 const USAGE: &str = "\
-usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazoo,zookeeper,bare]
+usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazoo,zookeeper,bare,reader]
              [--rounds N] [--tls] [--out DIR | --no-write]
        bench --scale [--quick] [--held N,N,..] [--waiters N,N,..] [--sessions N,N,..]
              [--connect HOST:PORT] [--libs latchkey,curator] [--out DIR | --no-write]
@@ -252,6 +253,7 @@ fn parse_args(args: &[String]) -> Res<Args> {
                         "kazoo" => Ok(Library::Kazoo),
                         "zookeeper" | "zookeeper08" => Ok(Library::Zookeeper08),
                         "bare" => Ok(Library::Bare),
+                        "reader" => Ok(Library::Reader),
                         other => Err(format!("unknown library {other:?}\n{USAGE}")),
                     })
                     .collect();
@@ -402,8 +404,12 @@ fn run(args: Args) -> Res<()> {
                 continue;
             }
             Library::Bare => {
-                drivers.push(Box::new(Bare::new(&connect)?));
+                drivers.push(Box::new(Floor::<BareSession>::new(&connect)?));
                 versions.push((Library::Bare, "(this build, release)".to_owned()));
+            }
+            Library::Reader => {
+                drivers.push(Box::new(Floor::<ReaderSession>::new(&connect)?));
+                versions.push((Library::Reader, "(this build, release)".to_owned()));
             }
             Library::Curator | Library::Kazoo => {
                 let kind = peer_kind(*lib);
@@ -680,6 +686,7 @@ fn read_mntr(addr: SocketAddr) -> Res<Counters> {
 struct Cycles {
     cycles: u64,
     total_us: u64,
+    p50_us: u64,
     p99_us: u64,
 }
 
@@ -801,6 +808,15 @@ fn run_round(
             lib,
             c.mean_us(),
         );
+        let label = "uncontended mutex cycle p50";
+        results.add(
+            keys::MUTEX_P50,
+            label,
+            "µs",
+            Better::Lower,
+            lib,
+            c.p50_us as f64,
+        );
         let label = "uncontended mutex cycle p99";
         results.add(
             "mutex.p99",
@@ -814,9 +830,10 @@ fn run_round(
         let label = "client CPU per 1,000 uncontended cycles";
         results.add(keys::CPU, label, "ms", Better::Lower, lib, cpu_ms);
         println!(
-            "  {:<8} mutex       {:>8.0} µs/cycle, CPU {cpu_ms:.0} ms per 1,000",
+            "  {:<8} mutex       {:>8.0} µs/cycle, p50 {} µs, CPU {cpu_ms:.1} ms per 1,000",
             lib.name(),
-            c.mean_us()
+            c.mean_us(),
+            c.p50_us
         );
     }
     for &n in &cfg.contenders {
@@ -1040,27 +1057,94 @@ impl Drop for Ours {
     }
 }
 
-/// No library: the requests on a bare blocking socket (see
-/// [`BareSession`]), a session per scenario so that none idles unpinged.
-struct Bare {
-    addr: SocketAddr,
+/// What the floors' sessions do: [`BareSession`] (one thread reads its own
+/// replies) and [`ReaderSession`] (a reader thread hands them over).
+trait FloorSession: Sized + Send + 'static {
+    /// The column it is shown in.
+    const LIB: Library;
+    fn connect(addr: SocketAddr, timeout: Duration, session: Duration) -> std::io::Result<Self>;
+    fn ensure_path(&mut self, path: &str) -> std::io::Result<()>;
+    fn sequential_cycle(&mut self, parent: &str, prefix: &str) -> std::io::Result<()>;
+    fn acquire(&mut self, parent: &str, prefix: &str, data: &[u8]) -> std::io::Result<String>;
+    fn release(&mut self, node: &str) -> std::io::Result<()>;
+    fn close(self) -> std::io::Result<()>;
 }
 
-impl Bare {
-    const NO_RECIPES: &'static str = "the bare socket has no recipes: it runs the floor and \
-         the lock cycles only";
+impl FloorSession for BareSession {
+    const LIB: Library = Library::Bare;
+    fn connect(addr: SocketAddr, timeout: Duration, session: Duration) -> std::io::Result<Self> {
+        BareSession::connect(addr, timeout, session)
+    }
+    fn ensure_path(&mut self, path: &str) -> std::io::Result<()> {
+        BareSession::ensure_path(self, path)
+    }
+    fn sequential_cycle(&mut self, parent: &str, prefix: &str) -> std::io::Result<()> {
+        BareSession::sequential_cycle(self, parent, prefix)
+    }
+    fn acquire(&mut self, parent: &str, prefix: &str, data: &[u8]) -> std::io::Result<String> {
+        BareSession::acquire(self, parent, prefix, data)
+    }
+    fn release(&mut self, node: &str) -> std::io::Result<()> {
+        BareSession::release(self, node)
+    }
+    fn close(self) -> std::io::Result<()> {
+        BareSession::close(self)
+    }
+}
+
+impl FloorSession for ReaderSession {
+    const LIB: Library = Library::Reader;
+    fn connect(addr: SocketAddr, timeout: Duration, session: Duration) -> std::io::Result<Self> {
+        ReaderSession::connect(addr, timeout, session)
+    }
+    fn ensure_path(&mut self, path: &str) -> std::io::Result<()> {
+        ReaderSession::ensure_path(self, path)
+    }
+    fn sequential_cycle(&mut self, parent: &str, prefix: &str) -> std::io::Result<()> {
+        ReaderSession::sequential_cycle(self, parent, prefix)
+    }
+    fn acquire(&mut self, parent: &str, prefix: &str, data: &[u8]) -> std::io::Result<String> {
+        ReaderSession::acquire(self, parent, prefix, data)
+    }
+    fn release(&mut self, node: &str) -> std::io::Result<()> {
+        ReaderSession::release(self, node)
+    }
+    fn close(self) -> std::io::Result<()> {
+        ReaderSession::close(self)
+    }
+}
+
+/// No library: the requests on bare blocking sockets (see [`BareSession`]
+/// and [`ReaderSession`]), a session per scenario so that none idles
+/// unpinged.
+struct Floor<S> {
+    addr: SocketAddr,
+    session: std::marker::PhantomData<fn() -> S>,
+}
+
+impl<S: FloorSession> Floor<S> {
     /// Long enough for a scenario's cycles, which never ping.
     const SESSION: Duration = Duration::from_secs(30);
 
     fn new(connect: &str) -> Res<Self> {
         let addr = first_address(connect)
-            .ok_or_else(|| format!("bare socket: cannot resolve {connect}"))?;
-        Ok(Bare { addr })
+            .ok_or_else(|| format!("{}: cannot resolve {connect}", S::LIB.name()))?;
+        Ok(Floor {
+            addr,
+            session: std::marker::PhantomData,
+        })
     }
 
-    fn session(&self, path: &str) -> Res<BareSession> {
-        let err = |e: std::io::Error| format!("bare socket on {}: {e}", self.addr);
-        let mut s = BareSession::connect(self.addr, CONNECT_WAIT, Self::SESSION).map_err(err)?;
+    fn no_recipes() -> String {
+        format!(
+            "the {} has no recipes: it runs the floor and the lock cycles only",
+            S::LIB.name()
+        )
+    }
+
+    fn session(&self, path: &str) -> Res<S> {
+        let err = |e: std::io::Error| format!("{} on {}: {e}", S::LIB.name(), self.addr);
+        let mut s = S::connect(self.addr, CONNECT_WAIT, Self::SESSION).map_err(err)?;
         s.ensure_path(path).map_err(err)?;
         Ok(s)
     }
@@ -1069,9 +1153,9 @@ impl Bare {
         &self,
         path: &str,
         cycles: usize,
-        mut cycle: impl FnMut(&mut BareSession) -> std::io::Result<()>,
+        mut cycle: impl FnMut(&mut S) -> std::io::Result<()>,
     ) -> Res<(Cycles, Duration)> {
-        let err = |e: std::io::Error| format!("bare socket: {path}: {e}");
+        let err = |e: std::io::Error| format!("{}: {path}: {e}", S::LIB.name());
         let mut s = self.session(path)?;
         let measured = with_cpu(|| timed_cycles(cycles, || cycle(&mut s).map_err(err)))?;
         s.close().map_err(err)?;
@@ -1079,9 +1163,9 @@ impl Bare {
     }
 }
 
-impl Driver for Bare {
+impl<S: FloorSession> Driver for Floor<S> {
     fn lib(&self) -> Library {
-        Library::Bare
+        S::LIB
     }
 
     fn floor(&mut self, path: &str, cycles: usize) -> Res<Cycles> {
@@ -1093,7 +1177,10 @@ impl Driver for Bare {
     fn mutex(&mut self, path: &str, cycles: usize) -> Res<(Cycles, Duration)> {
         // Named as a protected lock node is; the data is Curator's default.
         let prefix = format!("{path}/_c_3f2504e0-4f89-41d3-9a0c-0305e82c3301-lock-");
-        self.cycles(path, cycles, |s| s.lock_cycle(path, &prefix, b"127.0.0.1"))
+        self.cycles(path, cycles, |s| {
+            let node = s.acquire(path, &prefix, b"127.0.0.1")?;
+            s.release(&node)
+        })
     }
 
     fn contended(
@@ -1113,28 +1200,26 @@ impl Driver for Bare {
             lockers.push((self.session(path)?, prefix, None::<String>));
         }
         let parent = path.to_owned();
-        let err = |e: std::io::Error| format!("bare socket contended: {e}");
+        let err = |e: std::io::Error| format!("{} contended: {e}", S::LIB.name());
         // A waiter does not give up at the run's end: it is next in a
         // queue that drains as every thread stops after its release.
-        let acquire = move |(s, prefix, held): &mut (BareSession, String, Option<String>),
-                            _: Duration| {
+        let acquire = move |(s, prefix, held): &mut (S, String, Option<String>), _: Duration| {
             *held = Some(s.acquire(&parent, prefix, b"127.0.0.1").map_err(err)?);
             Ok(true)
         };
-        let release =
-            move |(s, _, held): &mut (BareSession, String, Option<String>)| match held.take() {
-                Some(node) => s.release(&node).map_err(err),
-                None => Ok(()),
-            };
-        contended_with(lockers, "bare socket", path, run, mntr, acquire, release)
+        let release = move |(s, _, held): &mut (S, String, Option<String>)| match held.take() {
+            Some(node) => s.release(&node).map_err(err),
+            None => Ok(()),
+        };
+        contended_with(lockers, S::LIB.name(), path, run, mntr, acquire, release)
     }
 
     fn rw(&mut self, _: &str, _: usize, _: Duration, _: usize) -> Res<Timed> {
-        Err(Self::NO_RECIPES.into())
+        Err(Self::no_recipes())
     }
 
     fn sem(&mut self, _: &str, _: usize, _: usize, _: Duration) -> Res<Timed> {
-        Err(Self::NO_RECIPES.into())
+        Err(Self::no_recipes())
     }
 }
 
@@ -1289,6 +1374,7 @@ fn cycles_of(mut per_cycle: Vec<u64>, total: Duration) -> Cycles {
     Cycles {
         cycles: per_cycle.len() as u64,
         total_us: micros(total),
+        p50_us: stats::percentile(&per_cycle, 0.50),
         p99_us: stats::percentile(&per_cycle, 0.99),
     }
 }
@@ -1719,6 +1805,7 @@ impl PeerDriver {
         Ok(Cycles {
             cycles: n[0],
             total_us: n[1],
+            p50_us: n[2],
             p99_us: n[3],
         })
     }
@@ -2101,6 +2188,16 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
                  (no pings, watches, retries or deadlines); its CPU is the kernel's and the \
                  server's share of a cycle, which no client goes below"
             }
+            Library::Reader => {
+                "no library either: the bare socket with a reader thread, the Java client's \
+                 shape. Per session one thread owns the socket's reads, parses each reply and \
+                 hands it to the caller waiting for its xid (a slot per request, mutex and \
+                 condition variable), and each watch event to whoever waits for that path; \
+                 callers write their own requests under a mutex. The same requests as the bare \
+                 socket's, in the bench process; what it costs above the bare socket is the \
+                 hand-over between threads, and the CPU, uncontended p50 and contended \
+                 throughput targets are set against it"
+            }
         };
         line(&format!("- {} {v}: {how}.", lib.name()));
     }
@@ -2147,7 +2244,14 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
         keys::throughput(TARGET_SESSIONS),
         keys::p99(TARGET_SESSIONS),
     );
-    let shown = [keys::FLOOR, keys::MUTEX, keys::CPU, &throughput, &p99];
+    let shown = [
+        keys::FLOOR,
+        keys::MUTEX,
+        keys::MUTEX_P50,
+        keys::CPU,
+        &throughput,
+        &p99,
+    ];
     s.push_str(&report::samples_table(results, &shown));
     let mut line = |l: &str| {
         s.push_str(l);
@@ -2170,7 +2274,7 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
         "- **floor**: {} cycles of create (ephemeral sequential), getChildren and delete with the \
          library's own client: the requests one lock cycle cannot do without. The `zookeeper` \
          crate (0.8), which latchkey chose not to build on (see the README), takes part here, \
-         and so does the bare socket.",
+         and so do the bare socket and the reader thread.",
         cfg.cycles
     ));
     line(&format!(
@@ -2179,7 +2283,10 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
          (all its threads, from Linux's per-thread scheduler statistics; for Curator that includes \
          the JVM's JIT and GC threads). The bare socket sends what latchkey's uncontended cycle \
          sends (create and list written together, then delete) with no library at all: its CPU is \
-         the least any client can spend on a cycle here.",
+         the least any client can spend on a cycle here. The reader thread sends the same \
+         requests with its replies handed over by a reader thread, as the Java client's are: \
+         the floor of a client whose I/O runs on a thread of its own, which the CPU and p50 \
+         targets are set against.",
         cfg.cycles
     ));
     line(&format!(
@@ -2189,7 +2296,9 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
          saw the deletion first). The bare socket's sessions send the requests of Curator's lock \
          (create and list together, watch the predecessor, list again at its event, delete), \
          each on its own blocking socket, with nothing else; at the end of the run its waiters \
-         drain their queue rather than give up.",
+         drain their queue rather than give up. The reader thread's sessions send the same, \
+         each with its reader thread handing the replies and the predecessor's event to the \
+         session's caller.",
         cfg.contenders,
         seconds(cfg.run)
     ));
