@@ -86,6 +86,9 @@ const GRACE: Duration = Duration::from_secs(90);
 const SETTLE: Duration = Duration::from_secs(1);
 /// The JVM's default JIT (tiered up to C2), for the embedded server.
 const FULL_JIT: &str = "-XX:TieredStopAtLevel=4";
+/// The TLS server's warm-up, in main warm-ups' cycles: its JIT has only
+/// these cycles to compile the server's paths before the rounds.
+const TLS_WARMUP: usize = 10;
 /// The session count of the throughput and p99 targets.
 const TARGET_SESSIONS: usize = 8;
 /// The command that reproduces a run, as the docs show it.
@@ -93,7 +96,7 @@ const COMMAND: &str = "cargo run --release -p latchkey-examples --features zk08 
 
 const USAGE: &str = "\
 usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazoo,zookeeper,bare,reader]
-             [--rounds N] [--tls] [--out DIR | --no-write]
+             [--rounds N] [--no-tls] [--out DIR | --no-write]
        bench --scale [--quick] [--held N,N,..] [--waiters N,N,..] [--sessions N,N,..]
              [--connect HOST:PORT] [--libs latchkey,curator] [--out DIR | --no-write]
 
@@ -102,9 +105,10 @@ usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazo
                need mntr allowed and a single server)
   --libs       which libraries to run (default: all that are installed)
   --rounds N   rounds per scenario (default 5, quick 2)
-  --tls        the embedded server also serves TLS (its Netty connection
-               factory then serves every library), and latchkey's
-               uncontended mutex cycle is measured over TLS as well
+  --no-tls     leave out latchkey's uncontended cycle over TLS, which otherwise runs
+               (with the embedded server and latchkey) on a second server that serves
+               TLS, plain beside it, for the row over TLS ÷ plain; --tls, the
+               default, is still taken
   --out DIR    where BENCHMARKS.md and the plots go (default: the docs/ folder)
   --no-write   print the table only
   --scale      the scale scenarios only (latchkey and Curator; a few minutes), which
@@ -214,7 +218,8 @@ struct Args {
     connect: Option<String>,
     libs: Vec<Library>,
     out: Option<PathBuf>,
-    tls: bool,
+    /// `--tls` / `--no-tls`; by default TLS runs wherever it can.
+    tls: Option<bool>,
 }
 
 fn parse_args(args: &[String]) -> Res<Args> {
@@ -224,7 +229,7 @@ fn parse_args(args: &[String]) -> Res<Args> {
     let mut rounds = None;
     let mut scale = false;
     let (mut held, mut waiters, mut sessions) = (None, None, None);
-    let mut tls = false;
+    let mut tls = None;
     let mut out = Some(PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../docs"
@@ -265,7 +270,8 @@ fn parse_args(args: &[String]) -> Res<Args> {
                     .map_err(|_| format!("--rounds needs a number\n{USAGE}"))?;
                 rounds = Some(n.clamp(1, 50));
             }
-            "--tls" => tls = true,
+            "--tls" => tls = Some(true),
+            "--no-tls" => tls = Some(false),
             "--out" => out = Some(PathBuf::from(value("--out")?)),
             "--no-write" => out = None,
             "-h" | "--help" => {
@@ -294,7 +300,7 @@ fn parse_args(args: &[String]) -> Res<Args> {
         s.sessions = sessions.unwrap_or(s.sessions);
         s
     });
-    if tls && connect.is_some() {
+    if tls == Some(true) && connect.is_some() {
         return Err(format!(
             "--tls needs the embedded server (it makes the certificates)\n{USAGE}"
         ));
@@ -326,33 +332,18 @@ struct Setup {
 fn run(args: Args) -> Res<()> {
     let started = Instant::now();
     let cfg = args.cfg.clone();
-    let certs = match args.tls {
-        true => Some(TestCerts::generate().map_err(|e| format!("cannot make certificates: {e}"))?),
-        false => None,
-    };
     let (mut server, connect) = match &args.connect {
         Some(c) => (None, c.clone()),
         None => {
             println!("starting ZooKeeper ...");
             // The harness caps the server's JIT at C1 so that tests start
             // fast; a benchmark wants the server as it runs in production.
-            let mut config = ServerConfig::default().jvm_arg(FULL_JIT);
-            if let Some(certs) = &certs {
-                config = config.tls(certs, ClientAuth::None);
-            }
+            let config = ServerConfig::default().jvm_arg(FULL_JIT);
             let server = TestingServer::start_with(config)
                 .map_err(|e| format!("cannot start ZooKeeper: {e}"))?;
             let connect = server.connect_string();
             (Some(server), connect)
         }
-    };
-    // latchkey over TLS to the same server, beside the plain drivers.
-    let mut over_tls = match (
-        &certs,
-        server.as_ref().and_then(|s| s.secure_connect_string()),
-    ) {
-        (Some(certs), Some(secure)) => Some(Ours::with_tls(&secure, certs)?),
-        _ => None,
     };
     let mntr_addr = herd_address(&connect);
     if mntr_addr.is_none() {
@@ -380,6 +371,13 @@ fn run(args: Args) -> Res<()> {
         println!("done in {:.0?}", started.elapsed());
         return Ok(());
     }
+    let mut over_tls = match args.tls.unwrap_or(true)
+        && server.is_some()
+        && args.libs.contains(&Library::Latchkey)
+    {
+        true => Some(OverTls::start()?),
+        false => None,
+    };
     let mut drivers: Vec<Box<dyn Driver>> = Vec::new();
     let mut versions = Vec::new();
     for lib in &args.libs {
@@ -444,7 +442,12 @@ fn run(args: Args) -> Res<()> {
     );
     warm_up(&mut drivers, &cfg)?;
     if let Some(t) = over_tls.as_mut() {
-        t.mutex(&bench_path("warmup-latchkey-tls/mutex"), cfg.warmup_cycles)?;
+        // A server of its own, with no other scenario to warm it up.
+        let cycles = cfg.warmup_cycles * TLS_WARMUP;
+        t.plain
+            .mutex(&bench_path("warmup-latchkey-plain/mutex"), cycles)?;
+        t.tls
+            .mutex(&bench_path("warmup-latchkey-tls/mutex"), cycles)?;
     }
     for round in 0..cfg.rounds {
         println!(
@@ -458,7 +461,7 @@ fn run(args: Args) -> Res<()> {
         drivers.rotate_left(usize::from(round > 0));
         run_round(&mut drivers, &cfg, mntr_addr, &mut results)?;
         if let Some(t) = over_tls.as_mut() {
-            tls_round(t, &cfg, &mut results)?;
+            tls_round(t, &cfg, round, &mut results)?;
         }
     }
     let libs: Vec<Library> = drivers
@@ -467,6 +470,7 @@ fn run(args: Args) -> Res<()> {
         .filter(|l| l.has_recipes())
         .collect();
     drop(drivers);
+    let tls_ran = over_tls.is_some();
     drop(over_tls);
     measure_memory(&libs, &connect, &cfg, &mut results)?;
     match server {
@@ -497,7 +501,7 @@ fn run(args: Args) -> Res<()> {
         zookeeper,
         versions,
         embedded: args.connect.is_none(),
-        tls: args.tls,
+        tls: tls_ran,
         herd: mntr_addr.is_some(),
     };
     if let Some(dir) = &args.out {
@@ -570,12 +574,65 @@ fn run_scale(
     Ok(())
 }
 
-/// latchkey's uncontended mutex cycle over TLS: the row to read beside
-/// the plain one of the same round, same server.
-fn tls_round(over_tls: &mut Ours, cfg: &Config, results: &mut Results) -> Res<()> {
-    let (c, _) = over_tls.mutex(&bench_path("latchkey-tls-mutex"), cfg.cycles)?;
-    let label = "uncontended mutex acquire + release, over TLS";
+/// latchkey over TLS: a second server that serves TLS (the harness's TLS
+/// mode, so Netty serves both its ports), and one latchkey client on each
+/// of its ports, so that the cycle over TLS is divided by a plain one on
+/// the same server; the main server, and every library's figures on it,
+/// stay as they are.
+struct OverTls {
+    plain: Ours,
+    tls: Ours,
+    _server: TestingServer,
+    /// The server's key and CA files, which must outlive it.
+    _certs: TestCerts,
+}
+
+impl OverTls {
+    fn start() -> Res<Self> {
+        println!("starting a second ZooKeeper, which serves TLS ...");
+        let certs = TestCerts::generate().map_err(|e| format!("cannot make certificates: {e}"))?;
+        let config = ServerConfig::default()
+            .jvm_arg(FULL_JIT)
+            .tls(&certs, ClientAuth::None);
+        let server = TestingServer::start_with(config)
+            .map_err(|e| format!("cannot start the TLS ZooKeeper: {e}"))?;
+        let secure = server
+            .secure_connect_string()
+            .ok_or("the TLS ZooKeeper has no secure port")?;
+        Ok(OverTls {
+            plain: Ours::new(&server.connect_string())?,
+            tls: Ours::with_tls(&secure, &certs)?,
+            _server: server,
+            _certs: certs,
+        })
+    }
+}
+
+/// latchkey's uncontended mutex cycle on the TLS server, plain and over
+/// TLS (which goes first alternates by round): the cycle over TLS, its p99,
+/// and its ratio to the plain one of the same round.
+fn tls_round(t: &mut OverTls, cfg: &Config, round: usize, results: &mut Results) -> Res<()> {
+    let mut plain = || {
+        t.plain
+            .mutex(&bench_path("latchkey-plain-mutex"), cfg.cycles)
+    };
+    let (p, c) = if round.is_multiple_of(2) {
+        let p = plain()?.0;
+        (
+            p,
+            t.tls
+                .mutex(&bench_path("latchkey-tls-mutex"), cfg.cycles)?
+                .0,
+        )
+    } else {
+        let c = t
+            .tls
+            .mutex(&bench_path("latchkey-tls-mutex"), cfg.cycles)?
+            .0;
+        (plain()?.0, c)
+    };
     let lib = Library::Latchkey;
+    let label = "uncontended mutex acquire + release, over TLS";
     results.add(
         "mutex.tls",
         label,
@@ -593,7 +650,14 @@ fn tls_round(over_tls: &mut Ours, cfg: &Config, results: &mut Results) -> Res<()
         lib,
         c.p99_us as f64,
     );
-    println!("  latchkey mutex over TLS {:>8.0} µs/cycle", c.mean_us());
+    let ratio = c.mean_us() / p.mean_us().max(f64::MIN_POSITIVE);
+    let label = "uncontended mutex cycle, over TLS ÷ plain (same server)";
+    results.add("mutex.tls.ratio", label, "x", Better::Lower, lib, ratio);
+    println!(
+        "  latchkey mutex over TLS {:>8.0} µs/cycle, plain {:.0} µs/cycle on the same server: {ratio:.2}x",
+        c.mean_us(),
+        p.mean_us()
+    );
     Ok(())
 }
 
@@ -2165,10 +2229,12 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
     ));
     if setup.tls {
         line(
-            "- `--tls`: the server also serves TLS on a secure client port (Netty connection \
-             factory, for every library); the rows \"over TLS\" are latchkey's uncontended cycle \
-             there (rustls, TLS 1.2 or 1.3 as negotiated, no client certificate), to read beside \
-             the plain rows of the same run.",
+            "- TLS: a second server of the same settings serves TLS on a secure client port \
+             (with Netty, ZooKeeper's connection factory for TLS, which then serves its plain \
+             port too); the rows \"over TLS\" are latchkey's uncontended cycle there (rustls, \
+             TLS 1.2 or 1.3 as negotiated, no client certificate), and \"over TLS ÷ plain\" \
+             divides it by the same cycle on that server's plain port in the same round. The \
+             main server and every other row stay on ZooKeeper's default (NIO) factory.",
         );
     }
     for (lib, v) in &setup.versions {
