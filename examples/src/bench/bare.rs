@@ -12,18 +12,18 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-const CREATE: i32 = 1;
-const DELETE: i32 = 2;
-const EXISTS: i32 = 3;
-const GET_CHILDREN: i32 = 8;
-const CLOSE_SESSION: i32 = -11;
-const NO_NODE: i32 = -101;
-const NODE_EXISTS: i32 = -110;
+pub(super) const CREATE: i32 = 1;
+pub(super) const DELETE: i32 = 2;
+pub(super) const EXISTS: i32 = 3;
+pub(super) const GET_CHILDREN: i32 = 8;
+pub(super) const CLOSE_SESSION: i32 = -11;
+pub(super) const NO_NODE: i32 = -101;
+pub(super) const NODE_EXISTS: i32 = -110;
 /// The xid of a watch event.
-const NOTIFICATION: i32 = -1;
-const PERSISTENT: i32 = 0;
-const EPHEMERAL_SEQUENTIAL: i32 = 3;
-const PERMS_ALL: i32 = 31;
+pub(super) const NOTIFICATION: i32 = -1;
+pub(super) const PERSISTENT: i32 = 0;
+pub(super) const EPHEMERAL_SEQUENTIAL: i32 = 3;
+pub(super) const PERMS_ALL: i32 = 31;
 
 /// One session on one blocking socket.
 pub struct BareSession {
@@ -58,17 +58,7 @@ impl BareSession {
             start: 0,
             events: 0,
         };
-        let millis = i32::try_from(session_timeout.as_millis()).unwrap_or(i32::MAX);
-        let mut body = Vec::new();
-        put_int(&mut body, 0); // protocol version
-        body.extend(0i64.to_be_bytes()); // last zxid seen
-        put_int(&mut body, millis);
-        body.extend(0i64.to_be_bytes()); // session id: a new session
-        put_bytes(&mut body, &[0; 16]); // password
-        body.push(0); // not read-only
-        s.out.clear();
-        put_frame(&mut s.out, &body);
-        s.sock.write_all(&s.out)?;
+        s.sock.write_all(&connect_request(session_timeout))?;
         let reply = s.frame()?;
         if reply.len() < 16 {
             return Err(bad("a handshake reply too short"));
@@ -133,10 +123,8 @@ impl BareSession {
         while let Some(before) = predecessor(&children, &ours)? {
             let watched = format!("{parent}/{before}");
             self.out.clear();
-            let start = self.start_request(EXISTS);
-            put_str(&mut self.out, &watched);
-            self.out.push(1); // watch
-            self.end_request(start);
+            let xid = self.next_xid();
+            push_exists(&mut self.out, xid, &watched);
             self.sock.write_all(&self.out)?;
             match self.reply("exists", &watched)? {
                 (0, _) => self.wait_event()?,
@@ -176,20 +164,15 @@ impl BareSession {
     pub fn close(mut self) -> io::Result<()> {
         self.out.clear();
         let xid = self.next_xid();
-        let mut body = Vec::new();
-        put_int(&mut body, xid);
-        put_int(&mut body, CLOSE_SESSION);
-        put_frame(&mut self.out, &body);
+        push_request(&mut self.out, xid, CLOSE_SESSION, |_| {});
         self.sock.write_all(&self.out)?;
         self.reply("closeSession", "/").map(|_| ())
     }
 
     fn delete(&mut self, path: &str) -> io::Result<()> {
         self.out.clear();
-        let start = self.start_request(DELETE);
-        put_str(&mut self.out, path);
-        put_int(&mut self.out, -1); // any version
-        self.end_request(start);
+        let xid = self.next_xid();
+        push_delete(&mut self.out, xid, path);
         self.sock.write_all(&self.out)?;
         match self.reply("delete", path)? {
             (0, _) => Ok(()),
@@ -198,60 +181,23 @@ impl BareSession {
     }
 
     fn created(&mut self, path: &str) -> io::Result<String> {
-        match self.reply("create", path)? {
-            (0, body) => {
-                let mut at = 0;
-                get_str(&body, &mut at).ok_or_else(|| bad("a create reply without a path"))
-            }
-            (err, _) => Err(zk_error("create", path, err)),
-        }
+        let (err, body) = self.reply("create", path)?;
+        created(path, err, &body)
     }
 
     fn children(&mut self, path: &str) -> io::Result<Vec<String>> {
-        match self.reply("getChildren", path)? {
-            (0, body) => {
-                let at = &mut 0;
-                let count = get_int(&body, at).ok_or_else(|| bad("a listing without a count"))?;
-                (0..count.max(0))
-                    .map(|_| get_str(&body, at).ok_or_else(|| bad("a listing cut short")))
-                    .collect()
-            }
-            (err, _) => Err(zk_error("getChildren", path, err)),
-        }
+        let (err, body) = self.reply("getChildren", path)?;
+        children(path, err, &body)
     }
 
     fn push_create(&mut self, path: &str, data: &[u8], flags: i32) {
-        let start = self.start_request(CREATE);
-        put_str(&mut self.out, path);
-        put_bytes(&mut self.out, data);
-        put_int(&mut self.out, 1); // one ACL: world:anyone, all permissions
-        put_int(&mut self.out, PERMS_ALL);
-        put_str(&mut self.out, "world");
-        put_str(&mut self.out, "anyone");
-        put_int(&mut self.out, flags);
-        self.end_request(start);
+        let xid = self.next_xid();
+        push_create(&mut self.out, xid, path, data, flags);
     }
 
     fn push_get_children(&mut self, path: &str) {
-        let start = self.start_request(GET_CHILDREN);
-        put_str(&mut self.out, path);
-        self.out.push(0); // no watch
-        self.end_request(start);
-    }
-
-    /// Opens a frame in `out` with its header; returns where it starts.
-    fn start_request(&mut self, kind: i32) -> usize {
-        let start = self.out.len();
         let xid = self.next_xid();
-        put_int(&mut self.out, 0); // the length, filled in by end_request
-        put_int(&mut self.out, xid);
-        put_int(&mut self.out, kind);
-        start
-    }
-
-    fn end_request(&mut self, start: usize) {
-        let len = (self.out.len() - start - 4) as i32;
-        self.out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+        push_get_children(&mut self.out, xid, path);
     }
 
     fn next_xid(&mut self) -> i32 {
@@ -303,30 +249,116 @@ impl BareSession {
     }
 }
 
-fn put_int(out: &mut Vec<u8>, v: i32) {
+/// The framed ConnectRequest of a new session that asks for
+/// `session_timeout`.
+pub(super) fn connect_request(session_timeout: Duration) -> Vec<u8> {
+    let millis = i32::try_from(session_timeout.as_millis()).unwrap_or(i32::MAX);
+    let mut body = Vec::new();
+    put_int(&mut body, 0); // protocol version
+    body.extend(0i64.to_be_bytes()); // last zxid seen
+    put_int(&mut body, millis);
+    body.extend(0i64.to_be_bytes()); // session id: a new session
+    put_bytes(&mut body, &[0; 16]); // password
+    body.push(0); // not read-only
+    let mut out = Vec::new();
+    put_frame(&mut out, &body);
+    out
+}
+
+/// Appends one request frame to `out`: its header, then what `body` writes.
+pub(super) fn push_request(
+    out: &mut Vec<u8>,
+    xid: i32,
+    kind: i32,
+    body: impl FnOnce(&mut Vec<u8>),
+) {
+    let start = out.len();
+    put_int(out, 0); // the length, filled in below
+    put_int(out, xid);
+    put_int(out, kind);
+    body(out);
+    let len = (out.len() - start - 4) as i32;
+    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+pub(super) fn push_create(out: &mut Vec<u8>, xid: i32, path: &str, data: &[u8], flags: i32) {
+    push_request(out, xid, CREATE, |out| {
+        put_str(out, path);
+        put_bytes(out, data);
+        put_int(out, 1); // one ACL: world:anyone, all permissions
+        put_int(out, PERMS_ALL);
+        put_str(out, "world");
+        put_str(out, "anyone");
+        put_int(out, flags);
+    });
+}
+
+pub(super) fn push_get_children(out: &mut Vec<u8>, xid: i32, path: &str) {
+    push_request(out, xid, GET_CHILDREN, |out| {
+        put_str(out, path);
+        out.push(0); // no watch
+    });
+}
+
+/// An `exists` that leaves a watch on `path`.
+pub(super) fn push_exists(out: &mut Vec<u8>, xid: i32, path: &str) {
+    push_request(out, xid, EXISTS, |out| {
+        put_str(out, path);
+        out.push(1); // watch
+    });
+}
+
+pub(super) fn push_delete(out: &mut Vec<u8>, xid: i32, path: &str) {
+    push_request(out, xid, DELETE, |out| {
+        put_str(out, path);
+        put_int(out, -1); // any version
+    });
+}
+
+/// The path a create of `path` made, from its reply's error code and body.
+pub(super) fn created(path: &str, err: i32, body: &[u8]) -> io::Result<String> {
+    match err {
+        0 => get_str(body, &mut 0).ok_or_else(|| bad("a create reply without a path")),
+        err => Err(zk_error("create", path, err)),
+    }
+}
+
+/// The children of `path`, from a getChildren reply's error code and body.
+pub(super) fn children(path: &str, err: i32, body: &[u8]) -> io::Result<Vec<String>> {
+    if err != 0 {
+        return Err(zk_error("getChildren", path, err));
+    }
+    let at = &mut 0;
+    let count = get_int(body, at).ok_or_else(|| bad("a listing without a count"))?;
+    (0..count.max(0))
+        .map(|_| get_str(body, at).ok_or_else(|| bad("a listing cut short")))
+        .collect()
+}
+
+pub(super) fn put_int(out: &mut Vec<u8>, v: i32) {
     out.extend(v.to_be_bytes());
 }
 
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+pub(super) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     put_int(out, b.len() as i32);
     out.extend(b);
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
+pub(super) fn put_str(out: &mut Vec<u8>, s: &str) {
     put_bytes(out, s.as_bytes());
 }
 
-fn put_frame(out: &mut Vec<u8>, body: &[u8]) {
+pub(super) fn put_frame(out: &mut Vec<u8>, body: &[u8]) {
     put_bytes(out, body);
 }
 
-fn get_int(b: &[u8], at: &mut usize) -> Option<i32> {
+pub(super) fn get_int(b: &[u8], at: &mut usize) -> Option<i32> {
     let v = i32::from_be_bytes(b.get(*at..*at + 4)?.try_into().ok()?);
     *at += 4;
     Some(v)
 }
 
-fn get_str(b: &[u8], at: &mut usize) -> Option<String> {
+pub(super) fn get_str(b: &[u8], at: &mut usize) -> Option<String> {
     let len = usize::try_from(get_int(b, at)?).ok()?;
     let s = std::str::from_utf8(b.get(*at..*at + len)?).ok()?;
     *at += len;
@@ -335,7 +367,7 @@ fn get_str(b: &[u8], at: &mut usize) -> Option<String> {
 
 /// The node just before `ours` in the lock's queue (by sequence number,
 /// the last ten characters), or `None` if ours is first.
-fn predecessor(children: &[String], ours: &str) -> io::Result<Option<String>> {
+pub(super) fn predecessor(children: &[String], ours: &str) -> io::Result<Option<String>> {
     let seq = |name: &str| {
         name.get(name.len().saturating_sub(10)..)
             .unwrap_or(name)
@@ -350,11 +382,11 @@ fn predecessor(children: &[String], ours: &str) -> io::Result<Option<String>> {
     Ok(at.checked_sub(1).map(|i| sorted[i].clone()))
 }
 
-fn zk_error(op: &str, path: &str, code: i32) -> io::Error {
+pub(super) fn zk_error(op: &str, path: &str, code: i32) -> io::Error {
     io::Error::other(format!("{op} {path}: ZooKeeper error {code}"))
 }
 
-fn bad(what: &str) -> io::Error {
+pub(super) fn bad(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_owned())
 }
 

@@ -4,6 +4,7 @@
 pub mod bare;
 pub mod mntr;
 pub mod procfs;
+pub mod reader;
 pub mod report;
 pub mod scale;
 pub mod scale_child;

@@ -25,6 +25,25 @@ pub fn cpu_time(pid: u32) -> io::Result<Duration> {
     Ok(Duration::from_nanos(total))
 }
 
+/// Context switches so far of the live threads of process `pid`: the sum
+/// of `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` in
+/// `/proc/<pid>/task/*/status`, each one a time a thread went off its CPU
+/// (to sleep, or preempted), so about as many wake-ups. As with
+/// [`cpu_time`], threads that have exited are not counted.
+pub fn context_switches(pid: u32) -> io::Result<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let path = task?.path().join("status");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        for key in ["voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"] {
+            total += status_field(&text, key).ok_or_else(|| bad(&path.display().to_string()))?;
+        }
+    }
+    Ok(total)
+}
+
 /// The resident set size of process `pid` (`VmRSS` in `/proc/<pid>/status`).
 pub fn rss_bytes(pid: u32) -> io::Result<u64> {
     let path = format!("/proc/{pid}/status");
@@ -115,5 +134,8 @@ mod tests {
         assert!(rss_bytes(me).unwrap() > 0);
         assert!(threads(me).unwrap() >= 1);
         cpu_time(me).unwrap();
+        let before = context_switches(me).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(context_switches(me).unwrap() > before);
     }
 }

@@ -37,6 +37,11 @@ pub const END: &str = "<!-- scale:end -->";
 /// The held-locks and sessions subjects' session timeout: long enough to
 /// ride out a server restart on a loaded machine.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(20);
+/// The sessions subjects' session timeout: each session pings every 10 s
+/// (a third of it), in the Java client as in latchkey.
+const IDLE_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the sessions subjects are watched idle.
+const IDLE: Duration = Duration::from_secs(10);
 /// Sessions a waiters run spreads its threads over, at most.
 const WAITER_SESSIONS: usize = 50;
 /// Server restarts per held set; the figure is their median.
@@ -160,7 +165,7 @@ enum Subject {
 }
 
 impl Subject {
-    fn start(lib: Library, connect: &str) -> Res<Subject> {
+    fn start(lib: Library, connect: &str, session_timeout: Duration) -> Res<Subject> {
         match lib {
             Library::Latchkey => {
                 let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -168,7 +173,7 @@ impl Subject {
                     .args([
                         "--scale-child",
                         connect,
-                        &SESSION_TIMEOUT.as_millis().to_string(),
+                        &session_timeout.as_millis().to_string(),
                     ])
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
@@ -195,7 +200,7 @@ impl Subject {
                     other => Err(format!("the scale child said {other:?}")),
                 }
             }
-            _ => Peer::start_with_session_timeout(PeerKind::Curator, connect, SESSION_TIMEOUT)
+            _ => Peer::start_with_session_timeout(PeerKind::Curator, connect, session_timeout)
                 .map(Subject::Peer)
                 .map_err(|e| format!("cannot start the Curator peer: {e}")),
         }
@@ -279,7 +284,17 @@ fn with_subject<T>(
     connect: &str,
     work: impl FnOnce(&mut Subject) -> Res<T>,
 ) -> Res<T> {
-    let mut s = Subject::start(lib, connect)?;
+    with_subject_for(lib, connect, SESSION_TIMEOUT, work)
+}
+
+/// [`with_subject`] whose sessions ask for `session_timeout`.
+fn with_subject_for<T>(
+    lib: Library,
+    connect: &str,
+    session_timeout: Duration,
+    work: impl FnOnce(&mut Subject) -> Res<T>,
+) -> Res<T> {
+    let mut s = Subject::start(lib, connect, session_timeout)?;
     let r = work(&mut s);
     s.finish();
     r
@@ -577,19 +592,34 @@ fn give_up(
 
 fn sessions(lib: Library, n: usize, t: &Target<'_>, r: &mut ScaleResults) -> Res<()> {
     let path = (t.path)(&format!("{}-sessions-{n}", lib.name()));
-    with_subject(lib, t.connect, |s| {
+    with_subject_for(lib, t.connect, IDLE_SESSION_TIMEOUT, |s| {
         s.numbers(
             &format!("bench hold {path} {n}"),
             Duration::from_secs(120) + Duration::from_millis(50) * n as u32,
         )?;
         thread::sleep(SETTLE);
         let pid = s.pid();
-        let rss = procfs::rss_bytes(pid).map_err(|e| e.to_string())? as f64;
-        let threads = procfs::threads(pid).map_err(|e| e.to_string())? as f64;
+        let io = |e: std::io::Error| e.to_string();
+        let rss = procfs::rss_bytes(pid).map_err(io)? as f64;
+        let threads = procfs::threads(pid).map_err(io)? as f64;
         r.put("sessions.rss_mib", n, lib, rss / 1048576.0);
         r.put("sessions.threads", n, lib, threads);
+        // Then the idle cost: what the process spends doing nothing but
+        // keeping its sessions (pings and their replies, timers, and for a
+        // JVM its own housekeeping).
+        let (cpu0, woke0) = (procfs::cpu_time(pid), procfs::context_switches(pid));
+        let t0 = Instant::now();
+        thread::sleep(IDLE);
+        let (cpu1, woke1) = (procfs::cpu_time(pid), procfs::context_switches(pid));
+        let secs = t0.elapsed().as_secs_f64();
+        let cpu = cpu1.map_err(io)?.saturating_sub(cpu0.map_err(io)?);
+        let woke = woke1.map_err(io)?.saturating_sub(woke0.map_err(io)?);
+        let cpu_ms = cpu.as_secs_f64() * 1e3 / secs;
+        let wakeups = woke as f64 / secs;
+        r.put("sessions.idle_cpu_ms", n, lib, cpu_ms);
+        r.put("sessions.idle_wakeups", n, lib, wakeups);
         println!(
-            "  {:<8} sessions {n:>5}: {:.1} MiB, {threads} threads",
+            "  {:<8} sessions {n:>5}: {:.1} MiB, {threads} threads; idle {cpu_ms:.1} ms CPU and {wakeups:.0} wake-ups per second",
             lib.name(),
             rss / 1048576.0
         );
@@ -724,6 +754,16 @@ const CURVES: &[Curve] = &[
         key: "sessions.threads",
         label: "threads, N sessions in one process",
         unit: "threads",
+    },
+    Curve {
+        key: "sessions.idle_cpu_ms",
+        label: "idle CPU, N sessions in one process",
+        unit: "ms/s",
+    },
+    Curve {
+        key: "sessions.idle_wakeups",
+        label: "idle wake-ups (context switches), N sessions in one process",
+        unit: "/s",
     },
     Curve {
         key: "sessions.kib_per_session",
@@ -880,6 +920,8 @@ fn column(key: &str) -> &'static str {
         "sessions.threads" => "threads",
         "sessions.kib_per_session" => "memory per added session",
         "sessions.threads_per_session" => "threads per added session",
+        "sessions.idle_cpu_ms" => "idle CPU",
+        "sessions.idle_wakeups" => "idle wake-ups",
         _ => "",
     }
 }
@@ -1245,13 +1287,21 @@ pub fn section(cfg: &ScaleConfig, r: &ScaleResults, info: &RunInfo) -> String {
     line("");
     line("### Sessions per process");
     line("");
-    line(
-        "A fresh process opens N sessions and holds a mutex on each; its resident set and thread \
-         count after a second. Per added session is the growth from the smallest N. The processes \
-         also keep their own command session. A latchkey session runs on two threads (its I/O and \
-         state threads); its listener, watcher and cleanup threads start only when it has work for \
-         them.",
-    );
+    line(&format!(
+        "A fresh process opens N sessions ({} s session timeout, so each pings every 10 s) and \
+         holds a mutex on each; its resident set and thread count after a second. Per added \
+         session is the growth from the smallest N. The processes also keep their own command \
+         session. A latchkey session runs on two threads (its I/O and state threads); its \
+         listener, watcher and cleanup threads start only when it has work for them. Then the \
+         process is left idle for {} s: *idle CPU* is the CPU time of all its threads over that \
+         time (from `/proc/<pid>/task/*/schedstat`), per second; *idle wake-ups* the sum of its \
+         threads' voluntary and involuntary context switches (`/proc/<pid>/task/*/status`), per \
+         second: each is a thread going off its CPU, so about as many wake-ups. For Curator \
+         both include the JVM's own threads (GC, JIT, timers). kazoo is not measured here: the \
+         scale run drives latchkey's child and the Curator peer only.",
+        IDLE_SESSION_TIMEOUT.as_secs(),
+        IDLE.as_secs()
+    ));
     line("");
     s.push_str(&table(
         r,
@@ -1260,6 +1310,8 @@ pub fn section(cfg: &ScaleConfig, r: &ScaleResults, info: &RunInfo) -> String {
             "sessions.threads",
             "sessions.kib_per_session",
             "sessions.threads_per_session",
+            "sessions.idle_cpu_ms",
+            "sessions.idle_wakeups",
         ],
         "sessions",
     ));

@@ -55,6 +55,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use latchkey_examples::bench::bare::BareSession;
 use latchkey_examples::bench::mntr::{self, Counters};
+use latchkey_examples::bench::reader::ReaderSession;
 use latchkey_examples::bench::report::{self, keys, Better, Library, Results};
 use latchkey_examples::bench::scale::{self, ScaleConfig};
 use latchkey_examples::bench::scale_child;
@@ -85,14 +86,17 @@ const GRACE: Duration = Duration::from_secs(90);
 const SETTLE: Duration = Duration::from_secs(1);
 /// The JVM's default JIT (tiered up to C2), for the embedded server.
 const FULL_JIT: &str = "-XX:TieredStopAtLevel=4";
+/// The TLS server's warm-up, in main warm-ups' cycles: its JIT has only
+/// these cycles to compile the server's paths before the rounds.
+const TLS_WARMUP: usize = 10;
 /// The session count of the throughput and p99 targets.
 const TARGET_SESSIONS: usize = 8;
 /// The command that reproduces a run, as the docs show it.
 const COMMAND: &str = "cargo run --release -p latchkey-examples --features zk08 --bin bench";
 
 const USAGE: &str = "\
-usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazoo,zookeeper,bare]
-             [--rounds N] [--tls] [--out DIR | --no-write]
+usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazoo,zookeeper,bare,reader]
+             [--rounds N] [--no-tls] [--out DIR | --no-write]
        bench --scale [--quick] [--held N,N,..] [--waiters N,N,..] [--sessions N,N,..]
              [--connect HOST:PORT] [--libs latchkey,curator] [--out DIR | --no-write]
 
@@ -101,9 +105,10 @@ usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazo
                need mntr allowed and a single server)
   --libs       which libraries to run (default: all that are installed)
   --rounds N   rounds per scenario (default 5, quick 2)
-  --tls        the embedded server also serves TLS (its Netty connection
-               factory then serves every library), and latchkey's
-               uncontended mutex cycle is measured over TLS as well
+  --no-tls     leave out latchkey's uncontended cycle over TLS, which otherwise runs
+               (with the embedded server and latchkey) on a second server that serves
+               TLS, plain beside it, for the row over TLS ÷ plain; --tls, the
+               default, is still taken
   --out DIR    where BENCHMARKS.md and the plots go (default: the docs/ folder)
   --no-write   print the table only
   --scale      the scale scenarios only (latchkey and Curator; a few minutes), which
@@ -213,7 +218,8 @@ struct Args {
     connect: Option<String>,
     libs: Vec<Library>,
     out: Option<PathBuf>,
-    tls: bool,
+    /// `--tls` / `--no-tls`; by default TLS runs wherever it can.
+    tls: Option<bool>,
 }
 
 fn parse_args(args: &[String]) -> Res<Args> {
@@ -223,7 +229,7 @@ fn parse_args(args: &[String]) -> Res<Args> {
     let mut rounds = None;
     let mut scale = false;
     let (mut held, mut waiters, mut sessions) = (None, None, None);
-    let mut tls = false;
+    let mut tls = None;
     let mut out = Some(PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../docs"
@@ -252,6 +258,7 @@ fn parse_args(args: &[String]) -> Res<Args> {
                         "kazoo" => Ok(Library::Kazoo),
                         "zookeeper" | "zookeeper08" => Ok(Library::Zookeeper08),
                         "bare" => Ok(Library::Bare),
+                        "reader" => Ok(Library::Reader),
                         other => Err(format!("unknown library {other:?}\n{USAGE}")),
                     })
                     .collect();
@@ -263,7 +270,8 @@ fn parse_args(args: &[String]) -> Res<Args> {
                     .map_err(|_| format!("--rounds needs a number\n{USAGE}"))?;
                 rounds = Some(n.clamp(1, 50));
             }
-            "--tls" => tls = true,
+            "--tls" => tls = Some(true),
+            "--no-tls" => tls = Some(false),
             "--out" => out = Some(PathBuf::from(value("--out")?)),
             "--no-write" => out = None,
             "-h" | "--help" => {
@@ -292,7 +300,7 @@ fn parse_args(args: &[String]) -> Res<Args> {
         s.sessions = sessions.unwrap_or(s.sessions);
         s
     });
-    if tls && connect.is_some() {
+    if tls == Some(true) && connect.is_some() {
         return Err(format!(
             "--tls needs the embedded server (it makes the certificates)\n{USAGE}"
         ));
@@ -324,33 +332,18 @@ struct Setup {
 fn run(args: Args) -> Res<()> {
     let started = Instant::now();
     let cfg = args.cfg.clone();
-    let certs = match args.tls {
-        true => Some(TestCerts::generate().map_err(|e| format!("cannot make certificates: {e}"))?),
-        false => None,
-    };
     let (mut server, connect) = match &args.connect {
         Some(c) => (None, c.clone()),
         None => {
             println!("starting ZooKeeper ...");
             // The harness caps the server's JIT at C1 so that tests start
             // fast; a benchmark wants the server as it runs in production.
-            let mut config = ServerConfig::default().jvm_arg(FULL_JIT);
-            if let Some(certs) = &certs {
-                config = config.tls(certs, ClientAuth::None);
-            }
+            let config = ServerConfig::default().jvm_arg(FULL_JIT);
             let server = TestingServer::start_with(config)
                 .map_err(|e| format!("cannot start ZooKeeper: {e}"))?;
             let connect = server.connect_string();
             (Some(server), connect)
         }
-    };
-    // latchkey over TLS to the same server, beside the plain drivers.
-    let mut over_tls = match (
-        &certs,
-        server.as_ref().and_then(|s| s.secure_connect_string()),
-    ) {
-        (Some(certs), Some(secure)) => Some(Ours::with_tls(&secure, certs)?),
-        _ => None,
     };
     let mntr_addr = herd_address(&connect);
     if mntr_addr.is_none() {
@@ -378,6 +371,13 @@ fn run(args: Args) -> Res<()> {
         println!("done in {:.0?}", started.elapsed());
         return Ok(());
     }
+    let mut over_tls = match args.tls.unwrap_or(true)
+        && server.is_some()
+        && args.libs.contains(&Library::Latchkey)
+    {
+        true => Some(OverTls::start()?),
+        false => None,
+    };
     let mut drivers: Vec<Box<dyn Driver>> = Vec::new();
     let mut versions = Vec::new();
     for lib in &args.libs {
@@ -402,8 +402,12 @@ fn run(args: Args) -> Res<()> {
                 continue;
             }
             Library::Bare => {
-                drivers.push(Box::new(Bare::new(&connect)?));
+                drivers.push(Box::new(Floor::<BareSession>::new(&connect)?));
                 versions.push((Library::Bare, "(this build, release)".to_owned()));
+            }
+            Library::Reader => {
+                drivers.push(Box::new(Floor::<ReaderSession>::new(&connect)?));
+                versions.push((Library::Reader, "(this build, release)".to_owned()));
             }
             Library::Curator | Library::Kazoo => {
                 let kind = peer_kind(*lib);
@@ -438,7 +442,12 @@ fn run(args: Args) -> Res<()> {
     );
     warm_up(&mut drivers, &cfg)?;
     if let Some(t) = over_tls.as_mut() {
-        t.mutex(&bench_path("warmup-latchkey-tls/mutex"), cfg.warmup_cycles)?;
+        // A server of its own, with no other scenario to warm it up.
+        let cycles = cfg.warmup_cycles * TLS_WARMUP;
+        t.plain
+            .mutex(&bench_path("warmup-latchkey-plain/mutex"), cycles)?;
+        t.tls
+            .mutex(&bench_path("warmup-latchkey-tls/mutex"), cycles)?;
     }
     for round in 0..cfg.rounds {
         println!(
@@ -452,7 +461,7 @@ fn run(args: Args) -> Res<()> {
         drivers.rotate_left(usize::from(round > 0));
         run_round(&mut drivers, &cfg, mntr_addr, &mut results)?;
         if let Some(t) = over_tls.as_mut() {
-            tls_round(t, &cfg, &mut results)?;
+            tls_round(t, &cfg, round, &mut results)?;
         }
     }
     let libs: Vec<Library> = drivers
@@ -461,6 +470,7 @@ fn run(args: Args) -> Res<()> {
         .filter(|l| l.has_recipes())
         .collect();
     drop(drivers);
+    let tls_ran = over_tls.is_some();
     drop(over_tls);
     measure_memory(&libs, &connect, &cfg, &mut results)?;
     match server {
@@ -491,7 +501,7 @@ fn run(args: Args) -> Res<()> {
         zookeeper,
         versions,
         embedded: args.connect.is_none(),
-        tls: args.tls,
+        tls: tls_ran,
         herd: mntr_addr.is_some(),
     };
     if let Some(dir) = &args.out {
@@ -564,12 +574,65 @@ fn run_scale(
     Ok(())
 }
 
-/// latchkey's uncontended mutex cycle over TLS: the row to read beside
-/// the plain one of the same round, same server.
-fn tls_round(over_tls: &mut Ours, cfg: &Config, results: &mut Results) -> Res<()> {
-    let (c, _) = over_tls.mutex(&bench_path("latchkey-tls-mutex"), cfg.cycles)?;
-    let label = "uncontended mutex acquire + release, over TLS";
+/// latchkey over TLS: a second server that serves TLS (the harness's TLS
+/// mode, so Netty serves both its ports), and one latchkey client on each
+/// of its ports, so that the cycle over TLS is divided by a plain one on
+/// the same server; the main server, and every library's figures on it,
+/// stay as they are.
+struct OverTls {
+    plain: Ours,
+    tls: Ours,
+    _server: TestingServer,
+    /// The server's key and CA files, which must outlive it.
+    _certs: TestCerts,
+}
+
+impl OverTls {
+    fn start() -> Res<Self> {
+        println!("starting a second ZooKeeper, which serves TLS ...");
+        let certs = TestCerts::generate().map_err(|e| format!("cannot make certificates: {e}"))?;
+        let config = ServerConfig::default()
+            .jvm_arg(FULL_JIT)
+            .tls(&certs, ClientAuth::None);
+        let server = TestingServer::start_with(config)
+            .map_err(|e| format!("cannot start the TLS ZooKeeper: {e}"))?;
+        let secure = server
+            .secure_connect_string()
+            .ok_or("the TLS ZooKeeper has no secure port")?;
+        Ok(OverTls {
+            plain: Ours::new(&server.connect_string())?,
+            tls: Ours::with_tls(&secure, &certs)?,
+            _server: server,
+            _certs: certs,
+        })
+    }
+}
+
+/// latchkey's uncontended mutex cycle on the TLS server, plain and over
+/// TLS (which goes first alternates by round): the cycle over TLS, its p99,
+/// and its ratio to the plain one of the same round.
+fn tls_round(t: &mut OverTls, cfg: &Config, round: usize, results: &mut Results) -> Res<()> {
+    let mut plain = || {
+        t.plain
+            .mutex(&bench_path("latchkey-plain-mutex"), cfg.cycles)
+    };
+    let (p, c) = if round.is_multiple_of(2) {
+        let p = plain()?.0;
+        (
+            p,
+            t.tls
+                .mutex(&bench_path("latchkey-tls-mutex"), cfg.cycles)?
+                .0,
+        )
+    } else {
+        let c = t
+            .tls
+            .mutex(&bench_path("latchkey-tls-mutex"), cfg.cycles)?
+            .0;
+        (plain()?.0, c)
+    };
     let lib = Library::Latchkey;
+    let label = "uncontended mutex acquire + release, over TLS";
     results.add(
         "mutex.tls",
         label,
@@ -587,7 +650,14 @@ fn tls_round(over_tls: &mut Ours, cfg: &Config, results: &mut Results) -> Res<()
         lib,
         c.p99_us as f64,
     );
-    println!("  latchkey mutex over TLS {:>8.0} µs/cycle", c.mean_us());
+    let ratio = c.mean_us() / p.mean_us().max(f64::MIN_POSITIVE);
+    let label = "uncontended mutex cycle, over TLS ÷ plain (same server)";
+    results.add("mutex.tls.ratio", label, "x", Better::Lower, lib, ratio);
+    println!(
+        "  latchkey mutex over TLS {:>8.0} µs/cycle, plain {:.0} µs/cycle on the same server: {ratio:.2}x",
+        c.mean_us(),
+        p.mean_us()
+    );
     Ok(())
 }
 
@@ -680,6 +750,7 @@ fn read_mntr(addr: SocketAddr) -> Res<Counters> {
 struct Cycles {
     cycles: u64,
     total_us: u64,
+    p50_us: u64,
     p99_us: u64,
 }
 
@@ -801,6 +872,15 @@ fn run_round(
             lib,
             c.mean_us(),
         );
+        let label = "uncontended mutex cycle p50";
+        results.add(
+            keys::MUTEX_P50,
+            label,
+            "µs",
+            Better::Lower,
+            lib,
+            c.p50_us as f64,
+        );
         let label = "uncontended mutex cycle p99";
         results.add(
             "mutex.p99",
@@ -814,9 +894,10 @@ fn run_round(
         let label = "client CPU per 1,000 uncontended cycles";
         results.add(keys::CPU, label, "ms", Better::Lower, lib, cpu_ms);
         println!(
-            "  {:<8} mutex       {:>8.0} µs/cycle, CPU {cpu_ms:.0} ms per 1,000",
+            "  {:<8} mutex       {:>8.0} µs/cycle, p50 {} µs, CPU {cpu_ms:.1} ms per 1,000",
             lib.name(),
-            c.mean_us()
+            c.mean_us(),
+            c.p50_us
         );
     }
     for &n in &cfg.contenders {
@@ -1040,27 +1121,94 @@ impl Drop for Ours {
     }
 }
 
-/// No library: the requests on a bare blocking socket (see
-/// [`BareSession`]), a session per scenario so that none idles unpinged.
-struct Bare {
-    addr: SocketAddr,
+/// What the floors' sessions do: [`BareSession`] (one thread reads its own
+/// replies) and [`ReaderSession`] (a reader thread hands them over).
+trait FloorSession: Sized + Send + 'static {
+    /// The column it is shown in.
+    const LIB: Library;
+    fn connect(addr: SocketAddr, timeout: Duration, session: Duration) -> std::io::Result<Self>;
+    fn ensure_path(&mut self, path: &str) -> std::io::Result<()>;
+    fn sequential_cycle(&mut self, parent: &str, prefix: &str) -> std::io::Result<()>;
+    fn acquire(&mut self, parent: &str, prefix: &str, data: &[u8]) -> std::io::Result<String>;
+    fn release(&mut self, node: &str) -> std::io::Result<()>;
+    fn close(self) -> std::io::Result<()>;
 }
 
-impl Bare {
-    const NO_RECIPES: &'static str = "the bare socket has no recipes: it runs the floor and \
-         the lock cycles only";
+impl FloorSession for BareSession {
+    const LIB: Library = Library::Bare;
+    fn connect(addr: SocketAddr, timeout: Duration, session: Duration) -> std::io::Result<Self> {
+        BareSession::connect(addr, timeout, session)
+    }
+    fn ensure_path(&mut self, path: &str) -> std::io::Result<()> {
+        BareSession::ensure_path(self, path)
+    }
+    fn sequential_cycle(&mut self, parent: &str, prefix: &str) -> std::io::Result<()> {
+        BareSession::sequential_cycle(self, parent, prefix)
+    }
+    fn acquire(&mut self, parent: &str, prefix: &str, data: &[u8]) -> std::io::Result<String> {
+        BareSession::acquire(self, parent, prefix, data)
+    }
+    fn release(&mut self, node: &str) -> std::io::Result<()> {
+        BareSession::release(self, node)
+    }
+    fn close(self) -> std::io::Result<()> {
+        BareSession::close(self)
+    }
+}
+
+impl FloorSession for ReaderSession {
+    const LIB: Library = Library::Reader;
+    fn connect(addr: SocketAddr, timeout: Duration, session: Duration) -> std::io::Result<Self> {
+        ReaderSession::connect(addr, timeout, session)
+    }
+    fn ensure_path(&mut self, path: &str) -> std::io::Result<()> {
+        ReaderSession::ensure_path(self, path)
+    }
+    fn sequential_cycle(&mut self, parent: &str, prefix: &str) -> std::io::Result<()> {
+        ReaderSession::sequential_cycle(self, parent, prefix)
+    }
+    fn acquire(&mut self, parent: &str, prefix: &str, data: &[u8]) -> std::io::Result<String> {
+        ReaderSession::acquire(self, parent, prefix, data)
+    }
+    fn release(&mut self, node: &str) -> std::io::Result<()> {
+        ReaderSession::release(self, node)
+    }
+    fn close(self) -> std::io::Result<()> {
+        ReaderSession::close(self)
+    }
+}
+
+/// No library: the requests on bare blocking sockets (see [`BareSession`]
+/// and [`ReaderSession`]), a session per scenario so that none idles
+/// unpinged.
+struct Floor<S> {
+    addr: SocketAddr,
+    session: std::marker::PhantomData<fn() -> S>,
+}
+
+impl<S: FloorSession> Floor<S> {
     /// Long enough for a scenario's cycles, which never ping.
     const SESSION: Duration = Duration::from_secs(30);
 
     fn new(connect: &str) -> Res<Self> {
         let addr = first_address(connect)
-            .ok_or_else(|| format!("bare socket: cannot resolve {connect}"))?;
-        Ok(Bare { addr })
+            .ok_or_else(|| format!("{}: cannot resolve {connect}", S::LIB.name()))?;
+        Ok(Floor {
+            addr,
+            session: std::marker::PhantomData,
+        })
     }
 
-    fn session(&self, path: &str) -> Res<BareSession> {
-        let err = |e: std::io::Error| format!("bare socket on {}: {e}", self.addr);
-        let mut s = BareSession::connect(self.addr, CONNECT_WAIT, Self::SESSION).map_err(err)?;
+    fn no_recipes() -> String {
+        format!(
+            "the {} has no recipes: it runs the floor and the lock cycles only",
+            S::LIB.name()
+        )
+    }
+
+    fn session(&self, path: &str) -> Res<S> {
+        let err = |e: std::io::Error| format!("{} on {}: {e}", S::LIB.name(), self.addr);
+        let mut s = S::connect(self.addr, CONNECT_WAIT, Self::SESSION).map_err(err)?;
         s.ensure_path(path).map_err(err)?;
         Ok(s)
     }
@@ -1069,9 +1217,9 @@ impl Bare {
         &self,
         path: &str,
         cycles: usize,
-        mut cycle: impl FnMut(&mut BareSession) -> std::io::Result<()>,
+        mut cycle: impl FnMut(&mut S) -> std::io::Result<()>,
     ) -> Res<(Cycles, Duration)> {
-        let err = |e: std::io::Error| format!("bare socket: {path}: {e}");
+        let err = |e: std::io::Error| format!("{}: {path}: {e}", S::LIB.name());
         let mut s = self.session(path)?;
         let measured = with_cpu(|| timed_cycles(cycles, || cycle(&mut s).map_err(err)))?;
         s.close().map_err(err)?;
@@ -1079,9 +1227,9 @@ impl Bare {
     }
 }
 
-impl Driver for Bare {
+impl<S: FloorSession> Driver for Floor<S> {
     fn lib(&self) -> Library {
-        Library::Bare
+        S::LIB
     }
 
     fn floor(&mut self, path: &str, cycles: usize) -> Res<Cycles> {
@@ -1093,7 +1241,10 @@ impl Driver for Bare {
     fn mutex(&mut self, path: &str, cycles: usize) -> Res<(Cycles, Duration)> {
         // Named as a protected lock node is; the data is Curator's default.
         let prefix = format!("{path}/_c_3f2504e0-4f89-41d3-9a0c-0305e82c3301-lock-");
-        self.cycles(path, cycles, |s| s.lock_cycle(path, &prefix, b"127.0.0.1"))
+        self.cycles(path, cycles, |s| {
+            let node = s.acquire(path, &prefix, b"127.0.0.1")?;
+            s.release(&node)
+        })
     }
 
     fn contended(
@@ -1113,28 +1264,26 @@ impl Driver for Bare {
             lockers.push((self.session(path)?, prefix, None::<String>));
         }
         let parent = path.to_owned();
-        let err = |e: std::io::Error| format!("bare socket contended: {e}");
+        let err = |e: std::io::Error| format!("{} contended: {e}", S::LIB.name());
         // A waiter does not give up at the run's end: it is next in a
         // queue that drains as every thread stops after its release.
-        let acquire = move |(s, prefix, held): &mut (BareSession, String, Option<String>),
-                            _: Duration| {
+        let acquire = move |(s, prefix, held): &mut (S, String, Option<String>), _: Duration| {
             *held = Some(s.acquire(&parent, prefix, b"127.0.0.1").map_err(err)?);
             Ok(true)
         };
-        let release =
-            move |(s, _, held): &mut (BareSession, String, Option<String>)| match held.take() {
-                Some(node) => s.release(&node).map_err(err),
-                None => Ok(()),
-            };
-        contended_with(lockers, "bare socket", path, run, mntr, acquire, release)
+        let release = move |(s, _, held): &mut (S, String, Option<String>)| match held.take() {
+            Some(node) => s.release(&node).map_err(err),
+            None => Ok(()),
+        };
+        contended_with(lockers, S::LIB.name(), path, run, mntr, acquire, release)
     }
 
     fn rw(&mut self, _: &str, _: usize, _: Duration, _: usize) -> Res<Timed> {
-        Err(Self::NO_RECIPES.into())
+        Err(Self::no_recipes())
     }
 
     fn sem(&mut self, _: &str, _: usize, _: usize, _: Duration) -> Res<Timed> {
-        Err(Self::NO_RECIPES.into())
+        Err(Self::no_recipes())
     }
 }
 
@@ -1289,6 +1438,7 @@ fn cycles_of(mut per_cycle: Vec<u64>, total: Duration) -> Cycles {
     Cycles {
         cycles: per_cycle.len() as u64,
         total_us: micros(total),
+        p50_us: stats::percentile(&per_cycle, 0.50),
         p99_us: stats::percentile(&per_cycle, 0.99),
     }
 }
@@ -1719,6 +1869,7 @@ impl PeerDriver {
         Ok(Cycles {
             cycles: n[0],
             total_us: n[1],
+            p50_us: n[2],
             p99_us: n[3],
         })
     }
@@ -2078,10 +2229,12 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
     ));
     if setup.tls {
         line(
-            "- `--tls`: the server also serves TLS on a secure client port (Netty connection \
-             factory, for every library); the rows \"over TLS\" are latchkey's uncontended cycle \
-             there (rustls, TLS 1.2 or 1.3 as negotiated, no client certificate), to read beside \
-             the plain rows of the same run.",
+            "- TLS: a second server of the same settings serves TLS on a secure client port \
+             (with Netty, ZooKeeper's connection factory for TLS, which then serves its plain \
+             port too); the rows \"over TLS\" are latchkey's uncontended cycle there (rustls, \
+             TLS 1.2 or 1.3 as negotiated, no client certificate), and \"over TLS ÷ plain\" \
+             divides it by the same cycle on that server's plain port in the same round. The \
+             main server and every other row stay on ZooKeeper's default (NIO) factory.",
         );
     }
     for (lib, v) in &setup.versions {
@@ -2100,6 +2253,16 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
                  by one thread on a blocking socket, in the bench process, with nothing else \
                  (no pings, watches, retries or deadlines); its CPU is the kernel's and the \
                  server's share of a cycle, which no client goes below"
+            }
+            Library::Reader => {
+                "no library either: the bare socket with a reader thread, the Java client's \
+                 shape. Per session one thread owns the socket's reads, parses each reply and \
+                 hands it to the caller waiting for its xid (a slot per request, mutex and \
+                 condition variable), and each watch event to whoever waits for that path; \
+                 callers write their own requests under a mutex. The same requests as the bare \
+                 socket's, in the bench process; what it costs above the bare socket is the \
+                 hand-over between threads, and the CPU, uncontended p50 and contended \
+                 throughput targets are set against it"
             }
         };
         line(&format!("- {} {v}: {how}.", lib.name()));
@@ -2147,7 +2310,14 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
         keys::throughput(TARGET_SESSIONS),
         keys::p99(TARGET_SESSIONS),
     );
-    let shown = [keys::FLOOR, keys::MUTEX, keys::CPU, &throughput, &p99];
+    let shown = [
+        keys::FLOOR,
+        keys::MUTEX,
+        keys::MUTEX_P50,
+        keys::CPU,
+        &throughput,
+        &p99,
+    ];
     s.push_str(&report::samples_table(results, &shown));
     let mut line = |l: &str| {
         s.push_str(l);
@@ -2170,7 +2340,7 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
         "- **floor**: {} cycles of create (ephemeral sequential), getChildren and delete with the \
          library's own client: the requests one lock cycle cannot do without. The `zookeeper` \
          crate (0.8), which latchkey chose not to build on (see the README), takes part here, \
-         and so does the bare socket.",
+         and so do the bare socket and the reader thread.",
         cfg.cycles
     ));
     line(&format!(
@@ -2179,7 +2349,10 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
          (all its threads, from Linux's per-thread scheduler statistics; for Curator that includes \
          the JVM's JIT and GC threads). The bare socket sends what latchkey's uncontended cycle \
          sends (create and list written together, then delete) with no library at all: its CPU is \
-         the least any client can spend on a cycle here.",
+         the least any client can spend on a cycle here. The reader thread sends the same \
+         requests with its replies handed over by a reader thread, as the Java client's are: \
+         the floor of a client whose I/O runs on a thread of its own, which the CPU and p50 \
+         targets are set against.",
         cfg.cycles
     ));
     line(&format!(
@@ -2189,7 +2362,9 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
          saw the deletion first). The bare socket's sessions send the requests of Curator's lock \
          (create and list together, watch the predecessor, list again at its event, delete), \
          each on its own blocking socket, with nothing else; at the end of the run its waiters \
-         drain their queue rather than give up.",
+         drain their queue rather than give up. The reader thread's sessions send the same, \
+         each with its reader thread handing the replies and the predecessor's event to the \
+         session's caller.",
         cfg.contenders,
         seconds(cfg.run)
     ));
