@@ -15,7 +15,6 @@ mod common;
 mod isolation_support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
