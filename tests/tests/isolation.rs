@@ -9,7 +9,8 @@
 //! not take the scheduling (policy, CPU pinning) of whichever user thread
 //! happened to start them. Each test fails within seconds, with its
 //! figures, on an engine that does any of this; scheduling is changed with
-//! `chrt` and `taskset` and read from `/proc`.
+//! `chrt` and `taskset` and read from `/proc`. Each prints one `ISOLATION`
+//! line of figures (`-- --nocapture --test-threads=1 2>&1 | grep ISOLATION`).
 
 mod common;
 mod isolation_support;
@@ -226,6 +227,16 @@ fn a_starved_lock_waiter_does_not_delay_its_sessions_calls_or_events() {
     for c in [&a, &b, &holder] {
         c.close();
     }
+    eprintln!(
+        "ISOLATION starved-waiter: get_data p99 {:?} (other client {:?}), {} failed; \
+         events p99 {:?} (other client {:?}), {} missed",
+        p99(&reads.0.took),
+        p99(&reads.1.took),
+        reads.0.failed.len() + reads.1.failed.len(),
+        p99(&ev_a.took),
+        p99(&ev_b.took),
+        ev_a.failed.len() + ev_b.failed.len()
+    );
     let problems: Vec<String> = [
         compare("get_data with 250 ms deadlines", &reads.0, &reads.1),
         compare("data-change events", &ev_a, &ev_b),
@@ -356,6 +367,14 @@ fn a_watcher_of_a_call_that_gave_up_is_not_dropped_on_the_engine_thread() {
         "exists_watch did not give up: {gave_up:?}"
     );
     let seen = seen.expect("the watcher was not dropped within 15 s of the late reply");
+    eprintln!(
+        "ISOLATION dropped-watcher: dropped on {:?}, its client call {} after {:?}; \
+         the other session: {} of 50 calls failed",
+        seen.thread,
+        if seen.result.is_ok() { "ok" } else { "failed" },
+        seen.took,
+        other_failed.len()
+    );
     let mut problems = Vec::new();
     if seen.thread.as_deref() == Some("latchkey-engine") {
         problems.push("the watcher was dropped on the engine thread".to_owned());
@@ -439,7 +458,8 @@ fn child_idle_sessions() {
     // At most 2 wake-ups per session per 10 s ping interval, plus 100.
     let allowed = (SESSIONS as f64 * WINDOW.as_secs_f64() * 0.2) as u64 + 100;
     println!(
-        "{wakeups} wake-ups in {WINDOW:?}, {} threads: {per_name}",
+        "ISOLATION idle-sessions: {SESSIONS} sessions, {wakeups} wake-ups in {WINDOW:?}, {} \
+         threads: {per_name}",
         after.len()
     );
     assert!(
@@ -485,6 +505,7 @@ fn writes_that_gave_up_on_a_stalled_connection_do_not_pile_up() {
     let f = flood(|b| b);
     let cap = 16 << 20;
     let allowed = (cap + kernel_buffers()) / FRAME + 1;
+    eprintln!("ISOLATION abandoned-writes: {}", f.figures());
     assert!(
         f.rss_growth < 64 << 20 && f.applied <= allowed as i64,
         "{}\n(allowed: RSS growth < 64 MiB, at most {allowed} applied: a 16 MiB cap plus \
@@ -501,6 +522,10 @@ fn a_call_past_its_deadline_is_not_sent() {
     let _serial = serial();
     let (results, mut children) = zero_timeout_creates();
     children.sort();
+    eprintln!(
+        "ISOLATION past-deadline: {} of {ZERO_CREATES} zero-timeout creates applied",
+        children.len()
+    );
     let not_timeouts: Vec<_> = results
         .iter()
         .filter(|r| !matches!(r, Err(e) if e.is(ErrorCode::OperationTimeout)))
@@ -557,6 +582,7 @@ fn the_watch_thread_does_not_take_the_scheduling_of_the_thread_that_started_it()
         .expect("the watcher did not run within 10 s")
         .expect("the watcher's thread has no /proc entry");
     let want = process_cpus();
+    eprintln!("ISOLATION watch-thread: the watcher ran on {ran:?}, the process' CPUs {want}");
     assert!(
         ran.policy != SCHED_IDLE && ran.cpus == want,
         "the watcher ran on {ran:?}, want policy not SCHED_IDLE ({SCHED_IDLE}) and CPUs {want}"
@@ -597,6 +623,7 @@ fn child_engine_of_an_idle_starter() {
     let engine = engine().expect("no latchkey-engine thread once a client connected");
     c.close();
     let want = process_cpus();
+    println!("ISOLATION engine-thread: {engine:?}, the process' CPUs {want}");
     assert!(
         engine.policy != SCHED_IDLE && engine.cpus == want,
         "the engine thread is {engine:?}, want policy not SCHED_IDLE ({SCHED_IDLE}) and CPUs \

@@ -5,8 +5,8 @@
 //! a connection's unsent bytes, 16 MiB by default; an error from meeting
 //! it names the cap): writes that gave up on a stalled connection stay
 //! within the cap and those said unsent are never applied, and a call
-//! whose deadline has passed is unsent. This file does not compile until
-//! that API exists; `isolation.rs` measures the same with today's API.
+//! whose deadline has passed is unsent. `isolation.rs` measures the same
+//! without that API (RSS and what the server applied).
 
 mod common;
 mod isolation_support;
