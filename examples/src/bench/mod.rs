@@ -2,6 +2,7 @@
 //! readings, the results table with its targets, and SVG line charts.
 
 pub mod bare;
+pub mod io_thread;
 pub mod mntr;
 pub mod procfs;
 pub mod reader;

@@ -27,23 +27,23 @@ use super::bare::{
 
 /// A reply (its error code and body) or why none will come. For a watch
 /// event the code is the event's type.
-type Answer = Result<(i32, Vec<u8>), String>;
+pub(super) type Answer = Result<(i32, Vec<u8>), String>;
 
 /// Where the reader thread leaves one answer for the caller waiting on it.
 #[derive(Default)]
-struct Slot {
+pub(super) struct Slot {
     answer: Mutex<Option<Answer>>,
     ready: Condvar,
 }
 
 impl Slot {
-    fn fill(&self, answer: Answer) {
+    pub(super) fn fill(&self, answer: Answer) {
         *lock(&self.answer) = Some(answer);
         self.ready.notify_one();
     }
 
     /// The answer, waiting at most until `deadline`.
-    fn wait(&self, deadline: Instant, what: &str) -> io::Result<(i32, Vec<u8>)> {
+    pub(super) fn wait(&self, deadline: Instant, what: &str) -> io::Result<(i32, Vec<u8>)> {
         let mut answer = lock(&self.answer);
         loop {
             if let Some(a) = answer.take() {
@@ -84,12 +84,25 @@ struct Writer {
 }
 
 /// A request to write.
-enum Op<'a> {
+pub(super) enum Op<'a> {
     Create(&'a str, &'a [u8], i32),
     Children(&'a str),
     Exists(&'a str),
     Delete(&'a str),
     Close,
+}
+
+impl Op<'_> {
+    /// Appends the request's frame, with `xid`, to `out`.
+    pub(super) fn push(&self, out: &mut Vec<u8>, xid: i32) {
+        match *self {
+            Op::Create(path, data, flags) => push_create(out, xid, path, data, flags),
+            Op::Children(path) => push_get_children(out, xid, path),
+            Op::Exists(path) => push_exists(out, xid, path),
+            Op::Delete(path) => push_delete(out, xid, path),
+            Op::Close => push_request(out, xid, CLOSE_SESSION, |_| {}),
+        }
+    }
 }
 
 /// One session: a socket whose reads belong to a thread of its own.
@@ -101,7 +114,7 @@ pub struct ReaderSession {
     timeout: Duration,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -255,13 +268,7 @@ impl ReaderSession {
         for (op, xid) in ops.iter().zip(&mut xids) {
             w.xid = w.xid.wrapping_add(1).max(1);
             *xid = w.xid;
-            match *op {
-                Op::Create(path, data, flags) => push_create(&mut w.out, *xid, path, data, flags),
-                Op::Children(path) => push_get_children(&mut w.out, *xid, path),
-                Op::Exists(path) => push_exists(&mut w.out, *xid, path),
-                Op::Delete(path) => push_delete(&mut w.out, *xid, path),
-                Op::Close => push_request(&mut w.out, *xid, CLOSE_SESSION, |_| {}),
-            }
+            op.push(&mut w.out, *xid);
         }
         {
             let mut shared = lock(&self.shared);
@@ -309,7 +316,7 @@ impl Drop for ReaderSession {
 }
 
 /// One frame's body from `input`.
-fn read_frame(input: &mut impl Read) -> io::Result<Vec<u8>> {
+pub(super) fn read_frame(input: &mut impl Read) -> io::Result<Vec<u8>> {
     let mut len = [0; 4];
     input.read_exact(&mut len)?;
     let len =

@@ -25,17 +25,23 @@ pub enum Library {
     /// [`super::reader`]), the Java client's shape; the floor the CPU,
     /// uncontended p50 and contended throughput targets are set against.
     Reader,
+    /// No library: the bare socket owned both ways by an I/O thread per
+    /// session (see [`super::io_thread`]), which callers hand their
+    /// requests to: the Java client's shape and latchkey's; the same
+    /// targets' ratios to it are shown for information.
+    IoThread,
 }
 
 impl Library {
     /// Every library, in table order.
-    pub const ALL: [Library; 6] = [
+    pub const ALL: [Library; 7] = [
         Library::Latchkey,
         Library::Curator,
         Library::Kazoo,
         Library::Zookeeper08,
         Library::Bare,
         Library::Reader,
+        Library::IoThread,
     ];
 
     /// The name shown in tables and legends.
@@ -47,6 +53,7 @@ impl Library {
             Library::Zookeeper08 => "zookeeper 0.8",
             Library::Bare => "bare socket",
             Library::Reader => "reader thread",
+            Library::IoThread => "I/O thread",
         }
     }
 
@@ -59,6 +66,7 @@ impl Library {
             Library::Zookeeper08 => "#9467bd",
             Library::Bare => "#7f7f7f",
             Library::Reader => "#8c564b",
+            Library::IoThread => "#17becf",
         }
     }
 
@@ -71,7 +79,7 @@ impl Library {
     /// Whether it runs the lock's cycles: uncontended (with its CPU time)
     /// and contended.
     pub fn runs_lock_cycle(self) -> bool {
-        self.has_recipes() || matches!(self, Library::Bare | Library::Reader)
+        self.has_recipes() || matches!(self, Library::Bare | Library::Reader | Library::IoThread)
     }
 }
 
@@ -318,6 +326,19 @@ pub struct Target {
     /// Met, missed, or `None` when it could not be judged (a library or a
     /// figure is missing).
     pub met: Option<bool>,
+    /// Shown for information, against no goal: its verdict is "info".
+    pub info: bool,
+}
+
+impl Target {
+    /// "info" for information, else [`verdict`] of whether it was met.
+    pub fn verdict(&self) -> &'static str {
+        if self.info {
+            "info"
+        } else {
+            verdict(self.met)
+        }
+    }
 }
 
 /// The metric keys the targets read.
@@ -363,7 +384,7 @@ pub const FLAT_TOLERANCE: f64 = 1.10;
 /// ascending; `target_sessions` is the count for the throughput and p99
 /// targets (8).
 pub fn targets(results: &Results, waiters: &[usize], target_sessions: usize) -> Vec<Target> {
-    use Library::{Bare, Curator, Latchkey, Reader};
+    use Library::{Bare, Curator, IoThread, Latchkey, Reader};
     let med = |k: &str, l: Library| results.median(k, l);
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) if b != 0.0 => Some(a / b),
@@ -391,6 +412,7 @@ pub fn targets(results: &Results, waiters: &[usize], target_sessions: usize) -> 
         goal: "≤ 1.10x".into(),
         measured: beside(r, keys::MUTEX_P50),
         met: judge(r, &|r| r <= 1.10),
+        info: false,
     });
 
     let n = target_sessions;
@@ -401,6 +423,7 @@ pub fn targets(results: &Results, waiters: &[usize], target_sessions: usize) -> 
         goal: "≥ 0.95x".into(),
         measured: beside(r, &key),
         met: judge(r, &|r| r >= 0.95),
+        info: false,
     });
     let r = ratio(med(&key, Latchkey), med(&key, Curator));
     out.push(Target {
@@ -408,6 +431,7 @@ pub fn targets(results: &Results, waiters: &[usize], target_sessions: usize) -> 
         goal: "≥ 1.4x".into(),
         measured: fmt_ratio(r),
         met: judge(r, &|r| r >= 1.4),
+        info: false,
     });
 
     let (ours, theirs) = (med(&keys::p99(n), Latchkey), med(&keys::p99(n), Curator));
@@ -424,6 +448,7 @@ pub fn targets(results: &Results, waiters: &[usize], target_sessions: usize) -> 
             (Some(a), Some(b)) => Some(a < b),
             _ => None,
         },
+        info: false,
     });
 
     let per_n: Vec<Option<f64>> = waiters
@@ -450,6 +475,7 @@ pub fn targets(results: &Results, waiters: &[usize], target_sessions: usize) -> 
         goal: format!("flat (largest ≤ {FLAT_TOLERANCE:.2}x smallest)"),
         measured: format!("{} (spread {})", listed.join(", "), fmt_ratio(spread)),
         met: spread.map(|s| s <= FLAT_TOLERANCE),
+        info: false,
     });
 
     let r = floor_ratio(keys::CPU);
@@ -458,6 +484,7 @@ pub fn targets(results: &Results, waiters: &[usize], target_sessions: usize) -> 
         goal: "≤ 1.15x".into(),
         measured: beside(r, keys::CPU),
         met: judge(r, &|r| r <= 1.15),
+        info: false,
     });
 
     let r = ratio(med(keys::MEMORY, Latchkey), med(keys::MEMORY, Curator));
@@ -466,7 +493,44 @@ pub fn targets(results: &Results, waiters: &[usize], target_sessions: usize) -> 
         goal: "≤ 0.10x".into(),
         measured: fmt_ratio(r),
         met: judge(r, &|r| r <= 0.10),
+        info: false,
     });
+
+    // The I/O thread's floor (the Java client's shape and latchkey's:
+    // callers hand each request to the thread that writes it) for the same
+    // three, for information, with its own ratio to the reader thread.
+    let io_ratio = |key: &str| ratio(med(key, Latchkey), med(key, IoThread));
+    let io_beside = |r: Option<f64>, key: &str| match ratio(med(key, IoThread), med(key, Reader)) {
+        Some(reader) => format!(
+            "{} (I/O thread ÷ reader thread: {})",
+            fmt_ratio(r),
+            fmt_ratio(Some(reader))
+        ),
+        None => fmt_ratio(r),
+    };
+    for (what, key) in [
+        (
+            "uncontended mutex cycle p50".to_owned(),
+            keys::MUTEX_P50.to_owned(),
+        ),
+        (
+            format!("contended throughput, {n} sessions"),
+            keys::throughput(n),
+        ),
+        (
+            "client CPU per 1,000 uncontended cycles".to_owned(),
+            keys::CPU.to_owned(),
+        ),
+    ] {
+        let r = io_ratio(&key);
+        out.push(Target {
+            what: format!("{what}, latchkey ÷ I/O thread"),
+            goal: "none: for information".into(),
+            measured: io_beside(r, &key),
+            met: None,
+            info: true,
+        });
+    }
     out
 }
 
@@ -564,12 +628,14 @@ mod tests {
         r
     }
 
-    /// `sample()` with the floors: the reader thread's and the bare
-    /// socket's CPU, uncontended p50 and throughput with 8 sessions.
+    /// `sample()` with the floors: the reader thread's, the bare
+    /// socket's and the I/O thread's CPU, uncontended p50 and throughput
+    /// with 8 sessions.
     fn with_floors(mut r: Results) -> Results {
         for (lib, cpu, p50, tp) in [
             (Library::Reader, 36.0, 1000.0, 900.0),
             (Library::Bare, 30.0, 950.0, 950.0),
+            (Library::IoThread, 38.0, 1020.0, 880.0),
         ] {
             for _ in 0..3 {
                 r.add(keys::CPU, "cpu", "ms", Better::Lower, lib, cpu);
@@ -595,7 +661,8 @@ mod tests {
                 Library::Latchkey,
                 Library::Curator,
                 Library::Bare,
-                Library::Reader
+                Library::Reader,
+                Library::IoThread
             ]
         );
         let t = targets(&r, &[2, 8, 64], 8);
@@ -609,8 +676,16 @@ mod tests {
                 Some(true),  // p99
                 Some(true),  // flat
                 Some(true),  // CPU 40 ÷ 36
-                Some(false)  // memory
+                Some(false), // memory
+                None,        // p50 ÷ I/O thread: information
+                None,        // throughput ÷ I/O thread: information
+                None,        // CPU ÷ I/O thread: information
             ]
+        );
+        let shown: Vec<&str> = t.iter().map(Target::verdict).collect();
+        assert_eq!(
+            shown,
+            ["met", "met", "met", "met", "met", "met", "MISSED", "info", "info", "info"]
         );
         assert_eq!(t[2].measured, "1.80x");
         assert_eq!(t[5].measured, "1.11x (latchkey ÷ bare socket: 1.33x)");
@@ -627,6 +702,56 @@ mod tests {
         let t = targets(&sample(), &[2, 8, 64], 8);
         assert_eq!((t[0].met, t[1].met, t[5].met), (None, None, None));
         assert_eq!(t[2].met, Some(true));
+    }
+
+    #[test]
+    fn the_i_o_thread_is_shown_for_information_beside_the_targets_floors() {
+        let r = with_floors(sample());
+        let t = targets(&r, &[2, 8, 64], 8);
+        let io: Vec<(&str, &str, &str)> = t[7..]
+            .iter()
+            .map(|t| (t.what.as_str(), t.measured.as_str(), t.verdict()))
+            .collect();
+        assert_eq!(
+            io,
+            [
+                (
+                    "uncontended mutex cycle p50, latchkey ÷ I/O thread",
+                    "1.03x (I/O thread ÷ reader thread: 1.02x)",
+                    "info"
+                ),
+                (
+                    "contended throughput, 8 sessions, latchkey ÷ I/O thread",
+                    "1.02x (I/O thread ÷ reader thread: 0.98x)",
+                    "info"
+                ),
+                (
+                    "client CPU per 1,000 uncontended cycles, latchkey ÷ I/O thread",
+                    "1.05x (I/O thread ÷ reader thread: 1.06x)",
+                    "info"
+                ),
+            ]
+        );
+        // The targets stay against the reader thread.
+        assert_eq!(t[0].measured, "1.05x (latchkey ÷ bare socket: 1.11x)");
+        // Without the floors the lines are there, with nothing measured.
+        let t = targets(&sample(), &[2, 8, 64], 8);
+        assert_eq!(t.len(), 10);
+        assert!(t[7..].iter().all(|t| t.info && t.measured == "–"), "{t:?}");
+        // The results table has the I/O thread's column and its ratio.
+        let (header, rows) = rows(&r);
+        assert!(header.contains(&"I/O thread".to_owned()), "{header:?}");
+        let at = header
+            .iter()
+            .position(|h| h == "latchkey ÷ I/O thread")
+            .expect("a ratio column for the I/O thread");
+        let cpu = rows.iter().find(|row| row[0] == "cpu").unwrap();
+        assert_eq!(cpu[at], "1.05x");
+        let samples = samples_table(&r, &[keys::CPU]);
+        assert!(
+            samples.contains("| cpu (ms) | I/O thread | 38.0 |"),
+            "{samples}"
+        );
     }
 
     #[test]

@@ -54,6 +54,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
 use latchkey_examples::bench::bare::BareSession;
+use latchkey_examples::bench::io_thread::IoThreadSession;
 use latchkey_examples::bench::mntr::{self, Counters};
 use latchkey_examples::bench::reader::ReaderSession;
 use latchkey_examples::bench::report::{self, keys, Better, Library, Results};
@@ -95,7 +96,7 @@ const TARGET_SESSIONS: usize = 8;
 const COMMAND: &str = "cargo run --release -p latchkey-examples --features zk08 --bin bench";
 
 const USAGE: &str = "\
-usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazoo,zookeeper,bare,reader]
+usage: bench [--quick] [--connect HOST:PORT[,...]] [--libs latchkey,curator,kazoo,zookeeper,bare,reader,io]
              [--rounds N] [--no-tls] [--out DIR | --no-write]
        bench --scale [--quick] [--held N,N,..] [--waiters N,N,..] [--sessions N,N,..]
              [--connect HOST:PORT] [--libs latchkey,curator] [--out DIR | --no-write]
@@ -259,6 +260,7 @@ fn parse_args(args: &[String]) -> Res<Args> {
                         "zookeeper" | "zookeeper08" => Ok(Library::Zookeeper08),
                         "bare" => Ok(Library::Bare),
                         "reader" => Ok(Library::Reader),
+                        "io" => Ok(Library::IoThread),
                         other => Err(format!("unknown library {other:?}\n{USAGE}")),
                     })
                     .collect();
@@ -409,6 +411,10 @@ fn run(args: Args) -> Res<()> {
                 drivers.push(Box::new(Floor::<ReaderSession>::new(&connect)?));
                 versions.push((Library::Reader, "(this build, release)".to_owned()));
             }
+            Library::IoThread => {
+                drivers.push(Box::new(Floor::<IoThreadSession>::new(&connect)?));
+                versions.push((Library::IoThread, "(this build, release)".to_owned()));
+            }
             Library::Curator | Library::Kazoo => {
                 let kind = peer_kind(*lib);
                 if let Err(why) = peer_available(kind) {
@@ -489,7 +495,7 @@ fn run(args: Args) -> Res<()> {
     for t in &targets {
         println!(
             "{:<7} {}: {} (goal {})",
-            report::verdict(t.met),
+            t.verdict(),
             t.what,
             t.measured,
             t.goal
@@ -1122,7 +1128,9 @@ impl Drop for Ours {
 }
 
 /// What the floors' sessions do: [`BareSession`] (one thread reads its own
-/// replies) and [`ReaderSession`] (a reader thread hands them over).
+/// replies), [`ReaderSession`] (a reader thread hands them over) and
+/// [`IoThreadSession`] (an I/O thread writes the requests handed to it and
+/// hands the replies over).
 trait FloorSession: Sized + Send + 'static {
     /// The column it is shown in.
     const LIB: Library;
@@ -1178,8 +1186,30 @@ impl FloorSession for ReaderSession {
     }
 }
 
-/// No library: the requests on bare blocking sockets (see [`BareSession`]
-/// and [`ReaderSession`]), a session per scenario so that none idles
+impl FloorSession for IoThreadSession {
+    const LIB: Library = Library::IoThread;
+    fn connect(addr: SocketAddr, timeout: Duration, session: Duration) -> std::io::Result<Self> {
+        IoThreadSession::connect(addr, timeout, session)
+    }
+    fn ensure_path(&mut self, path: &str) -> std::io::Result<()> {
+        IoThreadSession::ensure_path(self, path)
+    }
+    fn sequential_cycle(&mut self, parent: &str, prefix: &str) -> std::io::Result<()> {
+        IoThreadSession::sequential_cycle(self, parent, prefix)
+    }
+    fn acquire(&mut self, parent: &str, prefix: &str, data: &[u8]) -> std::io::Result<String> {
+        IoThreadSession::acquire(self, parent, prefix, data)
+    }
+    fn release(&mut self, node: &str) -> std::io::Result<()> {
+        IoThreadSession::release(self, node)
+    }
+    fn close(self) -> std::io::Result<()> {
+        IoThreadSession::close(self)
+    }
+}
+
+/// No library: the requests on bare sockets (see [`BareSession`],
+/// [`ReaderSession`] and [`IoThreadSession`]), a session per scenario so that none idles
 /// unpinged.
 struct Floor<S> {
     addr: SocketAddr,
@@ -2264,6 +2294,17 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
                  hand-over between threads, and the CPU, uncontended p50 and contended \
                  throughput targets are set against it"
             }
+            Library::IoThread => {
+                "no library either: the bare socket owned both ways by an I/O thread per \
+                 session, the Java client's shape (its SendThread) and latchkey's. Callers put \
+                 their request frames on a queue (mutex and VecDeque) and wake the thread \
+                 (a mio Waker); the thread writes them on the non-blocking socket, reads the \
+                 replies and watch events (mio Poll, edge-triggered) and hands each over as the \
+                 reader thread does. The same requests as the bare socket's, in the bench \
+                 process; what it costs above the reader thread is the hand-over of each \
+                 request to the I/O thread (a wake of that thread), and the same targets' \
+                 ratios to it are shown for information"
+            }
         };
         line(&format!("- {} {v}: {how}.", lib.name()));
     }
@@ -2292,7 +2333,7 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
             t.what,
             t.goal,
             t.measured,
-            report::verdict(t.met)
+            t.verdict()
         ));
     }
     line("");
@@ -2340,7 +2381,7 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
         "- **floor**: {} cycles of create (ephemeral sequential), getChildren and delete with the \
          library's own client: the requests one lock cycle cannot do without. The `zookeeper` \
          crate (0.8), which latchkey chose not to build on (see the README), takes part here, \
-         and so do the bare socket and the reader thread.",
+         and so do the bare socket, the reader thread and the I/O thread.",
         cfg.cycles
     ));
     line(&format!(
@@ -2352,7 +2393,8 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
          the least any client can spend on a cycle here. The reader thread sends the same \
          requests with its replies handed over by a reader thread, as the Java client's are: \
          the floor of a client whose I/O runs on a thread of its own, which the CPU and p50 \
-         targets are set against.",
+         targets are set against. The I/O thread sends them too, each handed to the thread \
+         that writes it and its reply handed back, as the Java client's and latchkey's are.",
         cfg.cycles
     ));
     line(&format!(
@@ -2364,7 +2406,8 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
          each on its own blocking socket, with nothing else; at the end of the run its waiters \
          drain their queue rather than give up. The reader thread's sessions send the same, \
          each with its reader thread handing the replies and the predecessor's event to the \
-         session's caller.",
+         session's caller; the I/O thread's the same again, each request handed to its \
+         session's I/O thread first.",
         cfg.contenders,
         seconds(cfg.run)
     ));
