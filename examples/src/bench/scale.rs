@@ -1291,8 +1291,9 @@ pub fn section(cfg: &ScaleConfig, r: &ScaleResults, info: &RunInfo) -> String {
         "A fresh process opens N sessions ({} s session timeout, so each pings every 10 s) and \
          holds a mutex on each; its resident set and thread count after a second. Per added \
          session is the growth from the smallest N. The processes also keep their own command \
-         session. A latchkey session runs on two threads (its I/O and state threads); its \
-         listener, watcher and cleanup threads start only when it has work for them. Then the \
+         session. latchkey sessions have no thread of their own: one engine thread and one timer \
+         thread serve every session of the process, and a session's event, listener and \
+         cleanup threads start only when it has work for them. Then the \
          process is left idle for {} s: *idle CPU* is the CPU time of all its threads over that \
          time (from `/proc/<pid>/task/*/schedstat`), per second; *idle wake-ups* the sum of its \
          threads' voluntary and involuntary context switches (`/proc/<pid>/task/*/status`), per \

@@ -2468,14 +2468,14 @@ fn markdown(cfg: &Config, setup: &Setup, results: &Results, targets: &[report::T
     );
     line(
         "- Client CPU includes the kernel's work for the client's sockets; on loopback that \
-          includes delivering each request into the server's socket and waking its thread. For \
-          latchkey most of it is kernel time: socket sends, and the calling thread's sleep on \
-          its socket until the reply comes (the caller reads its own reply; the engine thread \
-          does not wake). With no watch set, the engine's interest in the socket stays off \
-          between calls: an uncontended cycle makes no `epoll_ctl` call, and the calling thread \
-          sleeps in its read, as the bare socket does, with no `poll` before it: per cycle, two \
-          sends and two or three reads. What latchkey spends above the bare socket's CPU is its \
-          own user-space work.",
+          includes delivering each request into the server's socket and waking its thread. In \
+          latchkey a caller never touches the socket: it queues its \
+          request and wakes the engine thread (an `eventfd` write), which writes it; the \
+          engine's `epoll_wait` wakes for the reply, and it hands the reply to the caller (a \
+          futex wake). That is two hand-overs between threads per round trip, as in the Java \
+          client and the I/O thread floor; the reader thread floor has one (its callers write), \
+          the bare socket none. What latchkey spends above the I/O thread floor is its own \
+          work: user space, and one poll serving every session of the process.",
     );
     line("");
     line("## Reproduce");
