@@ -17,21 +17,18 @@
 //! encoders), fails on anything it does not expect, and is a yardstick,
 //! not a client to build on.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream as StdStream};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use super::bare::{
-    bad, children, connect_request, created, get_int, get_str, predecessor, zk_error,
-    EPHEMERAL_SEQUENTIAL, NODE_EXISTS, NOTIFICATION, NO_NODE, PERSISTENT,
-};
-use super::reader::{lock, read_frame, Op, Slot};
+use super::bare::{bad, connect_request};
+use super::slots::{lock, read_frame, Op, Slot, SlotSession, Waiting};
 
 /// The poll's token for the socket.
 const SOCKET: Token = Token(0);
@@ -44,17 +41,12 @@ struct Shared {
     /// Request frames queued by callers and not yet taken by the I/O
     /// thread, in the order their xids were given.
     outbox: VecDeque<Vec<u8>>,
-    /// Requests queued and not answered, in the order queued, which is
-    /// the order they are written and ZooKeeper answers them in.
-    pending: VecDeque<(i32, Arc<Slot>)>,
-    /// Callers waiting for a watch event, by path.
-    watches: HashMap<String, Vec<Arc<Slot>>>,
+    /// Who waits for which reply and event.
+    waiting: Waiting,
     /// The last xid given.
     xid: i32,
     /// Set by close and drop: the I/O thread ends at its next wake.
     stopping: bool,
-    /// Why the I/O thread stopped, once it has.
-    stopped: Option<String>,
 }
 
 /// One session: a socket that belongs to a thread of its own.
@@ -106,86 +98,6 @@ impl IoThreadSession {
         })
     }
 
-    /// Creates `path` and its missing parents as persistent nodes.
-    pub fn ensure_path(&self, path: &str) -> io::Result<()> {
-        let mut at: Vec<usize> = path.match_indices('/').skip(1).map(|(i, _)| i).collect();
-        at.push(path.len());
-        for i in at {
-            let (err, _) = self.call(Op::Create(&path[..i], b"", PERSISTENT), "create", path)?;
-            if err != 0 && err != NODE_EXISTS {
-                return Err(zk_error("create", &path[..i], err));
-            }
-        }
-        Ok(())
-    }
-
-    /// One lock cycle: [`IoThreadSession::acquire`], then
-    /// [`IoThreadSession::release`]. Uncontended, that is the create and
-    /// the listing queued together, then the delete.
-    pub fn lock_cycle(&self, parent: &str, prefix: &str, data: &[u8]) -> io::Result<()> {
-        let node = self.acquire(parent, prefix, data)?;
-        self.release(&node)
-    }
-
-    /// The floor's cycle: create, then list, then delete, one round trip
-    /// each.
-    pub fn sequential_cycle(&self, parent: &str, prefix: &str) -> io::Result<()> {
-        let (err, body) = self.call(
-            Op::Create(prefix, b"", EPHEMERAL_SEQUENTIAL),
-            "create",
-            prefix,
-        )?;
-        let node = created(prefix, err, &body)?;
-        let (err, body) = self.call(Op::Children(parent), "getChildren", parent)?;
-        children(parent, err, &body)?;
-        self.release(&node)
-    }
-
-    /// Takes the lock at `parent` as Curator's lock does, and returns the
-    /// node that holds it: creates an ephemeral sequential `prefix` and
-    /// lists `parent` together; then, while a node sorts before ours,
-    /// watches the one just before it, waits for its event and lists
-    /// again. Release it with [`IoThreadSession::release`].
-    pub fn acquire(&self, parent: &str, prefix: &str, data: &[u8]) -> io::Result<String> {
-        let ops = [
-            Op::Create(prefix, data, EPHEMERAL_SEQUENTIAL),
-            Op::Children(parent),
-        ];
-        let [create, list] = self.send(&ops, None)?;
-        let deadline = Instant::now() + self.timeout;
-        let (err, body) = create.wait(deadline, &format!("create {prefix}"))?;
-        let node = created(prefix, err, &body)?;
-        let ours = node.rsplit('/').next().unwrap_or_default().to_owned();
-        let (err, body) = list.wait(deadline, &format!("getChildren {parent}"))?;
-        let mut listed = children(parent, err, &body)?;
-        while let Some(before) = predecessor(&listed, &ours)? {
-            let watched = format!("{parent}/{before}");
-            let event = Arc::new(Slot::default());
-            let [exists] = self.send(&[Op::Exists(&watched)], Some((&watched, &event)))?;
-            let deadline = Instant::now() + self.timeout;
-            match exists.wait(deadline, &format!("exists {watched}"))?.0 {
-                0 => {
-                    let deadline = Instant::now() + self.timeout;
-                    event.wait(deadline, &format!("the event of {watched}"))?;
-                }
-                // Gone already: no event will come for it.
-                NO_NODE => self.unwatch(&watched, &event),
-                err => return Err(zk_error("exists", &watched, err)),
-            }
-            let (err, body) = self.call(Op::Children(parent), "getChildren", parent)?;
-            listed = children(parent, err, &body)?;
-        }
-        Ok(node)
-    }
-
-    /// Gives up a node [`IoThreadSession::acquire`] returned.
-    pub fn release(&self, node: &str) -> io::Result<()> {
-        match self.call(Op::Delete(node), "delete", node)?.0 {
-            0 => Ok(()),
-            err => Err(zk_error("delete", node, err)),
-        }
-    }
-
     /// Ends the session on the server, waits for its answer and for the
     /// I/O thread.
     pub fn close(mut self) -> io::Result<()> {
@@ -194,16 +106,18 @@ impl IoThreadSession {
         closed
     }
 
-    /// Queues `op` and waits for its reply.
-    fn call(&self, op: Op<'_>, name: &str, path: &str) -> io::Result<(i32, Vec<u8>)> {
-        let [slot] = self.send(&[op], None)?;
-        slot.wait(Instant::now() + self.timeout, &format!("{name} {path}"))
+    /// Tells the I/O thread to stop, wakes it and joins it.
+    fn stop(&mut self) {
+        lock(&self.shared).stopping = true;
+        let _ = self.waker.wake();
+        if let Some(io) = self.io.take() {
+            let _ = io.join();
+        }
     }
+}
 
-    /// Queues `ops` in one frame buffer, each with a slot of its own taken
-    /// in the order queued, and wakes the I/O thread; `watch` is a slot for
-    /// the event of a path, put in place before the request that sets the
-    /// watch is queued.
+impl SlotSession for IoThreadSession {
+    /// Queues `ops` in one frame buffer and wakes the I/O thread.
     fn send<const N: usize>(
         &self,
         ops: &[Op<'_>; N],
@@ -214,17 +128,13 @@ impl IoThreadSession {
         let first = {
             let mut shared = lock(&self.shared);
             let s = &mut *shared;
-            if let Some(why) = &s.stopped {
-                return Err(io::Error::other(format!("the I/O thread stopped: {why}")));
-            }
-            if let Some((path, slot)) = watch {
-                let waiting = s.watches.entry(path.to_owned()).or_default();
-                waiting.push(Arc::clone(slot));
-            }
             for (op, slot) in ops.iter().zip(&slots) {
                 s.xid = s.xid.wrapping_add(1).max(1);
+                s.waiting.expect(s.xid, slot, "I/O thread")?;
                 op.push(&mut frame, s.xid);
-                s.pending.push_back((s.xid, Arc::clone(slot)));
+            }
+            if let Some((path, slot)) = watch {
+                s.waiting.watch(path, slot);
             }
             s.outbox.push_back(frame);
             s.outbox.len() == 1
@@ -237,24 +147,12 @@ impl IoThreadSession {
         Ok(slots)
     }
 
-    /// Takes `slot` off the waiters for `path`'s event.
     fn unwatch(&self, path: &str, slot: &Arc<Slot>) {
-        let mut shared = lock(&self.shared);
-        if let Some(waiting) = shared.watches.get_mut(path) {
-            waiting.retain(|s| !Arc::ptr_eq(s, slot));
-            if waiting.is_empty() {
-                shared.watches.remove(path);
-            }
-        }
+        lock(&self.shared).waiting.unwatch(path, slot);
     }
 
-    /// Tells the I/O thread to stop, wakes it and joins it.
-    fn stop(&mut self) {
-        lock(&self.shared).stopping = true;
-        let _ = self.waker.wake();
-        if let Some(io) = self.io.take() {
-            let _ = io.join();
-        }
+    fn timeout(&self) -> Duration {
+        self.timeout
     }
 }
 
@@ -271,16 +169,7 @@ fn io_loop(mut poll: Poll, mut sock: TcpStream, shared: &Mutex<Shared>) {
         Ok(()) => "the session closed".to_owned(),
         Err(why) => why,
     };
-    let mut s = lock(shared);
-    s.stopped = Some(why.clone());
-    for (_, slot) in s.pending.drain(..) {
-        slot.fill(Err(why.clone()));
-    }
-    for (_, waiting) in s.watches.drain() {
-        for slot in waiting {
-            slot.fill(Err(why.clone()));
-        }
-    }
+    lock(shared).waiting.stop(why);
 }
 
 /// At each wake: takes the queued frames and writes what the socket takes;
@@ -341,7 +230,7 @@ fn serve(poll: &mut Poll, sock: &mut TcpStream, shared: &Mutex<Shared>) -> Resul
             let mut at = 0;
             while let Some(len) = whole_frame(&input[at..have]) {
                 let len = len?;
-                deliver(&input[at + 4..at + 4 + len], shared)?;
+                lock(shared).waiting.deliver(&input[at + 4..at + 4 + len])?;
                 at += 4 + len;
             }
             input.copy_within(at..have, 0);
@@ -360,42 +249,9 @@ fn whole_frame(input: &[u8]) -> Option<Result<usize, String>> {
     (input.len() >= 4 + len).then_some(Ok(len))
 }
 
-/// Hands one frame's body to the slot waiting for it.
-fn deliver(frame: &[u8], shared: &Mutex<Shared>) -> Result<(), String> {
-    if frame.len() < 16 {
-        return Err("a reply too short".into());
-    }
-    let int =
-        |at: usize| i32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]]);
-    let xid = int(0);
-    if xid == NOTIFICATION {
-        // type, state, path
-        let at = &mut 16;
-        let (Some(kind), Some(_), Some(path)) =
-            (get_int(frame, at), get_int(frame, at), get_str(frame, at))
-        else {
-            return Err("a watch event cut short".into());
-        };
-        // An event nobody waits for (none is expected) is dropped.
-        let waiting = lock(shared).watches.remove(&path).unwrap_or_default();
-        for slot in waiting {
-            slot.fill(Ok((kind, Vec::new())));
-        }
-        return Ok(());
-    }
-    let Some((expected, slot)) = lock(shared).pending.pop_front() else {
-        return Err(format!("a reply (xid {xid}) with no request outstanding"));
-    };
-    if xid != expected {
-        slot.fill(Err(format!("a reply for xid {xid}, not {expected}")));
-        return Err(format!("replies out of order: xid {xid}, not {expected}"));
-    }
-    slot.fill(Ok((int(12), frame[16..].to_vec())));
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::bare::{children, EPHEMERAL_SEQUENTIAL};
     use super::*;
     use latchkey_framework::Client;
     use latchkey_test::TestingServer;

@@ -9,5 +9,6 @@ pub mod reader;
 pub mod report;
 pub mod scale;
 pub mod scale_child;
+pub mod slots;
 pub mod stats;
 pub mod svg;

@@ -1,80 +1,26 @@
-//! The benchmark's second floor: the bare socket with a reader thread, the
-//! shape of ZooKeeper's Java client with no library around it. Per
-//! session one thread owns the socket's reads: it parses each reply frame
-//! and hands it to the caller waiting for that xid (a slot per request, a
-//! mutex and a condition variable), and each watch event to whoever waits
-//! for an event on that path. Callers write their own request frames,
-//! under a mutex. No pings, no retries, no reconnection: what this costs
-//! above [`super::bare`] is the hand-over from the reader thread to the
-//! caller, which any client whose I/O runs on a thread of its own pays.
+//! The benchmark's second floor: the bare socket with a reader thread.
+//! Per session one thread owns the socket's reads: it parses each reply
+//! frame and hands it to the caller waiting for that xid (a slot per
+//! request, a mutex and a condition variable), and each watch event to
+//! whoever waits for an event on that path. Callers write their own
+//! request frames, under a mutex. No pings, no retries, no reconnection:
+//! what this costs above [`super::bare`] is the hand-over from the reader
+//! thread to the caller, which any client whose reads run on a thread of
+//! their own pays. (The Java client's callers do not write either: that
+//! shape is [`super::io_thread`].)
 //!
 //! It sends what the bare socket sends (the same frames, from the same
 //! encoders), fails on anything it does not expect, and is a yardstick,
 //! not a client to build on.
 
-use std::collections::{HashMap, VecDeque};
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufReader, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::bare::{
-    bad, children, connect_request, created, get_int, get_str, predecessor, push_create,
-    push_delete, push_exists, push_get_children, push_request, zk_error, CLOSE_SESSION,
-    EPHEMERAL_SEQUENTIAL, NODE_EXISTS, NOTIFICATION, NO_NODE, PERSISTENT,
-};
-
-/// A reply (its error code and body) or why none will come. For a watch
-/// event the code is the event's type.
-pub(super) type Answer = Result<(i32, Vec<u8>), String>;
-
-/// Where the reader thread leaves one answer for the caller waiting on it.
-#[derive(Default)]
-pub(super) struct Slot {
-    answer: Mutex<Option<Answer>>,
-    ready: Condvar,
-}
-
-impl Slot {
-    pub(super) fn fill(&self, answer: Answer) {
-        *lock(&self.answer) = Some(answer);
-        self.ready.notify_one();
-    }
-
-    /// The answer, waiting at most until `deadline`.
-    pub(super) fn wait(&self, deadline: Instant, what: &str) -> io::Result<(i32, Vec<u8>)> {
-        let mut answer = lock(&self.answer);
-        loop {
-            if let Some(a) = answer.take() {
-                return a.map_err(|e| io::Error::other(format!("{what}: {e}")));
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("{what}: no answer in time"),
-                ));
-            }
-            answer = self
-                .ready
-                .wait_timeout(answer, left)
-                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
-        }
-    }
-}
-
-/// What the callers and the reader thread share.
-#[derive(Default)]
-struct Shared {
-    /// Requests written and not answered, in the order written, which is
-    /// the order ZooKeeper answers them in.
-    pending: VecDeque<(i32, Arc<Slot>)>,
-    /// Callers waiting for a watch event, by path.
-    watches: HashMap<String, Vec<Arc<Slot>>>,
-    /// Why the reader thread stopped, once it has.
-    stopped: Option<String>,
-}
+use super::bare::{bad, connect_request};
+use super::slots::{lock, read_frame, Op, Slot, SlotSession, Waiting};
 
 /// The writing half: the socket, the next xid and a frame buffer.
 struct Writer {
@@ -83,39 +29,13 @@ struct Writer {
     out: Vec<u8>,
 }
 
-/// A request to write.
-pub(super) enum Op<'a> {
-    Create(&'a str, &'a [u8], i32),
-    Children(&'a str),
-    Exists(&'a str),
-    Delete(&'a str),
-    Close,
-}
-
-impl Op<'_> {
-    /// Appends the request's frame, with `xid`, to `out`.
-    pub(super) fn push(&self, out: &mut Vec<u8>, xid: i32) {
-        match *self {
-            Op::Create(path, data, flags) => push_create(out, xid, path, data, flags),
-            Op::Children(path) => push_get_children(out, xid, path),
-            Op::Exists(path) => push_exists(out, xid, path),
-            Op::Delete(path) => push_delete(out, xid, path),
-            Op::Close => push_request(out, xid, CLOSE_SESSION, |_| {}),
-        }
-    }
-}
-
 /// One session: a socket whose reads belong to a thread of its own.
 pub struct ReaderSession {
-    shared: Arc<Mutex<Shared>>,
+    waiting: Arc<Mutex<Waiting>>,
     writer: Mutex<Writer>,
     reader: Option<JoinHandle<()>>,
     /// Bound on each wait for a reply or an event.
     timeout: Duration,
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl ReaderSession {
@@ -141,13 +61,13 @@ impl ReaderSession {
             return Err(bad("a handshake reply too short"));
         }
         sock.set_read_timeout(None)?;
-        let shared = Arc::new(Mutex::new(Shared::default()));
-        let theirs = Arc::clone(&shared);
+        let waiting = Arc::new(Mutex::new(Waiting::default()));
+        let theirs = Arc::clone(&waiting);
         let reader = thread::Builder::new()
             .name("bench-reader".into())
             .spawn(move || read_loop(input, &theirs))?;
         Ok(ReaderSession {
-            shared,
+            waiting,
             writer: Mutex::new(Writer {
                 sock,
                 xid: 0,
@@ -158,146 +78,12 @@ impl ReaderSession {
         })
     }
 
-    /// Creates `path` and its missing parents as persistent nodes.
-    pub fn ensure_path(&self, path: &str) -> io::Result<()> {
-        let mut at: Vec<usize> = path.match_indices('/').skip(1).map(|(i, _)| i).collect();
-        at.push(path.len());
-        for i in at {
-            let (err, _) = self.call(Op::Create(&path[..i], b"", PERSISTENT), "create", path)?;
-            if err != 0 && err != NODE_EXISTS {
-                return Err(zk_error("create", &path[..i], err));
-            }
-        }
-        Ok(())
-    }
-
-    /// One lock cycle: [`ReaderSession::acquire`], then
-    /// [`ReaderSession::release`]. Uncontended, that is the create and the
-    /// listing written together, then the delete.
-    pub fn lock_cycle(&self, parent: &str, prefix: &str, data: &[u8]) -> io::Result<()> {
-        let node = self.acquire(parent, prefix, data)?;
-        self.release(&node)
-    }
-
-    /// The floor's cycle: create, then list, then delete, one round trip
-    /// each.
-    pub fn sequential_cycle(&self, parent: &str, prefix: &str) -> io::Result<()> {
-        let (err, body) = self.call(
-            Op::Create(prefix, b"", EPHEMERAL_SEQUENTIAL),
-            "create",
-            prefix,
-        )?;
-        let node = created(prefix, err, &body)?;
-        let (err, body) = self.call(Op::Children(parent), "getChildren", parent)?;
-        children(parent, err, &body)?;
-        self.release(&node)
-    }
-
-    /// Takes the lock at `parent` as Curator's lock does, and returns the
-    /// node that holds it: creates an ephemeral sequential `prefix` and
-    /// lists `parent` together; then, while a node sorts before ours,
-    /// watches the one just before it, waits for its event and lists
-    /// again. Release it with [`ReaderSession::release`].
-    pub fn acquire(&self, parent: &str, prefix: &str, data: &[u8]) -> io::Result<String> {
-        let ops = [
-            Op::Create(prefix, data, EPHEMERAL_SEQUENTIAL),
-            Op::Children(parent),
-        ];
-        let [create, list] = self.write(&ops, None)?;
-        let deadline = Instant::now() + self.timeout;
-        let (err, body) = create.wait(deadline, &format!("create {prefix}"))?;
-        let node = created(prefix, err, &body)?;
-        let ours = node.rsplit('/').next().unwrap_or_default().to_owned();
-        let (err, body) = list.wait(deadline, &format!("getChildren {parent}"))?;
-        let mut listed = children(parent, err, &body)?;
-        while let Some(before) = predecessor(&listed, &ours)? {
-            let watched = format!("{parent}/{before}");
-            let event = Arc::new(Slot::default());
-            let [exists] = self.write(&[Op::Exists(&watched)], Some((&watched, &event)))?;
-            let deadline = Instant::now() + self.timeout;
-            match exists.wait(deadline, &format!("exists {watched}"))?.0 {
-                0 => {
-                    let deadline = Instant::now() + self.timeout;
-                    event.wait(deadline, &format!("the event of {watched}"))?;
-                }
-                // Gone already: no event will come for it.
-                NO_NODE => self.unwatch(&watched, &event),
-                err => return Err(zk_error("exists", &watched, err)),
-            }
-            let (err, body) = self.call(Op::Children(parent), "getChildren", parent)?;
-            listed = children(parent, err, &body)?;
-        }
-        Ok(node)
-    }
-
-    /// Gives up a node [`ReaderSession::acquire`] returned.
-    pub fn release(&self, node: &str) -> io::Result<()> {
-        match self.call(Op::Delete(node), "delete", node)?.0 {
-            0 => Ok(()),
-            err => Err(zk_error("delete", node, err)),
-        }
-    }
-
     /// Ends the session on the server, waits for its answer and for the
     /// reader thread.
     pub fn close(mut self) -> io::Result<()> {
         let closed = self.call(Op::Close, "closeSession", "/").map(|_| ());
         self.stop();
         closed
-    }
-
-    /// Writes `op` and waits for its reply.
-    fn call(&self, op: Op<'_>, name: &str, path: &str) -> io::Result<(i32, Vec<u8>)> {
-        let [slot] = self.write(&[op], None)?;
-        slot.wait(Instant::now() + self.timeout, &format!("{name} {path}"))
-    }
-
-    /// Writes `ops` in one frame buffer, each with a slot of its own taken
-    /// in the order written; `watch` is a slot for the event of a path,
-    /// put in place before the request that sets the watch is written.
-    fn write<const N: usize>(
-        &self,
-        ops: &[Op<'_>; N],
-        watch: Option<(&str, &Arc<Slot>)>,
-    ) -> io::Result<[Arc<Slot>; N]> {
-        let slots: [Arc<Slot>; N] = std::array::from_fn(|_| Arc::new(Slot::default()));
-        let mut w = lock(&self.writer);
-        let w = &mut *w;
-        w.out.clear();
-        let mut xids = [0; N];
-        for (op, xid) in ops.iter().zip(&mut xids) {
-            w.xid = w.xid.wrapping_add(1).max(1);
-            *xid = w.xid;
-            op.push(&mut w.out, *xid);
-        }
-        {
-            let mut shared = lock(&self.shared);
-            if let Some(why) = &shared.stopped {
-                return Err(io::Error::other(format!(
-                    "the reader thread stopped: {why}"
-                )));
-            }
-            if let Some((path, slot)) = watch {
-                let waiting = shared.watches.entry(path.to_owned()).or_default();
-                waiting.push(Arc::clone(slot));
-            }
-            for (xid, slot) in xids.iter().zip(&slots) {
-                shared.pending.push_back((*xid, Arc::clone(slot)));
-            }
-        }
-        w.sock.write_all(&w.out)?;
-        Ok(slots)
-    }
-
-    /// Takes `slot` off the waiters for `path`'s event.
-    fn unwatch(&self, path: &str, slot: &Arc<Slot>) {
-        let mut shared = lock(&self.shared);
-        if let Some(waiting) = shared.watches.get_mut(path) {
-            waiting.retain(|s| !Arc::ptr_eq(s, slot));
-            if waiting.is_empty() {
-                shared.watches.remove(path);
-            }
-        }
     }
 
     /// Shuts the socket, which ends the reader thread's read, and joins it.
@@ -309,73 +95,59 @@ impl ReaderSession {
     }
 }
 
+impl SlotSession for ReaderSession {
+    /// Writes `ops` in one frame buffer, under the writer's lock.
+    fn send<const N: usize>(
+        &self,
+        ops: &[Op<'_>; N],
+        watch: Option<(&str, &Arc<Slot>)>,
+    ) -> io::Result<[Arc<Slot>; N]> {
+        let slots: [Arc<Slot>; N] = std::array::from_fn(|_| Arc::new(Slot::default()));
+        let mut w = lock(&self.writer);
+        let w = &mut *w;
+        w.out.clear();
+        {
+            let mut waiting = lock(&self.waiting);
+            for (op, slot) in ops.iter().zip(&slots) {
+                w.xid = w.xid.wrapping_add(1).max(1);
+                waiting.expect(w.xid, slot, "reader thread")?;
+                op.push(&mut w.out, w.xid);
+            }
+            if let Some((path, slot)) = watch {
+                waiting.watch(path, slot);
+            }
+        }
+        w.sock.write_all(&w.out)?;
+        Ok(slots)
+    }
+
+    fn unwatch(&self, path: &str, slot: &Arc<Slot>) {
+        lock(&self.waiting).unwatch(path, slot);
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+}
+
 impl Drop for ReaderSession {
     fn drop(&mut self) {
         self.stop();
     }
 }
 
-/// One frame's body from `input`.
-pub(super) fn read_frame(input: &mut impl Read) -> io::Result<Vec<u8>> {
-    let mut len = [0; 4];
-    input.read_exact(&mut len)?;
-    let len =
-        usize::try_from(i32::from_be_bytes(len)).map_err(|_| bad("a negative frame length"))?;
-    let mut frame = vec![0; len];
-    input.read_exact(&mut frame)?;
-    Ok(frame)
-}
-
 /// The reader thread: every frame to the slot waiting for it, until the
 /// socket ends or says what it should not; then every waiter is told why.
-fn read_loop(mut input: BufReader<TcpStream>, shared: &Mutex<Shared>) {
+fn read_loop(mut input: BufReader<TcpStream>, waiting: &Mutex<Waiting>) {
     let why = loop {
-        let frame = match read_frame(&mut input) {
-            Ok(f) if f.len() >= 16 => f,
-            Ok(_) => break "a reply too short".to_owned(),
-            Err(e) => break e.to_string(),
-        };
-        let int = |at: usize| {
-            i32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]])
-        };
-        let xid = int(0);
-        if xid == NOTIFICATION {
-            // type, state, path
-            let at = &mut 16;
-            let (Some(kind), Some(_), Some(path)) = (
-                get_int(&frame, at),
-                get_int(&frame, at),
-                get_str(&frame, at),
-            ) else {
-                break "a watch event cut short".to_owned();
-            };
-            // An event nobody waits for (none is expected) is dropped.
-            let waiting = lock(shared).watches.remove(&path).unwrap_or_default();
-            for slot in waiting {
-                slot.fill(Ok((kind, Vec::new())));
-            }
-            continue;
+        let delivered = read_frame(&mut input)
+            .map_err(|e| e.to_string())
+            .and_then(|frame| lock(waiting).deliver(&frame));
+        if let Err(why) = delivered {
+            break why;
         }
-        let Some((expected, slot)) = lock(shared).pending.pop_front() else {
-            break format!("a reply (xid {xid}) with no request outstanding");
-        };
-        if xid != expected {
-            slot.fill(Err(format!("a reply for xid {xid}, not {expected}")));
-            break format!("replies out of order: xid {xid}, not {expected}");
-        }
-        let err = int(12);
-        slot.fill(Ok((err, frame[16..].to_vec())));
     };
-    let mut s = lock(shared);
-    s.stopped = Some(why.clone());
-    for (_, slot) in s.pending.drain(..) {
-        slot.fill(Err(why.clone()));
-    }
-    for (_, waiting) in s.watches.drain() {
-        for slot in waiting {
-            slot.fill(Err(why.clone()));
-        }
-    }
+    lock(waiting).stop(why);
 }
 
 #[cfg(test)]

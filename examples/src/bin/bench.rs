@@ -60,6 +60,7 @@ use latchkey_examples::bench::reader::ReaderSession;
 use latchkey_examples::bench::report::{self, keys, Better, Library, Results};
 use latchkey_examples::bench::scale::{self, ScaleConfig};
 use latchkey_examples::bench::scale_child;
+use latchkey_examples::bench::slots::SlotSession;
 use latchkey_examples::bench::svg::{Chart, Series};
 use latchkey_examples::bench::{procfs, stats};
 use latchkey_framework::{Client, CreateMode, ExponentialBackoffRetry, TlsConfig};
@@ -1170,16 +1171,16 @@ impl FloorSession for ReaderSession {
         ReaderSession::connect(addr, timeout, session)
     }
     fn ensure_path(&mut self, path: &str) -> std::io::Result<()> {
-        ReaderSession::ensure_path(self, path)
+        SlotSession::ensure_path(self, path)
     }
     fn sequential_cycle(&mut self, parent: &str, prefix: &str) -> std::io::Result<()> {
-        ReaderSession::sequential_cycle(self, parent, prefix)
+        SlotSession::sequential_cycle(self, parent, prefix)
     }
     fn acquire(&mut self, parent: &str, prefix: &str, data: &[u8]) -> std::io::Result<String> {
-        ReaderSession::acquire(self, parent, prefix, data)
+        SlotSession::acquire(self, parent, prefix, data)
     }
     fn release(&mut self, node: &str) -> std::io::Result<()> {
-        ReaderSession::release(self, node)
+        SlotSession::release(self, node)
     }
     fn close(self) -> std::io::Result<()> {
         ReaderSession::close(self)
@@ -1192,16 +1193,16 @@ impl FloorSession for IoThreadSession {
         IoThreadSession::connect(addr, timeout, session)
     }
     fn ensure_path(&mut self, path: &str) -> std::io::Result<()> {
-        IoThreadSession::ensure_path(self, path)
+        SlotSession::ensure_path(self, path)
     }
     fn sequential_cycle(&mut self, parent: &str, prefix: &str) -> std::io::Result<()> {
-        IoThreadSession::sequential_cycle(self, parent, prefix)
+        SlotSession::sequential_cycle(self, parent, prefix)
     }
     fn acquire(&mut self, parent: &str, prefix: &str, data: &[u8]) -> std::io::Result<String> {
-        IoThreadSession::acquire(self, parent, prefix, data)
+        SlotSession::acquire(self, parent, prefix, data)
     }
     fn release(&mut self, node: &str) -> std::io::Result<()> {
-        IoThreadSession::release(self, node)
+        SlotSession::release(self, node)
     }
     fn close(self) -> std::io::Result<()> {
         IoThreadSession::close(self)
