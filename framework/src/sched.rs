@@ -117,6 +117,27 @@ mod tests {
         }
     }
 
+    /// The mapping is `thread_priority`'s, not ours: set on a thread of its
+    /// own (nice only rising, which needs no privilege), each priority must
+    /// give the nice value it was chosen for, or a new version of the crate
+    /// has changed its mapping.
+    #[test]
+    fn each_priority_sets_the_nice_value_it_was_chosen_for() {
+        std::thread::spawn(|| {
+            let start = stat_of("thread-self").expect("readable").nice;
+            let other = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other);
+            for nice in start.max(0)..=19 {
+                let priority = priority_for_nice(nice).expect("a priority");
+                set_thread_priority_and_policy(thread_native_id(), priority, other)
+                    .expect("set the thread's priority");
+                let got = stat_of("thread-self").expect("readable").nice;
+                assert_eq!(got, nice, "{priority:?} gave nice {got}, not {nice}");
+            }
+        })
+        .join()
+        .expect("the mapping holds");
+    }
+
     #[test]
     fn the_main_thread_s_stat_reads() {
         let own = stat_of("thread-self").expect("readable");
