@@ -1,5 +1,6 @@
-//! The client: its builder, its life cycle, the state thread that turns
-//! session events into Curator's connection states, and the retry loop.
+//! The client: its builder, its life cycle, the state machine that turns
+//! session events into Curator's connection states (run on the process'
+//! timer thread), and the retry loop.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -955,7 +956,7 @@ impl Shared {
         let fresh = WireSession::start(self.cfg.wire.clone(), sink)?;
         let mut slot = self.session.write();
         // `close` marks the client closed before it takes the session out
-        // of this slot: a session started meanwhile (the state thread
+        // of this slot: a session started meanwhile (the timer thread
         // replacing a lost one) must not be installed behind its back,
         // where nothing would ever close it.
         if self.closed.load(Ordering::Acquire) {

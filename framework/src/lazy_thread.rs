@@ -4,7 +4,8 @@
 //! watch callbacks, guaranteed deletes. Each runs on a thread of its own so
 //! that user code cannot hold up the session, but a session holding locks
 //! with none of it needs none of those threads. Starting each at its first
-//! job keeps such a session on its I/O and state threads alone.
+//! job keeps such a session on the process' engine and timer threads
+//! alone.
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use parking_lot::Mutex;

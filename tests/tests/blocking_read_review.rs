@@ -25,6 +25,10 @@
 //!
 //! Curator has no test class for this (its transport is ZooKeeper's own
 //! Java client): no Curator tests are ported here.
+//!
+//! Written for the engine of 2026-11-26, whose callers read their own
+//! replies; the engine now reads every reply (`isolation.rs`), and these
+//! tests pin the same outcomes against it.
 
 mod common;
 

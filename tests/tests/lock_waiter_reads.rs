@@ -1,8 +1,9 @@
-//! Lock waiters that read their client's connection themselves (a
-//! non-cancellable waiter calls `Client::wait_reading` before it waits on
-//! its signal): whatever else may wake a waiter must still wake it at
-//! once, not after the 5 s a read waits at most. Each test times the
-//! waiter from the wake to its return.
+//! Whatever may wake a lock waiter must wake it at once: a close, a cut,
+//! a shared watch, a failed arming, a semaphore beside a mutex, TLS.
+//! Written when non-cancellable waiters read their client's connection
+//! themselves (a read waited 5 s at most); the engine now reads for every
+//! waiter, and these pin that it still wakes each at once. Each test
+//! times the waiter from the wake to its return.
 
 mod common;
 

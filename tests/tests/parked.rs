@@ -15,6 +15,10 @@
 //!
 //! Each test first has a caller read its own replies, so that the
 //! connection is parked when the test's fault comes.
+//!
+//! Written for the engine of 2026-11-26, whose callers read their own
+//! replies; the engine now reads every reply (`isolation.rs`), and these
+//! tests pin the same outcomes against it.
 
 mod common;
 

@@ -21,6 +21,10 @@
 //!
 //! Each test parks the connection first (a caller reads its own replies
 //! with no watch set) and bounds every wait.
+//!
+//! Written for the engine of 2026-11-26, whose callers read their own
+//! replies; the engine now reads every reply (`isolation.rs`), and these
+//! tests pin the same outcomes against it.
 
 mod common;
 

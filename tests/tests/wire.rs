@@ -233,7 +233,7 @@ fn client_declared_loss_fires_pending_watchers_once() {
 }
 
 /// Issue 13 item 6: when the server's EOF beats the closeSession reply, the
-/// I/O thread used to reconnect with the closed session (and its watchers
+/// engine used to reconnect with the closed session (and its watchers
 /// fired SessionExpired). 100 closes: no reconnect, no watcher event.
 #[test]
 fn close_racing_the_servers_eof_neither_reconnects_nor_fires_watchers() {
