@@ -118,6 +118,26 @@ fn simple_poll_on_an_empty_queue_ends_at_its_timeout() {
     assert_eq!(q.peek().unwrap(), None);
 }
 
+/// A timed poll longer than the recipes' request grace (1 s), as
+/// Curator's own test's 3 s: an empty queue still answers `None` at the
+/// timeout, not an error from a last listing sent past the deadline.
+#[test]
+fn simple_poll_past_the_request_grace_on_an_empty_queue_is_none() {
+    let c = client();
+    let q = SimpleDistributedQueue::new(&c, &unique("simple-poll-long")).unwrap();
+    let started = Instant::now();
+    let polled = q.poll_timeout(Duration::from_secs(2));
+    let took = started.elapsed();
+    assert!(
+        matches!(polled, Ok(None)),
+        "poll_timeout(2 s) on an empty queue: {polled:?} after {took:?}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(2) + WAIT,
+        "{took:?}"
+    );
+}
+
 /// Curator's TestSimpleDistributedQueue.testOffer1 and testOffer2.
 #[test]
 fn simple_offer_then_remove_on_the_same_and_another_client() {
@@ -1047,6 +1067,34 @@ fn delay_queue_sorts_items_put_in_random_order() {
 // ---- bounded queues ----
 
 /// Curator's TestBoundedDistributedQueue.testSimple.
+/// A timed put into a full bounded queue, with a timeout longer than the
+/// recipes' request grace (1 s): `Ok(false)` at the timeout, not an error
+/// from a last listing sent past the deadline; nothing is created.
+#[test]
+fn a_full_bounded_queue_refuses_a_long_timed_put_with_false() {
+    let c = client();
+    let path = unique("bounded-long");
+    let q = QueueBuilder::new(&c, StringSerializer, &path)
+        .max_items(1)
+        .build_queue()
+        .unwrap();
+    q.start().unwrap();
+    assert!(q.put_timeout(&"1".into(), WAIT).unwrap(), "room for one");
+    let started = Instant::now();
+    let put = q.put_timeout(&"2".into(), Duration::from_secs(2));
+    let took = started.elapsed();
+    assert!(
+        matches!(put, Ok(false)),
+        "put_timeout(2 s) into a full queue: {put:?} after {took:?}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(2) + WAIT,
+        "{took:?}"
+    );
+    assert_eq!(c.get_children(&path).unwrap().len(), 1, "only the first item");
+    q.close();
+}
+
 #[test]
 fn bounded_queue_put_waits_for_room() {
     let c = client();

@@ -229,11 +229,13 @@ impl<T: Send + 'static> Core<T> {
             if children.len() < max {
                 return Ok(true);
             }
+            self.check_started()?;
+            self.signal.wait(epoch, deadline);
+            // Not another look past the deadline: `client`'s requests would
+            // be refused unsent.
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(false);
             }
-            self.check_started()?;
-            self.signal.wait(epoch, deadline);
         }
     }
 

@@ -131,10 +131,12 @@ impl SimpleDistributedQueue {
             if let Some(item) = self.head(&client, true, Some(&signal))? {
                 return Ok(Some(item));
             }
+            signal.wait(epoch, deadline);
+            // Not another look past the deadline: `client`'s requests would
+            // be refused unsent (an item that came meanwhile stays queued).
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
-            signal.wait(epoch, deadline);
         }
     }
 
