@@ -515,6 +515,54 @@ impl Client {
         })
     }
 
+    /// Compare-and-set: sets the node's data if its version is `version`,
+    /// retried as [`Client::set_data`] is, but never reporting this call's
+    /// own write as refused. A retried `set_data` meets `BadVersion` when an
+    /// earlier attempt was applied and only its reply was lost; here, when
+    /// an attempt was sent and its outcome lost, a later `BadVersion` makes
+    /// the call read the node: holding other data one version on, another
+    /// write won, and the error is `BadVersion`; otherwise (this data one
+    /// version on, which an equal write of another session would leave
+    /// too, or a later version) the outcome cannot be told, and the error
+    /// is `ConnectionLoss`, "may or may not have run".
+    ///
+    /// ```no_run
+    /// # use latchkey_framework::{Client, ErrorCode};
+    /// # fn main() -> latchkey_framework::Result<()> {
+    /// # let client = Client::new("127.0.0.1:2181")?;
+    /// let (data, stat) = client.get_data("/config")?;
+    /// match client.compare_and_set_data("/config", b"next", stat.version) {
+    ///     Ok(_) => println!("written"),
+    ///     Err(e) if e.is(ErrorCode::BadVersion) => println!("someone else wrote first"),
+    ///     Err(e) => return Err(e), // ConnectionLoss: it may have been written
+    /// }
+    /// # let _ = data;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn compare_and_set_data(&self, path: &str, data: &[u8], version: i32) -> Result<Stat> {
+        let sp = self.shared.server_path(path)?;
+        let mut in_doubt = false;
+        let written = self.retrying("set_data", path, |s, d| {
+            let attempt = ops::wire_set_data(s, &sp, data, Some(version), d);
+            if let Err(e) = &attempt {
+                in_doubt |= e.is_retryable() && !e.is_unsent();
+            }
+            attempt
+        });
+        match written {
+            Err(e) if in_doubt && e.is(ErrorCode::BadVersion) => {
+                let (now, stat) = self.get_data(path)?;
+                let another_won = version.checked_add(1) == Some(stat.version) && now != data;
+                Err(match another_won {
+                    true => e,
+                    false => Error::from_code(ErrorCode::ConnectionLoss).for_op("set_data", path),
+                })
+            }
+            other => other,
+        }
+    }
+
     /// Sets the node's data in one attempt, outside the retry loop, for
     /// compare-and-set loops that must know whether their write was
     /// applied: with a `version`, `BadVersion` means that this write was

@@ -241,6 +241,16 @@ impl FaultProxy {
         self.shared.pause_requests.load(Ordering::SeqCst)
     }
 
+    /// Forwards client → target again, delivering the requests that waited
+    /// (and forgets a [`pause_requests_at`](Self::pause_requests_at) not
+    /// reached yet); replies stay as they are. With
+    /// [`pause_replies`](Self::pause_replies) first, a request held by
+    /// `pause_requests_at` then reaches the server and its reply does not.
+    pub fn resume_requests(&self) {
+        *self.shared.pause_requests_at.lock() = None;
+        self.shared.pause_requests.store(false, Ordering::SeqCst);
+    }
+
     /// Forwards both directions again, delivering what waited (and forgets
     /// a [`pause_requests_at`](Self::pause_requests_at) not reached yet).
     pub fn resume(&self) {

@@ -1091,7 +1091,11 @@ fn a_full_bounded_queue_refuses_a_long_timed_put_with_false() {
         took >= Duration::from_secs(2) && took < Duration::from_secs(2) + WAIT,
         "{took:?}"
     );
-    assert_eq!(c.get_children(&path).unwrap().len(), 1, "only the first item");
+    assert_eq!(
+        c.get_children(&path).unwrap().len(),
+        1,
+        "only the first item"
+    );
     q.close();
 }
 

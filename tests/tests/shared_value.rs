@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use latchkey_framework::{Client, ConnectionState, Error, RetryNTimes};
 use latchkey_recipes::{
-    DistributedAtomicValue, PromotedToLock, SharedValue, SharedValueEvent, VersionedValue,
+    DistributedAtomicValue, PromotedToLock, SharedCount, SharedValue, SharedValueEvent,
+    VersionedValue,
 };
 use latchkey_test::peers::{peer_available, Peer, PeerKind};
 use latchkey_test::FaultProxy;
@@ -439,4 +440,107 @@ fn rust_and_curator_share_values() {
     assert_eq!(a.get().unwrap().post_value, b"");
     ok(&mut java, "quit");
     c.close();
+}
+
+/// ZooKeeper's `setData` op code, to hold that request at the proxy.
+const SET_DATA: i32 = 5;
+
+/// What a `try_set_count` (from 1 to 2) whose connection is cut mid-request
+/// returned, and the count the server holds after it: `hold` sets the
+/// proxy up before the call, `meanwhile` runs while the call waits, then
+/// the connection is cut and the proxy let go.
+fn count_cas_across_a_cut(
+    hold: impl FnOnce(&FaultProxy, &str),
+    meanwhile: impl FnOnce(&FaultProxy, &Client, &str),
+) -> (Result<bool, Error>, i32, Ctx) {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let c = patient_client(&proxy);
+    let other = connect(&server.connect_string(), SESSION);
+    let ctx = Ctx::new(server, &c);
+    let path = unique("shared-count-cut");
+    // Every call bounded, so that a broken one fails instead of hanging.
+    let count = SharedCount::new(&c.with_timeout(WAIT * 2), &path, 1).unwrap();
+
+    let seen = count.versioned_value();
+    assert_eq!(seen.value, 1);
+    hold(&proxy, &path);
+    let result = thread::scope(|scope| {
+        let cas = scope.spawn(|| count.try_set_count(&seen, 2));
+        meanwhile(&proxy, &other, &path);
+        proxy.cut();
+        proxy.resume();
+        cas.join().expect("try_set_count panicked")
+    });
+    let data = other.get_data(&path).unwrap().0;
+    let now = i32::from_be_bytes(data.try_into().expect("4 bytes"));
+    count.close();
+    c.close();
+    other.close();
+    (result, now, ctx)
+}
+
+/// Issue 38, item 1: a compare-and-set that the server applied, whose
+/// reply the cut connection lost, must not be reported refused (a "retry
+/// on false" loop would then increment twice). Its outcome cannot be told
+/// from the server's state (another session's write of the same value at
+/// the same version would leave the same), so it is an error that says it
+/// may or may not have run, or `true`; never `false`.
+#[test]
+fn an_applied_compare_and_set_whose_reply_is_lost_is_not_reported_refused() {
+    let (result, now, ctx) = count_cas_across_a_cut(
+        |proxy, path| proxy.pause_requests_at(&request_on(SET_DATA, path)),
+        |proxy, other, path| {
+            // The setData reaches the server; its reply does not.
+            wait_until(
+                WAIT,
+                || proxy.requests_paused(),
+                || "the compare-and-set never reached the proxy".to_owned(),
+            );
+            proxy.pause_replies();
+            proxy.resume_requests();
+            wait_until(
+                WAIT,
+                || {
+                    other
+                        .get_data(path)
+                        .is_ok_and(|(d, _)| d == 2i32.to_be_bytes())
+                },
+                || "the held write was not applied".to_owned(),
+            );
+        },
+    );
+    assert_eq!(now, 2, "{}", ctx.dump());
+    let in_doubt = |e: &Error| e.is(latchkey_framework::ErrorCode::ConnectionLoss);
+    assert!(
+        matches!(result, Ok(true)) || result.as_ref().is_err_and(in_doubt),
+        "try_set_count applied, reply lost: {result:?} (want true, or an error that it may or \
+         may not have run)\n{}",
+        ctx.dump()
+    );
+}
+
+/// The other side: a compare-and-set held at the proxy, never reaching the
+/// server, while another session sets the count; then cut. The node holds
+/// another value one version on, so the call was certainly refused:
+/// `false`, as before.
+#[test]
+fn a_compare_and_set_another_write_beat_is_still_refused_after_a_cut() {
+    let (result, now, ctx) = count_cas_across_a_cut(
+        |proxy, path| proxy.pause_requests_at(&request_on(SET_DATA, path)),
+        |proxy, other, path| {
+            wait_until(
+                WAIT,
+                || proxy.requests_paused(),
+                || "the compare-and-set never reached the proxy".to_owned(),
+            );
+            other.set_data(path, &7i32.to_be_bytes(), Some(0)).unwrap();
+        },
+    );
+    assert_eq!(now, 7, "{}", ctx.dump());
+    assert!(
+        matches!(result, Ok(false)),
+        "try_set_count beaten by another write: {result:?}\n{}",
+        ctx.dump()
+    );
 }

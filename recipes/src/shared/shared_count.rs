@@ -104,6 +104,13 @@ impl SharedCount {
     /// lands between that read and the write, and reaches the same version,
     /// would go unnoticed. Version -1 (which ZooKeeper takes as "any
     /// version") is refused with [`Error::InvalidArgument`].
+    ///
+    /// `Ok(false)` always means this write was not applied, so a loop that
+    /// retries on `false` increments once. When the connection broke after
+    /// the write was sent and the node cannot tell whether it was (it holds
+    /// this count one version on, or has moved further), the error is
+    /// `ConnectionLoss`, "may or may not have run"; Curator reports `false`
+    /// there, even when its write was applied.
     pub fn try_set_count(&self, previous: &VersionedValue, count: i32) -> Result<bool> {
         self.shared.try_set_value(previous, count)
     }

@@ -269,7 +269,7 @@ impl<V: Codec> Shared<V> {
     /// Sets the value, whatever it was.
     pub(crate) fn set_value(&self, value: V) -> Result<()> {
         self.check_started()?;
-        let stat = self.write(&value, None)?;
+        let stat = self.write(&value)?;
         self.inner.update(&stat, value);
         Ok(())
     }
@@ -296,7 +296,14 @@ impl<V: Codec> Shared<V> {
         if stat.mzxid != previous.zxid || stat.version != previous.version {
             return Ok(false);
         }
-        match self.write(&value, Some(previous.version)) {
+        // Not `set_data`: a retry after a lost reply would meet its own
+        // write as `BadVersion`, and an applied write be reported refused.
+        let written = self.inner.client.compare_and_set_data(
+            &self.inner.path,
+            &value.encode(),
+            previous.version,
+        );
+        match written {
             Ok(stat) => {
                 self.inner.update(&stat, value);
                 Ok(true)
@@ -359,10 +366,10 @@ impl<V: Codec> Shared<V> {
         }
     }
 
-    fn write(&self, value: &V, version: Option<i32>) -> Result<Stat> {
+    fn write(&self, value: &V) -> Result<Stat> {
         self.inner
             .client
-            .set_data(&self.inner.path, &value.encode(), version)
+            .set_data(&self.inner.path, &value.encode(), None)
     }
 }
 
@@ -682,6 +689,12 @@ impl SharedValue {
     /// Curator, the node is then read once more, so a change the cache has
     /// not heard of yet is refused too. Version -1 (which ZooKeeper takes
     /// as "any version") is refused with [`Error::InvalidArgument`].
+    ///
+    /// `Ok(false)` always means this write was not applied. When the
+    /// connection broke after the write was sent and the node cannot tell
+    /// whether it was (it holds these bytes one version on, or has moved
+    /// further), the error is `ConnectionLoss`, "may or may not have run";
+    /// Curator reports `false` there, even when its write was applied.
     pub fn try_set_value(&self, previous: &VersionedValue<Vec<u8>>, value: &[u8]) -> Result<bool> {
         self.shared.try_set_value(previous, value.to_vec())
     }
