@@ -28,6 +28,7 @@ impl Shared {
         on_no_node: Option<WatchKind>,
         watcher: &SharedWatcher,
         waker: bool,
+        group: Option<Arc<crate::wire::WatchGroup>>,
     ) -> WatchRegistration {
         let slot = Arc::clone(watcher);
         let ns = self.cfg.namespace.clone();
@@ -46,6 +47,7 @@ impl Shared {
                 }),
                 waker,
                 persistent: None,
+                group,
             },
         }
     }
@@ -623,7 +625,10 @@ impl Client {
         let sp = self.shared.server_path(path)?;
         let w: SharedWatcher = Arc::new(Mutex::new(Some(watcher)));
         self.retrying(op, path, |s, d| {
-            let reg = self.shared.registration(&sp, on_ok, on_no_node, &w, waker);
+            let group = self.watch_group.clone();
+            let reg = self
+                .shared
+                .registration(&sp, on_ok, on_no_node, &w, waker, group);
             read(s, &sp, Some(reg), d)
         })
     }

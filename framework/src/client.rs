@@ -26,7 +26,7 @@ use crate::state::{
 use crate::trace;
 use crate::types::CreateMode;
 use crate::wire::clock::Timers;
-use crate::wire::{WireConfig, WireEvent, WireSession};
+use crate::wire::{WatchGroup, WireConfig, WireEvent, WireSession};
 
 /// Builds a [`Client`]; Curator's `CuratorFrameworkFactory.builder()`.
 ///
@@ -328,6 +328,7 @@ impl ClientBuilder {
         Ok(Client {
             deadline: None,
             cancel: None,
+            watch_group: None,
             shared: Arc::new_cyclic(|me| Shared {
                 me: me.clone(),
                 cfg: Config {
@@ -481,6 +482,9 @@ pub struct Client {
     /// Every operation on this handle ends once it is cancelled; see
     /// [`Client::with_cancel`].
     pub(crate) cancel: Option<CancelToken>,
+    /// The watches set through this handle are removed together; see
+    /// [`Client::with_watcher_removal`].
+    pub(crate) watch_group: Option<Arc<WatchGroup>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -498,6 +502,7 @@ impl std::fmt::Debug for Client {
 #[derive(Clone, Debug)]
 pub struct WeakClient {
     shared: Weak<Shared>,
+    watch_group: Option<Arc<WatchGroup>>,
 }
 
 impl WeakClient {
@@ -507,6 +512,7 @@ impl WeakClient {
             shared,
             deadline: None,
             cancel: None,
+            watch_group: self.watch_group.clone(),
         })
     }
 }
@@ -518,6 +524,7 @@ impl Client {
     pub fn downgrade(&self) -> WeakClient {
         WeakClient {
             shared: Arc::downgrade(&self.shared),
+            watch_group: self.watch_group.clone(),
         }
     }
 
@@ -637,6 +644,7 @@ impl Client {
             shared: Arc::clone(&self.shared),
             deadline,
             cancel: self.cancel.clone(),
+            watch_group: self.watch_group.clone(),
         }
     }
 
@@ -662,6 +670,7 @@ impl Client {
             shared: Arc::clone(&self.shared),
             deadline: self.deadline,
             cancel: cancel.cloned(),
+            watch_group: self.watch_group.clone(),
         }
     }
 

@@ -3,13 +3,18 @@
 //! `client.watchers()`.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::error::{Error, ErrorCode, Result};
 use crate::paths;
 use crate::types::WatchedEvent;
 use crate::wire::proto::op;
-use crate::wire::{RemoveKind, WatchKind, WatchRegistration, Watcher};
+use crate::wire::{RemoveKind, WatchGroup, WatchKind, WatchRegistration, Watcher};
+
+/// How long [`Client::remove_watchers`] waits for the server to remove a
+/// persistent watch, at most.
+const REMOVAL_WAIT: Duration = Duration::from_secs(1);
 
 /// How [`Client::add_watch`] watches; ZooKeeper's `AddWatchMode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -102,7 +107,7 @@ impl Client {
                 path: sp.clone(),
                 on_ok: kind,
                 on_no_node: None,
-                watcher: Watcher::persistent(Arc::clone(&run)),
+                watcher: Watcher::persistent(Arc::clone(&run)).in_group(self.watch_group.clone()),
             };
             let write = |w: &mut crate::wire::jute::Writer| {
                 w.string(&sp).i32(wire_mode);
@@ -111,6 +116,93 @@ impl Client {
                 .map_err(|e| e.with_path(&sp))?;
             Ok(())
         })
+    }
+
+    /// A handle on this client whose watches can be removed together with
+    /// [`Client::remove_watchers`], leaving the watches set through any
+    /// other handle (Curator's `newWatcherRemoveCuratorFramework()`). It
+    /// shares the client's session, deadline and cancel token, like a
+    /// clone; its clones and [`Client::downgrade`]s share its watches.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// let mine = client.with_watcher_removal();
+    /// mine.get_data_watch("/config", |event| println!("{event:?}"))?;
+    /// mine.remove_watchers()?; // that watch goes; the client's others stay
+    /// # Ok(()) }
+    /// ```
+    pub fn with_watcher_removal(&self) -> Client {
+        Client {
+            watch_group: Some(Arc::new(WatchGroup::default())),
+            ..self.clone()
+        }
+    }
+
+    /// Removes every watch set through this handle of
+    /// [`Client::with_watcher_removal`] (Curator's `removeWatchers()`):
+    /// here at once, each watcher running once with its `*WatchRemoved`
+    /// event, and a watch whose reply is still on its way is let go of
+    /// when it comes. A persistent watch is also removed on the server
+    /// once no watcher of this client is left on its path (other one-shot
+    /// watches there keep it, on servers before 3.9, which remove only all
+    /// of a path's watches at once); if that removal cannot be sent, no
+    /// reconnection sets the watch again. Fails with
+    /// [`Error::InvalidArgument`] on a handle not made by
+    /// `with_watcher_removal`.
+    pub fn remove_watchers(&self) -> Result<()> {
+        let Some(group) = &self.watch_group else {
+            return Err(Error::InvalidArgument(
+                "remove_watchers: this handle was not made by with_watcher_removal".into(),
+            ));
+        };
+        let Some(session) = self.shared.session() else {
+            return Ok(()); // closed: no watch is left
+        };
+        for (sp, kind) in session.remove_group_locally(group) {
+            let remove = match kind {
+                WatchKind::Persistent => RemoveKind::Persistent,
+                _ => RemoveKind::PersistentRecursive,
+            };
+            let path = self.shared.user_path(&sp);
+            // One attempt, now: while disconnected there is nothing to do,
+            // as the next connection will not set the watch again.
+            let within = Instant::now() + REMOVAL_WAIT;
+            let deadline = self.deadline.map_or(within, |d| d.min(within));
+            let removed = self.shared.try_once(
+                "remove_watchers",
+                &path,
+                Some(deadline),
+                None,
+                |s, deadline| {
+                    let send = |kind: RemoveKind| {
+                        let write = |w: &mut crate::wire::jute::Writer| {
+                            w.string(&sp).i32(kind.wire());
+                        };
+                        s.call(op::REMOVE_WATCHES, write, None, deadline)
+                            .map_err(|e| e.with_path(&sp))
+                    };
+                    match send(remove) {
+                        // Before 3.9: only all of the path's watches at once,
+                        // and only when none of this client's is left there.
+                        Err(e) if e.is(ErrorCode::MarshallingError) => {
+                            match s.has_watches(&sp, RemoveKind::Any) {
+                                true => Ok(()),
+                                false => send(RemoveKind::Any).map(drop),
+                            }
+                        }
+                        other => other.map(drop),
+                    }
+                },
+            );
+            match removed {
+                Ok(()) => {}
+                // Already gone on the server (a reconnection, an expiry).
+                Err(e) if e.is(ErrorCode::NoWatcher) => {}
+                // Not connected: the next connection does not set it again.
+                Err(e) => log::debug!("removing the persistent watch on {path}: {e}"),
+            }
+        }
+        Ok(())
     }
 
     /// Removes this client's watches of `kind` on `path`, on the server and

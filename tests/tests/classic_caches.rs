@@ -1798,3 +1798,57 @@ fn classic_caches_tell_what_changed_while_their_session_expired() {
     pe.expect(&["updated ~/b=2"]);
     te.expect(&["updated ~/b=0>2"]);
 }
+
+/// Issue 38, item 4 (Curator's caches call `removeWatchers()` on close):
+/// each open and close of a `PathChildrenCache`, `TreeCache` and
+/// `NodeCache` over 40 children leaves no watch callback registered on
+/// the client, round after round.
+#[test]
+fn closed_classic_caches_leave_no_watch_registered() {
+    const CHILDREN: usize = 40;
+    let c = client();
+    let root = unique("/classic/leak");
+    create(&c, &root, "");
+    for i in 0..CHILDREN {
+        create(&c, &format!("{root}/n{i}"), "x");
+    }
+    let before = c.pending_watches();
+    let set = |what: &str, at_least: usize| {
+        wait_until(
+            WAIT,
+            || c.pending_watches() >= before + at_least,
+            || {
+                format!(
+                    "{what}: {} watches set, want {at_least}",
+                    c.pending_watches() - before
+                )
+            },
+        );
+    };
+    let left = |what: &str, round: usize| {
+        assert_eq!(
+            c.pending_watches(),
+            before,
+            "round {round}: {what} left watches registered after close"
+        );
+    };
+    for round in 0..3 {
+        let pcc = PathChildrenCache::new(&c, &root, true).unwrap();
+        pcc.start_with(Mode::BuildInitialCache).unwrap();
+        set("PathChildrenCache", CHILDREN + 1);
+        pcc.close();
+        left("PathChildrenCache", round);
+
+        let tree = TreeCache::new(&c, &root).unwrap();
+        tree.start().unwrap();
+        set("TreeCache", 2 * CHILDREN + 2);
+        tree.close();
+        left("TreeCache", round);
+
+        let node = latchkey_recipes::NodeCache::new(&c, &root).unwrap();
+        node.start().unwrap();
+        set("NodeCache", 1);
+        node.close();
+        left("NodeCache", round);
+    }
+}

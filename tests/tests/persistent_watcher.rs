@@ -280,3 +280,80 @@ fn started_and_closed_watchers_leave_no_watch_behind() {
         "the whole tree"
     );
 }
+
+/// Issue 38, item 2: closing one of two watchers on the same path and
+/// client removes its own watch alone (Curator removes only its watcher):
+/// the other hears no reset and every one of 200 later changes.
+#[test]
+fn closing_one_of_two_watchers_on_a_path_leaves_the_other_whole() {
+    let server = shared_server();
+    let c = connect(&server.connect_string(), Duration::from_secs(10));
+    let writer = connect(&server.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &c);
+    let node = unique("/pwatcher/two");
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&node, b"")
+        .unwrap();
+    let (closed, _, closed_resets) = started(&c, &node, false);
+    let (kept, events, resets) = started(&c, &node, false);
+    expect_reset(&closed_resets, WatchReset::Started, &ctx);
+    expect_reset(&resets, WatchReset::Started, &ctx);
+    closed.close();
+    for i in 0..200u32 {
+        writer.set_data(&node, &i.to_be_bytes(), None).unwrap();
+        expect_event(&events, EventType::NodeDataChanged, &node, &ctx);
+    }
+    quiet(&resets, "the watcher left");
+    assert_eq!(c.pending_watches(), 1, "the watcher left keeps its watch");
+    kept.close();
+    assert_eq!(c.pending_watches(), 0);
+}
+
+/// Issue 38, item 3: a watcher closed while its client is disconnected
+/// does not have its watch set again when the client reconnects (the
+/// client does not count it, and the server sends it no event).
+#[test]
+fn a_watcher_closed_while_disconnected_is_not_set_again_on_reconnecting() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let c = connect(&proxy.connect_string(), Duration::from_secs(30));
+    let writer = connect(&server.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &c);
+    let node = unique("/pwatcher/offline-close");
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&node, b"")
+        .unwrap();
+    let (w, _events, resets) = started(&c, &node, false);
+    expect_reset(&resets, WatchReset::Started, &ctx);
+    proxy.set_refuse(true);
+    proxy.cut();
+    wait_until(
+        WAIT,
+        || c.state() == Some(ConnectionState::Suspended),
+        || format!("not suspended\n{}", ctx.dump()),
+    );
+    w.close();
+    proxy.set_refuse(false);
+    wait_until(
+        Duration::from_secs(20),
+        || c.state() == Some(ConnectionState::Reconnected),
+        || format!("not reconnected\n{}", ctx.dump()),
+    );
+    let before = c.metrics().watch_events;
+    for i in 0..3u8 {
+        writer.set_data(&node, &[i], None).unwrap();
+    }
+    // A watch event comes before this read's reply, which sees the change.
+    assert_eq!(c.get_data(&node).unwrap().0, [2]);
+    assert_eq!(
+        c.metrics().watch_events - before,
+        0,
+        "the server still sent events for the closed watcher\n{}",
+        ctx.dump()
+    );
+    assert_eq!(c.pending_watches(), 0, "the client still counts it");
+}

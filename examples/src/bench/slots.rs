@@ -1,6 +1,6 @@
 //! What the two threaded floors ([`super::reader`] and
 //! [`super::io_thread`]) share: the slot a caller waits on for its reply,
-//! the record of who waits for what ([`Waiting`]), and Curator's lock
+//! the record of who waits for what (`Waiting`), and Curator's lock
 //! protocol on top of them ([`SlotSession`]). The floors differ only in
 //! how a request reaches the socket: written by its caller, or handed to
 //! the I/O thread.

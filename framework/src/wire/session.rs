@@ -46,7 +46,9 @@ use super::proto::{self, op, xid, ConnectRequest, ConnectResponse};
 use super::sasl::{self, LoginError, SaslDigest};
 use super::slot::{ReplySlot, Waited};
 use super::transport::{Stream, TlsSettings};
-use super::watches::{RemoveKind, WatchFn, WatchRegistration, Watcher, Watches};
+use super::watches::{
+    RemoveKind, WatchFn, WatchGroup, WatchKind, WatchRegistration, Watcher, Watches,
+};
 use crate::deadline::instant_after;
 use crate::error::{Error, ErrorCode};
 use crate::lazy_thread::LazyThread;
@@ -437,6 +439,19 @@ impl WireSession {
         }
     }
 
+    /// Drops this session's watches of `group`, here only; each runs once
+    /// with its `*WatchRemoved` event. Returns the persistent watches'
+    /// paths and kinds now without a watcher here, which the server may
+    /// drop (a reconnection would not set them again).
+    pub(crate) fn remove_group_locally(&self, group: &Arc<WatchGroup>) -> Vec<(String, WatchKind)> {
+        let (removed, emptied) = self.inner.watches.lock().remove_group(group);
+        for (w, event_type, path) in removed {
+            self.inner
+                .fire(vec![w.run], WatchedEvent { event_type, path });
+        }
+        emptied
+    }
+
     /// Gives the session up without telling the server (the client declared
     /// it lost): pending watchers fire once with `SessionExpired`, as on a
     /// real expiry, so nobody waits on a watch that can no longer fire.
@@ -812,7 +827,10 @@ impl Inner {
             return;
         };
         let mut watches = self.watches.lock();
-        if !watches.is_ended() {
+        if reg.watcher.in_removed_group() {
+            // Its group was removed while this reply was on its way.
+            released.push(reg);
+        } else if !watches.is_ended() {
             watches.add(kind, reg.path, reg.watcher);
         } else if self.closing.load(Ordering::Acquire) {
             // Closed on purpose while this reply was on its way: quietly.

@@ -3,6 +3,7 @@
 //! reconnect.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::proto::{self, op, xid};
@@ -14,6 +15,24 @@ pub(crate) type WatchFn = Box<dyn FnOnce(WatchedEvent) + Send>;
 /// A persistent watch callback: runs for every event until removed.
 pub(crate) type PersistentFn = Arc<dyn Fn(WatchedEvent) + Send + Sync>;
 
+/// The watches set through one client handle, to be removed together
+/// (`Client::with_watcher_removal`). Once removed, a watch of the group
+/// whose reply comes later is let go of instead of registered.
+#[derive(Debug, Default)]
+pub(crate) struct WatchGroup {
+    removed: AtomicBool,
+}
+
+impl WatchGroup {
+    pub(crate) fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+}
+
+/// A watcher taken out of the table, the event that tells it so, and its
+/// path.
+pub(crate) type Removed = (Watcher, EventType, String);
+
 /// A registered watch callback, and where it runs.
 pub(crate) struct Watcher {
     pub run: WatchFn,
@@ -23,6 +42,8 @@ pub(crate) struct Watcher {
     /// Set for a persistent watch: `run` calls it once, and the table
     /// keeps it to make a fresh one-shot `run` for every event.
     pub persistent: Option<PersistentFn>,
+    /// The group it was set in, if any.
+    pub group: Option<Arc<WatchGroup>>,
 }
 
 impl Watcher {
@@ -32,7 +53,22 @@ impl Watcher {
             run: once(&f),
             waker: false,
             persistent: Some(f),
+            group: None,
         }
+    }
+
+    /// This watcher, set in `group`.
+    pub(crate) fn in_group(mut self, group: Option<Arc<WatchGroup>>) -> Self {
+        self.group = group;
+        self
+    }
+
+    pub(crate) fn in_removed_group(&self) -> bool {
+        self.group.as_ref().is_some_and(|g| g.is_removed())
+    }
+
+    fn is_in(&self, group: &Arc<WatchGroup>) -> bool {
+        self.group.as_ref().is_some_and(|g| Arc::ptr_eq(g, group))
     }
 
     /// A one-shot copy of a persistent watcher, for one event.
@@ -218,6 +254,51 @@ impl Watches {
         removed
     }
 
+    /// Removes every watch of `group` (and marks it removed, so that one
+    /// registered later is not kept), each with the event that tells its
+    /// callback it was removed, and its path. Also returns the persistent
+    /// watches' paths and kinds left with no watcher, which the server may
+    /// now drop.
+    pub(crate) fn remove_group(
+        &mut self,
+        group: &Arc<WatchGroup>,
+    ) -> (Vec<Removed>, Vec<(String, WatchKind)>) {
+        group.removed.store(true, Ordering::Release);
+        let mut removed = Vec::new();
+        let mut emptied = Vec::new();
+        use WatchKind::*;
+        for kind in [Data, Exist, Child, Persistent, PersistentRecursive] {
+            let event = match kind {
+                Child => EventType::ChildWatchRemoved,
+                Data | Exist => EventType::DataWatchRemoved,
+                Persistent | PersistentRecursive => EventType::PersistentWatchRemoved,
+            };
+            let table = self.table(kind);
+            let mut gone = Vec::new();
+            for (path, list) in table.iter_mut() {
+                let before = list.len();
+                let mut i = 0;
+                while i < list.len() {
+                    if list[i].is_in(group) {
+                        removed.push((list.swap_remove(i), event, path.clone()));
+                    } else {
+                        i += 1;
+                    }
+                }
+                if list.is_empty() && before > 0 {
+                    gone.push(path.clone());
+                }
+            }
+            for path in gone {
+                table.remove(&path);
+                if matches!(kind, Persistent | PersistentRecursive) {
+                    emptied.push((path, kind));
+                }
+            }
+        }
+        (removed, emptied)
+    }
+
     /// How many callbacks wait, over every kind and path.
     pub(crate) fn len(&self) -> usize {
         [
@@ -338,10 +419,59 @@ mod tests {
 
     fn watcher() -> Watcher {
         Watcher {
+            group: None,
             run: Box::new(|_| {}),
             waker: false,
             persistent: None,
         }
+    }
+
+    /// A group's removal takes its watchers only, and names the persistent
+    /// paths it left without any watcher (those the server may drop).
+    #[test]
+    fn removing_a_group_takes_its_watchers_alone() {
+        let (a, b) = (
+            Arc::new(WatchGroup::default()),
+            Arc::new(WatchGroup::default()),
+        );
+        let persistent = || Watcher::persistent(Arc::new(|_| {}));
+        let mut w = Watches::default();
+        w.add(
+            WatchKind::Persistent,
+            "/p".into(),
+            persistent().in_group(Some(a.clone())),
+        );
+        w.add(
+            WatchKind::Persistent,
+            "/p".into(),
+            persistent().in_group(Some(b.clone())),
+        );
+        w.add(
+            WatchKind::Persistent,
+            "/q".into(),
+            persistent().in_group(Some(a.clone())),
+        );
+        w.add(
+            WatchKind::Data,
+            "/p".into(),
+            watcher().in_group(Some(a.clone())),
+        );
+        w.add(WatchKind::Child, "/p".into(), watcher());
+        let (removed, emptied) = w.remove_group(&a);
+        let mut paths: Vec<(String, EventType)> =
+            removed.into_iter().map(|(_, e, p)| (p, e)).collect();
+        paths.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(paths.len(), 3, "{paths:?}");
+        assert!(paths.contains(&("/p".into(), EventType::DataWatchRemoved)));
+        assert!(paths.contains(&("/q".into(), EventType::PersistentWatchRemoved)));
+        assert_eq!(emptied, vec![("/q".to_owned(), WatchKind::Persistent)]);
+        assert_eq!(
+            w.len(),
+            2,
+            "b's persistent watch and the ungrouped one stay"
+        );
+        assert!(a.is_removed() && !b.is_removed());
+        assert!(watcher().in_group(Some(a)).in_removed_group());
     }
 
     #[test]

@@ -163,7 +163,10 @@ impl<E: Clone + Send + 'static> Classic<E> {
         validate_any_path(root)?;
         let keeper = Keeper::default();
         Ok(Arc::new(Classic {
-            client: client.with_cancel(Some(keeper.cancel_token())),
+            // Its own watch group, so that closing removes its watches.
+            client: client
+                .with_watcher_removal()
+                .with_cancel(Some(keeper.cancel_token())),
             root: root.to_owned(),
             shape,
             events,
@@ -359,6 +362,11 @@ impl<E: Clone + Send + 'static> Classic<E> {
         if self.keeper.close() {
             self.state_listener.lock().take();
             self.subscribers.lock().clear();
+            // Its one-shot watches, here only (Curator's removeWatchers):
+            // the server's fire once to nobody.
+            if let Err(e) = self.client.remove_watchers() {
+                log::debug!("closing the cache of {}: {e}", self.root);
+            }
         }
     }
 

@@ -12,9 +12,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use latchkey_framework::{compression, paths};
-use latchkey_framework::{
-    AddWatchMode, Client, ErrorCode, EventType, Result, WatchedEvent, WatcherType,
-};
+use latchkey_framework::{AddWatchMode, Client, ErrorCode, EventType, Result, WatchedEvent};
 use parking_lot::Mutex;
 
 use crate::armed::{read_watched, waking, WatchArms};
@@ -123,7 +121,11 @@ impl CuratorCacheBuilder {
         let keeper = Keeper::default();
         Ok(CuratorCache {
             inner: Arc::new(Inner {
-                client: self.client.with_cancel(Some(keeper.cancel_token())),
+                // Its own watch group, so that closing removes its watches alone.
+                client: self
+                    .client
+                    .with_watcher_removal()
+                    .with_cancel(Some(keeper.cancel_token())),
                 root: self.root,
                 single: self.single,
                 cache_data: self.cache_data,
@@ -166,12 +168,12 @@ const REMOVE_WITHIN: Duration = Duration::from_secs(2);
 /// session it watches again and does the same. While the client is
 /// disconnected the copy may be stale, as in Curator.
 ///
-/// Closing the cache removes its persistent watch (when the client is
-/// connected; else the watch stays, unused, until the session ends).
-/// ZooKeeper before 3.9 cannot remove a persistent watch alone: there
-/// this removes every watch this client has on the root's path, whose
-/// watchers are told so (a cache or a `NodeCache` of that path on the
-/// same client watches again).
+/// Closing the cache removes its own watches only, at once here (Curator's
+/// `removeWatchers()`): another cache or watcher of the same client on the
+/// root keeps its own and hears nothing of it. The server's watch goes
+/// once none of this client's is left on the path (on ZooKeeper before
+/// 3.9, once no watch of any kind of this client is left there); closed
+/// while disconnected, it is not set again on reconnecting.
 ///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
@@ -299,8 +301,10 @@ impl CuratorCache {
     }
 
     /// Stops the cache: its requests end at once, its thread ends, its
-    /// channels disconnect, its persistent watch is removed (waiting 2 s
-    /// at most); the copy stays as last seen, unless built with
+    /// channels disconnect, its own watches are removed (another cache or
+    /// watcher of the same client on the path keeps its own; see
+    /// [`PersistentWatcher::close`](crate::PersistentWatcher::close)); the
+    /// copy stays as last seen, unless built with
     /// [`clear_on_close`](CuratorCacheBuilder::clear_on_close).
     /// Idempotent; dropping the cache does the same.
     pub fn close(&self) {
@@ -316,15 +320,8 @@ impl CuratorCache {
             .client
             .with_cancel(None)
             .with_deadline(Some(Instant::now() + REMOVE_WITHIN));
-        let connected = client.state().is_some_and(|s| s.is_connected());
-        if connected && inner.recursive.is_armed(&(), client.session_id()) {
-            let kind = match inner.single {
-                true => WatcherType::Persistent,
-                false => WatcherType::PersistentRecursive,
-            };
-            if let Err(e) = client.remove_watches(&inner.root, kind) {
-                log::debug!("{}: removing its watch: {e}", inner.what());
-            }
+        if let Err(e) = client.remove_watchers() {
+            log::debug!("{}: removing its watch: {e}", inner.what());
         }
     }
 }

@@ -74,7 +74,10 @@ impl NodeCache {
         let keeper = Keeper::default();
         Ok(NodeCache {
             inner: Arc::new(Inner {
-                client: client.with_cancel(Some(keeper.cancel_token())),
+                // Its own watch group, so that closing removes its watches.
+                client: client
+                    .with_watcher_removal()
+                    .with_cancel(Some(keeper.cancel_token())),
                 path: path.to_owned(),
                 current: Mutex::new(None),
                 subscribers: Mutex::new(Vec::new()),
@@ -189,8 +192,13 @@ impl NodeCache {
     /// channels disconnect; [`current_data`](Self::current_data) keeps the
     /// last copy. Idempotent; dropping the cache does the same.
     pub fn close(&self) {
-        self.inner.keeper.close();
-        self.inner.subscribers.lock().clear();
+        if self.inner.keeper.close() {
+            self.inner.subscribers.lock().clear();
+            // Its one-shot watches, here only (Curator's removeWatchers).
+            if let Err(e) = self.inner.client.remove_watchers() {
+                log::debug!("closing the cache of {}: {e}", self.inner.path);
+            }
+        }
     }
 }
 

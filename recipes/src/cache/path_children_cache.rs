@@ -214,7 +214,8 @@ impl PathChildrenCache {
 
     /// Stops the cache: its requests end at once, its thread ends, its
     /// channels disconnect; the copy stays as last seen. The watches it
-    /// set stay on the server until each fires once or the session ends.
+    /// set are removed here (Curator's `removeWatchers()`); on the server
+    /// each fires once more, to nobody, or goes with the session.
     /// Idempotent; dropping the cache does the same.
     pub fn close(&self) {
         self.inner.close()

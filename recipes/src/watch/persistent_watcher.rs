@@ -7,9 +7,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use latchkey_framework::{
-    AddWatchMode, Client, ErrorCode, EventType, Result, WatchedEvent, WatcherType,
-};
+use latchkey_framework::{AddWatchMode, Client, ErrorCode, EventType, Result, WatchedEvent};
 use parking_lot::Mutex;
 
 use crate::armed::WatchArms;
@@ -59,10 +57,13 @@ pub enum WatchReset {
 /// plain one's child events were not delivered); use two clients, or
 /// ZooKeeper 3.9.
 ///
-/// Closing removes the watch. ZooKeeper before 3.9 cannot remove a
-/// persistent watch alone: there this removes every watch this client has
-/// on the path, whose owners are told so (another `PersistentWatcher` or
-/// cache of that path on the same client sets its watch again).
+/// Closing removes its own watch only, at once here (Curator's
+/// `removeWatchers()`): another watcher or cache of the same client on the
+/// path keeps its own, and hears nothing of it. The server's watch goes
+/// once none of this client's is left on the path (on ZooKeeper before
+/// 3.9, which removes only all of a path's watches at once, once no watch
+/// of any kind of this client is left there). Closed while disconnected,
+/// the watch is not set again when the client reconnects.
 ///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
@@ -113,10 +114,12 @@ impl PersistentWatcher {
     pub fn new(client: &Client, path: &str, recursive: bool) -> Result<PersistentWatcher> {
         validate_any_path(path)?;
         let keeper = Keeper::default();
+        // Its own watch group, so that closing removes its watch alone.
+        let grouped = client.with_watcher_removal();
         Ok(PersistentWatcher {
             inner: Arc::new(Inner {
-                client: client.with_cancel(Some(keeper.cancel_token())),
-                plain: client.with_cancel(None),
+                client: grouped.with_cancel(Some(keeper.cancel_token())),
+                plain: grouped.with_cancel(None),
                 path: path.to_owned(),
                 recursive,
                 armed: Arc::default(),
@@ -185,15 +188,8 @@ impl PersistentWatcher {
         let client = inner
             .plain
             .with_deadline(Some(Instant::now() + REMOVE_WITHIN));
-        let connected = client.state().is_some_and(|s| s.is_connected());
-        if connected && inner.armed.is_armed(&(), client.session_id()) {
-            let kind = match inner.recursive {
-                true => WatcherType::PersistentRecursive,
-                false => WatcherType::Persistent,
-            };
-            if let Err(e) = client.remove_watches(&inner.path, kind) {
-                log::debug!("{}: removing its watch: {e}", inner.what());
-            }
+        if let Err(e) = client.remove_watchers() {
+            log::debug!("{}: removing its watch: {e}", inner.what());
         }
     }
 }
