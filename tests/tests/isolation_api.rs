@@ -73,6 +73,27 @@ fn meeting_the_unsent_cap_fails_unsent_naming_the_cap() {
     );
 }
 
+/// Under the default cap (16 MiB), the same 32 threads writing 256 KiB at
+/// once to a stalled connection (8 MiB waiting) all find room: their
+/// calls fail unsent at their deadline, none for a cap.
+#[test]
+fn the_default_cap_leaves_room_for_eight_mib() {
+    let _serial = serial();
+    let f = flood_with(32, Duration::from_millis(300), |b| b);
+    check_flood(&f);
+    let capped = f
+        .results
+        .iter()
+        .filter(|r| matches!(r, Err(e) if e.to_string().contains("max_unsent_bytes")))
+        .count();
+    assert_eq!(
+        capped,
+        0,
+        "calls refused for the cap with 8 MiB waiting under the default 16 MiB: {}",
+        f.figures()
+    );
+}
+
 /// 20 creates with a zero timeout each fail with a timeout that is
 /// unsent, and none is applied.
 #[test]
