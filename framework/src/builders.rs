@@ -14,7 +14,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::ops::{self, wire_children, wire_create, wire_delete, wire_exists, wire_get_data};
 use crate::paths;
 use crate::types::{CreateMode, Stat, WatchedEvent};
-use crate::wire::{WatchKind, WatchRegistration, Watcher, WireSession};
+use crate::wire::{WatchGroup, WatchKind, WatchRegistration, Watcher, WireSession};
 
 /// A one-shot watcher that may be registered by several attempts of a
 /// retried read; whichever registration fires first calls it.
@@ -28,7 +28,7 @@ impl Shared {
         on_no_node: Option<WatchKind>,
         watcher: &SharedWatcher,
         waker: bool,
-        group: Option<Arc<crate::wire::WatchGroup>>,
+        group: Option<crate::wire::GroupMark>,
     ) -> WatchRegistration {
         let slot = Arc::clone(watcher);
         let ns = self.cfg.namespace.clone();
@@ -625,7 +625,7 @@ impl Client {
         let sp = self.shared.server_path(path)?;
         let w: SharedWatcher = Arc::new(Mutex::new(Some(watcher)));
         self.retrying(op, path, |s, d| {
-            let group = self.watch_group.clone();
+            let group = self.watch_group.as_ref().map(WatchGroup::mark);
             let reg = self
                 .shared
                 .registration(&sp, on_ok, on_no_node, &w, waker, group);

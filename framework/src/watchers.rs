@@ -101,21 +101,28 @@ impl Client {
             AddWatchMode::Persistent => (WatchKind::Persistent, 0),
             AddWatchMode::PersistentRecursive => (WatchKind::PersistentRecursive, 1),
         };
-        self.retrying("add_watch", path, |s, deadline| {
+        let mark = self.retrying("add_watch", path, |s, deadline| {
             // Registered when the reply says the server holds the watch.
+            let mark = self.watch_group.as_ref().map(WatchGroup::mark);
             let reg = WatchRegistration {
                 path: sp.clone(),
                 on_ok: kind,
                 on_no_node: None,
-                watcher: Watcher::persistent(Arc::clone(&run)).in_group(self.watch_group.clone()),
+                watcher: Watcher::persistent(Arc::clone(&run)).in_group(mark.clone()),
             };
             let write = |w: &mut crate::wire::jute::Writer| {
                 w.string(&sp).i32(wire_mode);
             };
             s.call(op::ADD_WATCH, write, Some(reg), deadline)
                 .map_err(|e| e.with_path(&sp))?;
-            Ok(())
-        })
+            Ok(mark)
+        })?;
+        // The group was removed while the request was on its way: the
+        // watch was let go of here, so it must not stay on the server.
+        if mark.is_some_and(|m| m.is_stale()) {
+            self.remove_on_server(&sp, kind);
+        }
+        Ok(())
     }
 
     /// A handle on this client whose watches can be removed together with
@@ -142,21 +149,21 @@ impl Client {
     /// [`Client::with_watcher_removal`] (Curator's `removeWatchers()`):
     /// here at once, each watcher running once with its `*WatchRemoved`
     /// event, and a watch whose reply is still on its way is let go of
-    /// when it comes. A persistent watch is also removed on the server
-    /// once no watcher of this client is left on its path (other one-shot
-    /// watches there keep it, on servers before 3.9, which remove only all
-    /// of a path's watches at once); if that removal cannot be sent, no
-    /// reconnection sets the watch again. Fails with
+    /// when it comes (a persistent one is then removed on the server too).
+    /// The handle stays usable: watches set through it afterwards are
+    /// kept, until the next `remove_watchers`. A persistent watch is also
+    /// removed on the server once no watcher of this client is left on its
+    /// path (other one-shot watches there keep it, on servers before 3.9,
+    /// which remove only all of a path's watches at once); if that removal
+    /// cannot be sent, no reconnection sets the watch again. Fails with
     /// [`Error::InvalidArgument`] on a handle not made by
     /// `with_watcher_removal`.
     ///
-    /// Known limits (tests in `watch_groups_review.rs`, ignored until
-    /// fixed): the handle cannot set watches after its removal (they are
-    /// let go of when their reply comes; take a new handle); a persistent
-    /// watch whose request reaches the server after the removal stays on
-    /// the server until the connection ends; and a persistent watch kept
-    /// on the server for another handle's one-shot watch on the path stays
-    /// after that one fires. Those servers' events reach no watcher here.
+    /// Known limit (a test in `watch_groups_review.rs`, ignored until
+    /// fixed): on a server before 3.9, a persistent watch kept on the
+    /// server for another handle's one-shot watch on its path stays there
+    /// after that one fires, until the connection ends. Its events reach
+    /// no watcher here.
     pub fn remove_watchers(&self) -> Result<()> {
         let Some(group) = &self.watch_group else {
             return Err(Error::InvalidArgument(
@@ -167,50 +174,59 @@ impl Client {
             return Ok(()); // closed: no watch is left
         };
         for (sp, kind) in session.remove_group_locally(group) {
-            let remove = match kind {
-                WatchKind::Persistent => RemoveKind::Persistent,
-                _ => RemoveKind::PersistentRecursive,
-            };
-            let path = self.shared.user_path(&sp);
-            // One attempt, now: while disconnected there is nothing to do,
-            // as the next connection will not set the watch again.
-            let within = Instant::now() + REMOVAL_WAIT;
-            let deadline = self.deadline.map_or(within, |d| d.min(within));
-            let removed = self.shared.try_once(
-                "remove_watchers",
-                &path,
-                Some(deadline),
-                None,
-                |s, deadline| {
-                    let send = |kind: RemoveKind| {
-                        let write = |w: &mut crate::wire::jute::Writer| {
-                            w.string(&sp).i32(kind.wire());
-                        };
-                        s.call(op::REMOVE_WATCHES, write, None, deadline)
-                            .map_err(|e| e.with_path(&sp))
-                    };
-                    match send(remove) {
-                        // Before 3.9: only all of the path's watches at once,
-                        // and only when none of this client's is left there.
-                        Err(e) if e.is(ErrorCode::MarshallingError) => {
-                            match s.has_watches(&sp, RemoveKind::Any) {
-                                true => Ok(()),
-                                false => send(RemoveKind::Any).map(drop),
-                            }
-                        }
-                        other => other.map(drop),
-                    }
-                },
-            );
-            match removed {
-                Ok(()) => {}
-                // Already gone on the server (a reconnection, an expiry).
-                Err(e) if e.is(ErrorCode::NoWatcher) => {}
-                // Not connected: the next connection does not set it again.
-                Err(e) => log::debug!("removing the persistent watch on {path}: {e}"),
-            }
+            self.remove_on_server(&sp, kind);
         }
         Ok(())
+    }
+
+    /// Removes this client's persistent watch of `kind` on `sp` (a server
+    /// path) from the server, when no watcher of it is left here: one
+    /// attempt, now, and never an error, as while disconnected there is
+    /// nothing to do (the next connection does not set it again).
+    fn remove_on_server(&self, sp: &str, kind: WatchKind) {
+        let remove = match kind {
+            WatchKind::Persistent => RemoveKind::Persistent,
+            _ => RemoveKind::PersistentRecursive,
+        };
+        let path = self.shared.user_path(sp);
+        let within = Instant::now() + REMOVAL_WAIT;
+        let deadline = self.deadline.map_or(within, |d| d.min(within));
+        let removed = self.shared.try_once(
+            "remove_watchers",
+            &path,
+            Some(deadline),
+            None,
+            |s, deadline| {
+                if s.has_watches(sp, remove) {
+                    return Ok(()); // another handle's watch needs it
+                }
+                let send = |kind: RemoveKind| {
+                    let write = |w: &mut crate::wire::jute::Writer| {
+                        w.string(sp).i32(kind.wire());
+                    };
+                    s.call(op::REMOVE_WATCHES, write, None, deadline)
+                        .map_err(|e| e.with_path(sp))
+                };
+                match send(remove) {
+                    // Before 3.9: only all of the path's watches at once,
+                    // and only when none of this client's is left there.
+                    Err(e) if e.is(ErrorCode::MarshallingError) => {
+                        match s.has_watches(sp, RemoveKind::Any) {
+                            true => Ok(()),
+                            false => send(RemoveKind::Any).map(drop),
+                        }
+                    }
+                    other => other.map(drop),
+                }
+            },
+        );
+        match removed {
+            Ok(()) => {}
+            // Already gone on the server (a reconnection, an expiry).
+            Err(e) if e.is(ErrorCode::NoWatcher) => {}
+            // Not connected: the next connection does not set it again.
+            Err(e) => log::debug!("removing the persistent watch on {path}: {e}"),
+        }
     }
 
     /// Removes this client's watches of `kind` on `path`, on the server and

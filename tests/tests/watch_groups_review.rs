@@ -59,7 +59,6 @@ fn events_during(c: &Client, sync_path: &str, act: impl FnOnce()) -> u64 {
 /// by the next `removeWatchers()`). Here a one-shot and a persistent watch
 /// set through the handle after its removal must fire.
 #[test]
-#[ignore = "finding, not fixed: a handle's group stays removed after remove_watchers, so watches set through it later are let go of when their reply comes (Curator's handle stays usable); needs a group epoch"]
 fn a_handle_watches_again_after_removing_its_watchers() {
     let c = connect(&shared_server().connect_string(), WAIT);
     let writer = connect(&shared_server().connect_string(), WAIT);
@@ -114,7 +113,6 @@ fn a_handle_watches_again_after_removing_its_watchers() {
 /// it starts): the client lets go of it when the reply comes, and then the
 /// server must not keep the watch and send this session its events.
 #[test]
-#[ignore = "finding, not fixed: a persistent addWatch that reaches the server after its group was removed is let go of here but stays on the server, which sends its events until the connection ends; needs add_watch to remove it on the server when its group went meanwhile"]
 fn a_persistent_watch_set_after_its_group_was_removed_leaves_none_on_the_server() {
     let server = shared_server();
     let proxy = FaultProxy::start(server.addr()).expect("start the proxy");

@@ -3,7 +3,7 @@
 //! reconnect.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::proto::{self, op, xid};
@@ -16,16 +16,35 @@ pub(crate) type WatchFn = Box<dyn FnOnce(WatchedEvent) + Send>;
 pub(crate) type PersistentFn = Arc<dyn Fn(WatchedEvent) + Send + Sync>;
 
 /// The watches set through one client handle, to be removed together
-/// (`Client::with_watcher_removal`). Once removed, a watch of the group
-/// whose reply comes later is let go of instead of registered.
+/// (`Client::with_watcher_removal`). Each removal starts a new epoch: a
+/// watch marked in an earlier one whose reply comes later is let go of
+/// instead of registered, while the handle's later watches are kept.
 #[derive(Debug, Default)]
 pub(crate) struct WatchGroup {
-    removed: AtomicBool,
+    epoch: AtomicU64,
 }
 
 impl WatchGroup {
-    pub(crate) fn is_removed(&self) -> bool {
-        self.removed.load(Ordering::Acquire)
+    /// A mark for a watch about to be requested through this group.
+    pub(crate) fn mark(self: &Arc<Self>) -> GroupMark {
+        GroupMark {
+            group: Arc::clone(self),
+            epoch: self.epoch.load(Ordering::Acquire),
+        }
+    }
+}
+
+/// A watch's group, and the group's epoch when the watch was requested.
+#[derive(Clone, Debug)]
+pub(crate) struct GroupMark {
+    group: Arc<WatchGroup>,
+    epoch: u64,
+}
+
+impl GroupMark {
+    /// Whether the group was removed since this mark was taken.
+    pub(crate) fn is_stale(&self) -> bool {
+        self.group.epoch.load(Ordering::Acquire) != self.epoch
     }
 }
 
@@ -43,7 +62,7 @@ pub(crate) struct Watcher {
     /// keeps it to make a fresh one-shot `run` for every event.
     pub persistent: Option<PersistentFn>,
     /// The group it was set in, if any.
-    pub group: Option<Arc<WatchGroup>>,
+    pub group: Option<GroupMark>,
 }
 
 impl Watcher {
@@ -58,17 +77,20 @@ impl Watcher {
     }
 
     /// This watcher, set in `group`.
-    pub(crate) fn in_group(mut self, group: Option<Arc<WatchGroup>>) -> Self {
+    pub(crate) fn in_group(mut self, group: Option<GroupMark>) -> Self {
         self.group = group;
         self
     }
 
+    /// Whether its group was removed since the watch was requested.
     pub(crate) fn in_removed_group(&self) -> bool {
-        self.group.as_ref().is_some_and(|g| g.is_removed())
+        self.group.as_ref().is_some_and(GroupMark::is_stale)
     }
 
     fn is_in(&self, group: &Arc<WatchGroup>) -> bool {
-        self.group.as_ref().is_some_and(|g| Arc::ptr_eq(g, group))
+        self.group
+            .as_ref()
+            .is_some_and(|m| Arc::ptr_eq(&m.group, group))
     }
 
     /// A one-shot copy of a persistent watcher, for one event.
@@ -254,16 +276,16 @@ impl Watches {
         removed
     }
 
-    /// Removes every watch of `group` (and marks it removed, so that one
-    /// registered later is not kept), each with the event that tells its
-    /// callback it was removed, and its path. Also returns the persistent
+    /// Removes every watch of `group` (and starts its next epoch, so that
+    /// one requested before and registered later is not kept), each with
+    /// the event that tells its callback it was removed, and its path. Also returns the persistent
     /// watches' paths and kinds left with no watcher, which the server may
     /// now drop.
     pub(crate) fn remove_group(
         &mut self,
         group: &Arc<WatchGroup>,
     ) -> (Vec<Removed>, Vec<(String, WatchKind)>) {
-        group.removed.store(true, Ordering::Release);
+        group.epoch.fetch_add(1, Ordering::AcqRel);
         let mut removed = Vec::new();
         let mut emptied = Vec::new();
         use WatchKind::*;
@@ -439,22 +461,22 @@ mod tests {
         w.add(
             WatchKind::Persistent,
             "/p".into(),
-            persistent().in_group(Some(a.clone())),
+            persistent().in_group(Some(a.mark())),
         );
         w.add(
             WatchKind::Persistent,
             "/p".into(),
-            persistent().in_group(Some(b.clone())),
+            persistent().in_group(Some(b.mark())),
         );
         w.add(
             WatchKind::Persistent,
             "/q".into(),
-            persistent().in_group(Some(a.clone())),
+            persistent().in_group(Some(a.mark())),
         );
         w.add(
             WatchKind::Data,
             "/p".into(),
-            watcher().in_group(Some(a.clone())),
+            watcher().in_group(Some(a.mark())),
         );
         w.add(WatchKind::Child, "/p".into(), watcher());
         let (removed, emptied) = w.remove_group(&a);
@@ -470,8 +492,25 @@ mod tests {
             2,
             "b's persistent watch and the ungrouped one stay"
         );
-        assert!(a.is_removed() && !b.is_removed());
-        assert!(watcher().in_group(Some(a)).in_removed_group());
+        assert!(!watcher().in_group(Some(b.mark())).in_removed_group());
+    }
+
+    /// A watch requested before its group's removal is stale when its
+    /// reply comes; one requested after it is not, nor after a second
+    /// removal does the first removal's mark become fresh again.
+    #[test]
+    fn a_mark_is_stale_once_its_group_was_removed_since() {
+        let g = Arc::new(WatchGroup::default());
+        let before = watcher().in_group(Some(g.mark()));
+        assert!(!before.in_removed_group());
+        let mut w = Watches::default();
+        w.remove_group(&g);
+        assert!(before.in_removed_group());
+        let after = g.mark();
+        assert!(!after.is_stale());
+        w.remove_group(&g);
+        assert!(after.is_stale() && before.in_removed_group());
+        assert!(!g.mark().is_stale());
     }
 
     #[test]
