@@ -554,15 +554,23 @@ impl Client {
         });
         match written {
             Err(e) if in_doubt && e.is(ErrorCode::BadVersion) => {
-                let (now, stat) = self.get_data(path)?;
-                let another_won = version.checked_add(1) == Some(stat.version) && now != data;
-                Err(match another_won {
+                Err(match self.another_write_won(path, data, version)? {
                     true => e,
                     false => Error::from_code(ErrorCode::ConnectionLoss).for_op("set_data", path),
                 })
             }
             other => other,
         }
+    }
+
+    /// After a compare-and-set of `data` at `version` was sent, its outcome
+    /// lost, and a retry refused with `BadVersion`: whether the node proves
+    /// that another write won (other data one version on). Anything else
+    /// (this data one version on, or a later version) cannot be told from
+    /// this write having been applied.
+    pub(crate) fn another_write_won(&self, path: &str, data: &[u8], version: i32) -> Result<bool> {
+        let (now, stat) = self.get_data(path)?;
+        Ok(version.checked_add(1) == Some(stat.version) && now != data)
     }
 
     /// Sets the node's data in one attempt, outside the retry loop, for

@@ -269,6 +269,18 @@ pub enum Error {
         /// Why ZooKeeper refused it.
         code: ErrorCode,
     },
+    /// A fenced write (`Client::set_data_fenced`) was refused because its
+    /// fence node no longer exists: the hold it stood for (a lock, a
+    /// leadership) has ended, and someone else may hold it now. Nothing
+    /// was changed. Its code is `NoNode`.
+    FenceGone {
+        /// The operation, such as `"set_data"`.
+        op: &'static str,
+        /// The (namespace-relative) path it would have written.
+        path: String,
+        /// The fence node, as the write named it.
+        fence: String,
+    },
 }
 
 impl Error {
@@ -332,6 +344,7 @@ impl Error {
                 Some(ErrorCode::ConnectionLoss)
             }
             Error::TransactionFailed { code, .. } => Some(*code),
+            Error::FenceGone { .. } => Some(ErrorCode::NoNode),
             Error::AuthFailed { .. } => Some(ErrorCode::AuthFailed),
             _ => None,
         }
@@ -465,6 +478,11 @@ impl fmt::Display for Error {
                 "transaction: operation {index} ({op} {path}) failed: {code} ({}); \
                  nothing was changed",
                 code.describe()
+            ),
+            Error::FenceGone { op, path, fence } => write!(
+                f,
+                "{op} {path}: refused, its fence {fence} is gone (the hold ended); \
+                 nothing was changed"
             ),
         }
     }

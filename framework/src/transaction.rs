@@ -539,4 +539,125 @@ impl Client {
             reads: Vec::new(),
         }
     }
+
+    /// Sets the node's data only while the node `fence` exists: a hold's
+    /// lock node (a `MutexGuard`'s, a leadership's), so that a write
+    /// delayed by an outage cannot land after the hold ended and someone
+    /// else took over. One transaction, a check that `fence` exists and
+    /// the write, which ZooKeeper orders before or after the fence's
+    /// deletion, never across it. With a `version` it is a
+    /// compare-and-set, reported as [`Client::compare_and_set_data`]
+    /// reports it: `BadVersion` only when this write was certainly
+    /// refused, `ConnectionLoss` ("may or may not have run") when a lost
+    /// reply leaves it unknown.
+    ///
+    /// Fails with [`Error::FenceGone`] (code `NoNode`), changing nothing,
+    /// once the fence is gone; with the write's own error (`NoNode` for a
+    /// missing node, `BadVersion`) as [`Client::set_data`] would. A fence
+    /// found gone on a retry after a lost reply is `ConnectionLoss` when
+    /// the earlier attempt may have been applied. Both paths are relative
+    /// to this handle's namespace.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use latchkey_framework::Error;
+    /// // `lock_node` is the path of a lock node this process holds.
+    /// # let lock_node = "/locks/jobs/_c_0-lock-0000000007";
+    /// match client.set_data_fenced(lock_node, "/jobs/plan", b"v2", None) {
+    ///     Ok(_) => println!("written while holding the lock"),
+    ///     Err(Error::FenceGone { .. }) => println!("the lock was lost: not written"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn set_data_fenced(
+        &self,
+        fence: &str,
+        path: &str,
+        data: &[u8],
+        version: Option<i32>,
+    ) -> Result<Stat> {
+        let fence_sp = self.shared.server_path(fence)?;
+        let sp = self.shared.server_path(path)?;
+        let subs = [
+            SubRequest::Check {
+                path: &fence_sp,
+                version: -1,
+            },
+            SubRequest::SetData {
+                path: &sp,
+                data,
+                version: version.unwrap_or(-1),
+            },
+        ];
+        let body = encode(&self.shared, &subs, op::MULTI, &sp)?;
+        // Whether an attempt was sent and its outcome lost.
+        let mut in_doubt = false;
+        let replies = self.retrying("set_data", path, |s, deadline| {
+            let attempt = s
+                .call(
+                    op::MULTI,
+                    |w| {
+                        w.raw(&body);
+                    },
+                    None,
+                    deadline,
+                )
+                .map_err(|e| e.with_path(&sp))
+                .and_then(|reply| multi::read_response(&reply));
+            if let Err(e) = &attempt {
+                in_doubt |= e.is_retryable() && !e.is_unsent();
+            }
+            attempt
+        })?;
+        let failed = |r: &SubReply| match r {
+            SubReply::Error(code) if *code != 0 => Some(ErrorCode::from_wire(*code)),
+            _ => None,
+        };
+        let in_doubt_error =
+            || Error::from_code(ErrorCode::ConnectionLoss).for_op("set_data", path);
+        match replies.as_slice() {
+            [SubReply::Checked, SubReply::DataSet(stat)] => Ok(*stat),
+            [check, _] if failed(check) == Some(ErrorCode::NoNode) => {
+                // Gone now; an earlier attempt may have landed before it went.
+                let unchanged = match (in_doubt, version) {
+                    (false, _) => true,
+                    (true, None) => false,
+                    (true, Some(v)) => self.get_data(path)?.1.version == v,
+                };
+                Err(match unchanged {
+                    true => Error::FenceGone {
+                        op: "set_data",
+                        path: path.to_owned(),
+                        fence: fence.to_owned(),
+                    },
+                    false => in_doubt_error(),
+                })
+            }
+            [check, _] if failed(check).is_some() => Err(Error::Zk {
+                code: failed(check).unwrap_or(ErrorCode::SystemError),
+                path: Some(fence.to_owned()),
+            }
+            .for_op("set_data", path)),
+            [_, write] if failed(write).is_some() => {
+                let code = failed(write).unwrap_or(ErrorCode::SystemError);
+                let refused = Error::Zk {
+                    code,
+                    path: Some(sp.clone()),
+                }
+                .for_op("set_data", path);
+                match (in_doubt, version) {
+                    (true, Some(v)) if code == ErrorCode::BadVersion => {
+                        match self.another_write_won(path, data, v)? {
+                            true => Err(refused),
+                            false => Err(in_doubt_error()),
+                        }
+                    }
+                    _ => Err(refused),
+                }
+            }
+            _ => Err(Error::Marshalling("multi reply does not match its request")
+                .for_op("set_data", path)),
+        }
+    }
 }

@@ -166,6 +166,7 @@
 // Support shared by several families.
 mod armed;
 mod cancel;
+mod fence;
 mod hold;
 mod keeper;
 #[doc(hidden)]
@@ -204,6 +205,7 @@ pub use cache::path_children_cache::{
 };
 pub use cache::tree_cache::{TreeCache, TreeCacheBuilder, TreeCacheEvent};
 pub use cancel::CancelToken;
+pub use fence::{Fence, Fenced};
 pub use hold::HoldEvent;
 pub use leader::leader_latch::{CloseMode, LatchEvent, LatchState, LeaderLatch, LATCH_NAME};
 pub use leader::leader_selector::{LeaderSelector, Leadership};

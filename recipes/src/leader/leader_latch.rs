@@ -138,6 +138,8 @@ struct Shared {
     leader: bool,
     /// Our node and the session that owns it.
     node: Option<(String, i64)>,
+    /// Our node's czxid (its fencing token), set with `node`.
+    node_czxid: i64,
     /// Our node when we last became (or were confirmed) leader.
     last_leader_path: Option<String>,
     listeners: Vec<Sender<LatchEvent>>,
@@ -185,6 +187,7 @@ impl LeaderLatch {
                     state: LatchState::Latent,
                     leader: false,
                     node: None,
+                    node_czxid: 0,
                     last_leader_path: None,
                     listeners: Vec::new(),
                 }),
@@ -356,6 +359,31 @@ impl LeaderLatch {
             .map(|(p, _)| p.clone())
     }
 
+    /// This latch's fencing token while it leads: the czxid of its node,
+    /// larger for every later leader of this election (a node created
+    /// later has a larger czxid), so a store that keeps the largest token
+    /// it has seen can refuse a deposed leader's late write. `None` while
+    /// it does not lead. Curator's latch has none.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use std::time::Duration;
+    /// use latchkey_recipes::LeaderLatch;
+    ///
+    /// let latch = LeaderLatch::new(client, "/services/indexer/leader")?;
+    /// latch.start()?;
+    /// if latch.await_leadership(Duration::from_secs(10))? {
+    ///     if let Some(token) = latch.fencing_token() {
+    ///         println!("leading with token {token}");
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_token(&self) -> Option<i64> {
+        let s = self.inner.shared.lock();
+        self.inner.leads(&s).then_some(s.node_czxid)
+    }
+
     /// The full path of this latch's node the last time it became leader
     /// (Curator's `getLastPathIsLeader`): `None` until it first leads.
     /// It stays after leadership ends (the latch closed, its session was
@@ -382,6 +410,23 @@ impl LeaderLatch {
     /// ```
     pub fn last_path_is_leader(&self) -> Option<String> {
         self.inner.shared.lock().last_leader_path.clone()
+    }
+}
+
+impl crate::Fence for LeaderLatch {
+    /// This latch's node while it leads: as long as it exists, no later
+    /// node can sort ahead of it, so a write fenced by the latch is applied
+    /// only while this latch leads. Fails with [`Error::IllegalState`]
+    /// when it does not lead now.
+    fn fence_path(&self) -> Result<String> {
+        let s = self.inner.shared.lock();
+        match (&s.node, self.inner.leads(&s)) {
+            (Some((node, _)), true) => Ok(crate::fence::full_path(&self.inner.client, node)),
+            _ => Err(Error::IllegalState(format!(
+                "fencing by the leader latch at {}: it does not lead",
+                self.inner.path
+            ))),
+        }
     }
 }
 
@@ -566,6 +611,7 @@ impl Inner {
             return Ok(None);
         }
         s.node = Some((path.clone(), stat.ephemeral_owner));
+        s.node_czxid = stat.czxid;
         Ok(Some((path, stat.ephemeral_owner)))
     }
 

@@ -50,8 +50,10 @@ type TakeLeadership = dyn Fn(&Leadership) + Send + Sync;
 /// through [`bound_client`](Leadership::bound_client) (its calls fail once
 /// the term is interrupted or over) and, where a write must not land once
 /// the lock is gone, through [`transaction`](Leadership::transaction)
-/// (applied only while this term's lock node exists), or carry
-/// [`fencing_token`](Leadership::fencing_token) to the store written to.
+/// (applied only while this term's lock node exists) or a recipe's
+/// fenced view (`count.fenced(&leadership)`, see [`crate::Fence`]), or
+/// carry [`fencing_token`](Leadership::fencing_token) to the store written
+/// to.
 pub struct Leadership {
     client: Client,
     /// `client` bound to the term: cancelled when it ends.
@@ -273,6 +275,14 @@ impl Leadership {
     /// ```
     pub fn transaction(&self) -> Transaction<'_> {
         self.bound.transaction().check_exists(&self.node_path)
+    }
+}
+
+impl crate::Fence for Leadership {
+    /// This term's lock node: a write fenced by the leadership is applied
+    /// only while the term's hold stands (see [`Leadership::transaction`]).
+    fn fence_path(&self) -> Result<String> {
+        Ok(crate::fence::full_path(&self.client, &self.node_path))
     }
 }
 

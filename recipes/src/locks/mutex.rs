@@ -521,6 +521,23 @@ impl MutexGuard<'_> {
     }
 }
 
+impl crate::Fence for MutexGuard<'_> {
+    /// The lock node of this hold: a write fenced by the guard is applied
+    /// only while this thread's hold stands.
+    fn fence_path(&self) -> Result<String> {
+        let node = self.mutex.lock_node_path().ok_or_else(|| {
+            Error::IllegalState(format!(
+                "fencing by the lock at {}: this thread does not hold it",
+                self.mutex.path()
+            ))
+        })?;
+        Ok(crate::fence::full_path(
+            self.mutex.inner.internals.client(),
+            &node,
+        ))
+    }
+}
+
 impl Drop for MutexGuard<'_> {
     fn drop(&mut self) {
         if let Err(e) = self.mutex.release() {

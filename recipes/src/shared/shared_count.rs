@@ -6,6 +6,7 @@
 use crossbeam_channel::Receiver;
 use latchkey_framework::{Client, Error, Result};
 
+use crate::fence::{Fence, Fenced};
 use crate::shared::shared_value::{ChangeHook, Codec, Shared, VersionedValue};
 
 impl Codec for i32 {
@@ -88,7 +89,7 @@ impl SharedCount {
     /// deleted, and with [`Error::IllegalState`] after
     /// [`close`](SharedCount::close).
     pub fn set_count(&self, count: i32) -> Result<()> {
-        self.shared.set_value(count)
+        self.shared.set_value(count, None)
     }
 
     /// Sets the count only if the node still holds `previous`: the same
@@ -112,7 +113,35 @@ impl SharedCount {
     /// `ConnectionLoss`, "may or may not have run"; Curator reports `false`
     /// there, even when its write was applied.
     pub fn try_set_count(&self, previous: &VersionedValue, count: i32) -> Result<bool> {
-        self.shared.try_set_value(previous, count)
+        self.shared.try_set_value(previous, count, None)
+    }
+
+    /// This count with its writes fenced by `fence`, a hold such as a
+    /// [`Leadership`](crate::Leadership) or a
+    /// [`MutexGuard`](crate::MutexGuard): each set through it is applied
+    /// only while the hold stands, in one transaction with a check of the
+    /// hold's node, and fails with [`Error::FenceGone`] once the hold has
+    /// ended (another process may hold it now). Curator has no such write;
+    /// without it, a leader's write delayed by an outage can land after
+    /// the next leader's.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
+    /// use latchkey_framework::Error;
+    /// use latchkey_recipes::{InterProcessMutex, SharedCount};
+    ///
+    /// let epoch = SharedCount::new(client, "/config/epoch", 0)?;
+    /// let mutex = InterProcessMutex::new(client, "/config/lock")?;
+    /// let guard = mutex.lock()?;
+    /// match epoch.fenced(&guard).set_count(epoch.count() + 1) {
+    ///     Ok(()) => println!("epoch {}", epoch.count()),
+    ///     Err(Error::FenceGone { .. }) => println!("lost the lock: not written"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn fenced<'a>(&'a self, fence: &'a dyn Fence) -> Fenced<'a, SharedCount> {
+        Fenced::new(self, fence)
     }
 
     /// A channel that receives every new count, in the order they were seen;
@@ -136,6 +165,22 @@ impl SharedCount {
     /// at once. For recipes that wake a waiter on a change.
     pub(crate) fn on_change(&self, hook: impl Fn(i32) + Send + Sync + 'static) -> ChangeHook {
         self.shared.on_change(move |v| hook(v.value))
+    }
+}
+
+impl Fenced<'_, SharedCount> {
+    /// [`SharedCount::set_count`], applied only while the fence stands.
+    pub fn set_count(&self, count: i32) -> Result<()> {
+        self.recipe.shared.set_value(count, Some(self.fence))
+    }
+
+    /// [`SharedCount::try_set_count`], applied only while the fence
+    /// stands: `Ok(false)` when someone changed the count since
+    /// `previous`, [`Error::FenceGone`] when the hold has ended.
+    pub fn try_set_count(&self, previous: &VersionedValue, count: i32) -> Result<bool> {
+        self.recipe
+            .shared
+            .try_set_value(previous, count, Some(self.fence))
     }
 }
 

@@ -14,6 +14,7 @@ use latchkey_framework::{
 };
 use parking_lot::Mutex;
 
+use crate::fence::{Fence, Fenced};
 use crate::locks::lock_internals::{validate_recipe_path, Signal};
 
 /// How long the watch thread waits before reading again after a failed read
@@ -266,17 +267,36 @@ impl<V: Codec> Shared<V> {
         self.inner.cache.lock().versioned()
     }
 
-    /// Sets the value, whatever it was.
-    pub(crate) fn set_value(&self, value: V) -> Result<()> {
+    /// Sets the value, whatever it was; with a `fence`, only while it stands.
+    pub(crate) fn set_value(&self, value: V, fence: Option<&dyn Fence>) -> Result<()> {
         self.check_started()?;
-        let stat = self.write(&value)?;
+        let (client, path) = (&self.inner.client, &self.inner.path);
+        let stat = match fence {
+            None => client.set_data(path, &value.encode(), None)?,
+            Some(fence) => {
+                let fence = crate::fence::fence_for(client, fence, "set_data", path)?;
+                client.set_data_fenced(&fence, path, &value.encode(), None)?
+            }
+        };
         self.inner.update(&stat, value);
         Ok(())
     }
 
-    /// Compare-and-set (see [`SharedValue::try_set_value`]).
-    pub(crate) fn try_set_value(&self, previous: &VersionedValue<V>, value: V) -> Result<bool> {
+    /// Compare-and-set (see [`SharedValue::try_set_value`]); with a
+    /// `fence`, only while it stands.
+    pub(crate) fn try_set_value(
+        &self,
+        previous: &VersionedValue<V>,
+        value: V,
+        fence: Option<&dyn Fence>,
+    ) -> Result<bool> {
         self.check_started()?;
+        let (client, path) = (&self.inner.client, &self.inner.path);
+        // The fence first: a hold that is not there refuses before any read.
+        let fence = match fence {
+            Some(f) => Some(crate::fence::fence_for(client, f, "set_data", path)?),
+            None => None,
+        };
         if previous.version == -1 {
             return Err(Error::InvalidArgument(format!(
                 "setting the {} at {}: version -1 would match any version",
@@ -298,11 +318,11 @@ impl<V: Codec> Shared<V> {
         }
         // Not `set_data`: a retry after a lost reply would meet its own
         // write as `BadVersion`, and an applied write be reported refused.
-        let written = self.inner.client.compare_and_set_data(
-            &self.inner.path,
-            &value.encode(),
-            previous.version,
-        );
+        let data = value.encode();
+        let written = match &fence {
+            None => client.compare_and_set_data(path, &data, previous.version),
+            Some(fence) => client.set_data_fenced(fence, path, &data, Some(previous.version)),
+        };
         match written {
             Ok(stat) => {
                 self.inner.update(&stat, value);
@@ -364,12 +384,6 @@ impl<V: Codec> Shared<V> {
             ))),
             _ => Err(self.inner.closed_error()),
         }
-    }
-
-    fn write(&self, value: &V) -> Result<Stat> {
-        self.inner
-            .client
-            .set_data(&self.inner.path, &value.encode(), None)
     }
 }
 
@@ -675,7 +689,7 @@ impl SharedValue {
     /// deleted, and with [`Error::IllegalState`] before
     /// [`start`](Self::start) or after [`close`](Self::close).
     pub fn set_value(&self, value: &[u8]) -> Result<()> {
-        self.shared.set_value(value.to_vec())
+        self.shared.set_value(value.to_vec(), None)
     }
 
     /// Sets the value only if the node still holds `previous`: the same
@@ -696,7 +710,26 @@ impl SharedValue {
     /// further), the error is `ConnectionLoss`, "may or may not have run";
     /// Curator reports `false` there, even when its write was applied.
     pub fn try_set_value(&self, previous: &VersionedValue<Vec<u8>>, value: &[u8]) -> Result<bool> {
-        self.shared.try_set_value(previous, value.to_vec())
+        self.shared.try_set_value(previous, value.to_vec(), None)
+    }
+
+    /// This value with its writes fenced by `fence`, a hold such as a
+    /// [`Leadership`](crate::Leadership) or a
+    /// [`MutexGuard`](crate::MutexGuard): each set through it is applied
+    /// only while the hold stands, and fails with [`Error::FenceGone`]
+    /// once it has ended (see [`SharedCount::fenced`](crate::SharedCount::fenced)).
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client, value: &latchkey_recipes::SharedValue,
+    /// #      leadership: &latchkey_recipes::Leadership) -> latchkey_framework::Result<()> {
+    /// let seen = value.versioned_value();
+    /// if !value.fenced(leadership).try_set_value(&seen, b"plan v2")? {
+    ///     println!("changed meanwhile; not written");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn fenced<'a>(&'a self, fence: &'a dyn Fence) -> Fenced<'a, SharedValue> {
+        Fenced::new(self, fence)
     }
 
     /// A channel that receives every new value, in the order they were
@@ -719,6 +752,24 @@ impl SharedValue {
         self.shared.close();
         self.events.state_listener.lock().take();
         self.events.subscribers.lock().clear();
+    }
+}
+
+impl Fenced<'_, SharedValue> {
+    /// [`SharedValue::set_value`], applied only while the fence stands.
+    pub fn set_value(&self, value: &[u8]) -> Result<()> {
+        self.recipe
+            .shared
+            .set_value(value.to_vec(), Some(self.fence))
+    }
+
+    /// [`SharedValue::try_set_value`], applied only while the fence
+    /// stands: `Ok(false)` when someone changed the value since
+    /// `previous`, [`Error::FenceGone`] when the hold has ended.
+    pub fn try_set_value(&self, previous: &VersionedValue<Vec<u8>>, value: &[u8]) -> Result<bool> {
+        self.recipe
+            .shared
+            .try_set_value(previous, value.to_vec(), Some(self.fence))
     }
 }
 
