@@ -14,9 +14,10 @@ use std::time::Duration;
 
 use common::*;
 use crossbeam_channel::bounded;
-use latchkey_framework::{Client, Error, ErrorCode};
+use latchkey_framework::{Client, Error, ErrorCode, RetryNTimes};
 use latchkey_recipes::{
-    Fence, InterProcessMutex, LeaderLatch, LeaderSelector, SharedCount, SharedValue,
+    DistributedAtomicLong, DistributedAtomicValue, Fence, InterProcessMutex, LeaderLatch,
+    LeaderSelector, SharedCount, SharedValue,
 };
 use latchkey_test::FaultProxy;
 
@@ -93,6 +94,72 @@ fn a_fenced_compare_and_set_beaten_by_another_write_is_refused() {
     assert_eq!(other.get_data(value.path()).unwrap().0, b"d");
     drop(guard);
     value.close();
+}
+
+/// `DistributedAtomicLong` and `DistributedAtomicValue` through a fence:
+/// every change lands while the guard holds (a missing node included);
+/// once the hold has ended each is `FenceGone`, not a refused attempt
+/// retried until the policy gives up, and nothing changes.
+#[test]
+fn fenced_atomic_changes_land_while_the_guard_holds_and_never_after() {
+    let c = connect(&shared_server().connect_string(), WAIT);
+    let other = connect(&shared_server().connect_string(), WAIT);
+    let base = unique("/fenced/atomic");
+    let retry = || RetryNTimes::new(3, Duration::from_millis(10));
+    let long = DistributedAtomicLong::new(&c, &format!("{base}/long"), retry()).unwrap();
+    let value = DistributedAtomicValue::new(&c, &format!("{base}/value"), retry()).unwrap();
+    let mutex = InterProcessMutex::new(&c, &format!("{base}/lock")).unwrap();
+    let guard = mutex.lock().unwrap();
+
+    let fenced = long.fenced(&guard);
+    assert!(fenced.increment().unwrap().succeeded, "on a missing node");
+    assert!(fenced.add(4).unwrap().succeeded);
+    assert!(fenced.compare_and_set(5, 7).unwrap().succeeded);
+    assert!(!fenced.compare_and_set(5, 8).unwrap().succeeded);
+    assert!(fenced.try_set(9).unwrap().succeeded);
+    assert!(fenced.decrement().unwrap().succeeded);
+    assert_eq!(long.get().unwrap().post_value, 8);
+    value.fenced(&guard).force_set(b"a").unwrap();
+    assert!(
+        value
+            .fenced(&guard)
+            .compare_and_set(b"a", b"b")
+            .unwrap()
+            .succeeded
+    );
+    assert!(value.fenced(&guard).try_set(b"c").unwrap().succeeded);
+    long.fenced(&guard).force_set(10).unwrap();
+
+    delete_hold(&other, &guard);
+    let fenced = long.fenced(&guard);
+    let attempts = [
+        ("increment", fenced.increment()),
+        ("compare_and_set", fenced.compare_and_set(10, 11)),
+        ("try_set", fenced.try_set(12)),
+        ("subtract", fenced.subtract(1)),
+    ];
+    for (what, got) in attempts {
+        assert!(is_fence_gone(&got), "{what} after the hold ended: {got:?}");
+    }
+    let forced = fenced.force_set(13);
+    assert!(
+        is_fence_gone(&forced),
+        "force_set after the hold ended: {forced:?}"
+    );
+    let forced = value.fenced(&guard).force_set(b"d");
+    assert!(
+        is_fence_gone(&forced),
+        "force_set after the hold ended: {forced:?}"
+    );
+    let missing = DistributedAtomicLong::new(&c, &format!("{base}/missing"), retry()).unwrap();
+    let forced = missing.fenced(&guard).force_set(1);
+    assert!(
+        is_fence_gone(&forced),
+        "force_set of a missing node: {forced:?}"
+    );
+    assert_eq!(long.get().unwrap().post_value, 10, "nothing was written");
+    assert_eq!(value.get().unwrap().post_value, b"c");
+    assert_eq!(missing.get().unwrap().post_value, 0);
 }
 
 /// A leader's write fenced by its `Leadership` lands during its term; the

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use latchkey_framework::{Client, Error, ErrorCode, Result, RetryNTimes, RetryPolicy, Stat};
 
+use crate::fence::{self, Fence, Fenced};
 use crate::locks::lock_internals::{deadline_after, validate_recipe_path};
 use crate::locks::mutex::InterProcessMutex;
 
@@ -332,26 +333,46 @@ impl<T: AtomicData> DistributedAtomic<T> {
         })
     }
 
-    fn force_set_data(&self, data: &[u8]) -> Result<()> {
-        match self.client.set_data(&self.path, data, None) {
-            Err(e) if e.is(ErrorCode::NoNode) => match self.create(data) {
-                Err(e) if e.is(ErrorCode::NodeExists) => {
-                    self.client.set_data(&self.path, data, None).map(|_| ())
+    fn force_set_data(&self, data: &[u8], fence: Option<&dyn Fence>) -> Result<()> {
+        let Some(fence) = fence else {
+            return match self.client.set_data(&self.path, data, None) {
+                Err(e) if e.is(ErrorCode::NoNode) => match self.create(data) {
+                    Err(e) if e.is(ErrorCode::NodeExists) => {
+                        self.client.set_data(&self.path, data, None).map(|_| ())
+                    }
+                    other => other,
+                },
+                other => other.map(|_| ()),
+            };
+        };
+        let fence = fence::fence_for(&self.client, fence, "set_data", &self.path)?;
+        let set = || self.client.set_data_fenced(&fence, &self.path, data, None);
+        match set() {
+            // A missing node: created holding the empty value (what a
+            // missing node reads as, so unfenced), then set under the fence.
+            Err(e) if e.is(ErrorCode::NoNode) && !matches!(e, Error::FenceGone { .. }) => {
+                match self.create(&T::empty().to_data()) {
+                    Err(e) if !e.is(ErrorCode::NodeExists) => Err(e),
+                    _ => set().map(|_| ()),
                 }
-                other => other,
-            },
+            }
             other => other.map(|_| ()),
         }
     }
 
-    fn compare_and_set_value(&self, expected: &[u8], new: T) -> Result<AtomicValue<T>> {
+    fn compare_and_set_value(
+        &self,
+        expected: &[u8],
+        new: T,
+        fence: Option<&dyn Fence>,
+    ) -> Result<AtomicValue<T>> {
         let mut result = self.unsucceeded();
         let (data, stat) = match self.client.get_data(&self.path) {
             Err(e) if e.is(ErrorCode::NoNode) => return Ok(result),
             other => other?,
         };
         result.pre_value = self.decode(&data)?;
-        if data == expected && self.write_once(&new.to_data(), stat.version)? {
+        if data == expected && self.write_once(&new.to_data(), stat.version, fence)? {
             result.succeeded = true;
             result.post_value = new;
         }
@@ -407,10 +428,22 @@ impl<T: AtomicData> DistributedAtomic<T> {
     }
 
     /// Writes `data` at `version` in one attempt: `Ok(false)` if refused
-    /// (the version moved, the node went, or nothing could be sent).
-    fn write_once(&self, data: &[u8], version: i32) -> Result<bool> {
-        match self.client.set_data_once(&self.path, data, Some(version)) {
+    /// (the version moved, the node went, or nothing could be sent). With
+    /// a `fence`, in one transaction with its check (retried as a
+    /// compare-and-set is, never reporting its own write refused), and
+    /// [`Error::FenceGone`] once the hold has ended.
+    fn write_once(&self, data: &[u8], version: i32, fence: Option<&dyn Fence>) -> Result<bool> {
+        let written = match fence {
+            None => self.client.set_data_once(&self.path, data, Some(version)),
+            Some(fence) => {
+                let fence = fence::fence_for(&self.client, fence, "set_data", &self.path)?;
+                self.client
+                    .set_data_fenced(&fence, &self.path, data, Some(version))
+            }
+        };
+        match written {
             Ok(_) => Ok(true),
+            Err(e @ Error::FenceGone { .. }) => Err(e),
             Err(e) if e.is(ErrorCode::BadVersion) || e.is(ErrorCode::NoNode) => Ok(false),
             Err(e) if not_sent(&e) => {
                 // Nothing was sent: wait for the connection, then retry.
@@ -424,7 +457,12 @@ impl<T: AtomicData> DistributedAtomic<T> {
     }
 
     /// One read-modify-write; `Ok(true)` if it was applied.
-    fn attempt(&self, make: &impl Fn(&T) -> T, result: &mut AtomicValue<T>) -> Result<bool> {
+    fn attempt(
+        &self,
+        make: &impl Fn(&T) -> T,
+        result: &mut AtomicValue<T>,
+        fence: Option<&dyn Fence>,
+    ) -> Result<bool> {
         let (pre, stat) = match self.read()? {
             Some(found) => found,
             None => {
@@ -445,20 +483,20 @@ impl<T: AtomicData> DistributedAtomic<T> {
         };
         let new = make(&pre);
         result.pre_value = pre;
-        if self.write_once(&new.to_data(), stat.version)? {
+        if self.write_once(&new.to_data(), stat.version, fence)? {
             result.post_value = new;
             return Ok(true);
         }
         Ok(false)
     }
 
-    fn change(&self, make: impl Fn(&T) -> T) -> Result<AtomicValue<T>> {
+    fn change(&self, make: impl Fn(&T) -> T, fence: Option<&dyn Fence>) -> Result<AtomicValue<T>> {
         let mut result = self.unsucceeded();
         let started = Instant::now();
         let mut retries = 0u32;
         loop {
             result.stats.optimistic_tries += 1;
-            if self.attempt(&make, &mut result)? {
+            if self.attempt(&make, &mut result, fence)? {
                 result.succeeded = true;
                 break;
             }
@@ -471,7 +509,7 @@ impl<T: AtomicData> DistributedAtomic<T> {
         result.stats.optimistic_time = started.elapsed();
         if !result.succeeded {
             if let Some((promoted, mutex)) = &self.promoted {
-                self.change_locked(promoted, mutex, &make, &mut result)?;
+                self.change_locked(promoted, mutex, &make, &mut result, fence)?;
             }
         }
         Ok(result)
@@ -483,6 +521,7 @@ impl<T: AtomicData> DistributedAtomic<T> {
         mutex: &InterProcessMutex,
         make: &impl Fn(&T) -> T,
         result: &mut AtomicValue<T>,
+        fence: Option<&dyn Fence>,
     ) -> Result<()> {
         let started = Instant::now();
         let timeout = promoted.timeout.unwrap_or(Duration::MAX);
@@ -498,7 +537,7 @@ impl<T: AtomicData> DistributedAtomic<T> {
                 let mut retries = 0u32;
                 loop {
                     result.stats.promoted_tries += 1;
-                    if self.attempt(make, result)? {
+                    if self.attempt(make, result, fence)? {
                         result.succeeded = true;
                         return Ok(());
                     }
@@ -524,20 +563,20 @@ impl<T: AtomicData> DistributedAtomic<T> {
 impl<T: AtomicNumber> DistributedAtomic<T> {
     /// Sets the value whatever it is, creating the node if needed.
     pub fn force_set(&self, value: T) -> Result<()> {
-        self.force_set_data(&value.to_data())
+        self.force_set_data(&value.to_data(), None)
     }
 
     /// Sets `new` only if the node holds exactly `expected` (compared as
     /// bytes, as Curator does: a node without data does not hold 0 here);
     /// one attempt, no retries.
     pub fn compare_and_set(&self, expected: T, new: T) -> Result<AtomicValue<T>> {
-        self.compare_and_set_value(&expected.to_data(), new)
+        self.compare_and_set_value(&expected.to_data(), new, None)
     }
 
     /// Sets `value` by compare-and-set with retries (and the lock, if
     /// promoted).
     pub fn try_set(&self, value: T) -> Result<AtomicValue<T>> {
-        self.change(|_| value)
+        self.change(|_| value, None)
     }
 
     /// Creates the node holding `value` if it does not exist; `false` if
@@ -558,7 +597,7 @@ impl<T: AtomicNumber> DistributedAtomic<T> {
 
     /// Adds `delta` (wrapping on overflow, as Java does).
     pub fn add(&self, delta: T) -> Result<AtomicValue<T>> {
-        self.change(|v| v.wrapping_add(delta))
+        self.change(|v| v.wrapping_add(delta), None)
     }
 
     /// Subtracts `delta` (wrapping on overflow, as Java does).
@@ -577,26 +616,112 @@ impl<T: AtomicNumber> DistributedAtomic<T> {
 impl DistributedAtomic<Vec<u8>> {
     /// Sets the value whatever it is, creating the node if needed.
     pub fn force_set(&self, value: &[u8]) -> Result<()> {
-        self.force_set_data(value)
+        self.force_set_data(value, None)
     }
 
     /// Sets `new` only if the node holds exactly `expected`; one attempt,
     /// no retries. Never succeeds on a missing node (see
     /// [`initialize`](Self::initialize)).
     pub fn compare_and_set(&self, expected: &[u8], new: &[u8]) -> Result<AtomicValue<Vec<u8>>> {
-        self.compare_and_set_value(expected, new.to_vec())
+        self.compare_and_set_value(expected, new.to_vec(), None)
     }
 
     /// Sets `value` by compare-and-set with retries (and the lock, if
     /// promoted), creating the node if needed.
     pub fn try_set(&self, value: &[u8]) -> Result<AtomicValue<Vec<u8>>> {
-        self.change(|_| value.to_vec())
+        self.change(|_| value.to_vec(), None)
     }
 
     /// Creates the node holding `value` if it does not exist; `false` if
     /// it does (nothing changes then).
     pub fn initialize(&self, value: &[u8]) -> Result<bool> {
         self.initialize_data(value)
+    }
+}
+
+impl<T: AtomicData> DistributedAtomic<T> {
+    /// This value with its writes fenced by `fence`, a hold such as a
+    /// [`Leadership`](crate::Leadership) or a
+    /// [`MutexGuard`](crate::MutexGuard): each change through it is
+    /// written only while the hold stands, in one transaction with a check
+    /// of the hold's node, and fails with [`Error::FenceGone`] once the
+    /// hold has ended (see [`crate::Fence`]). A missing node is first
+    /// created holding the empty value, which is what a missing node reads
+    /// as. There is no fenced `initialize`.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client, leadership: &latchkey_recipes::Leadership) -> latchkey_framework::Result<()> {
+    /// use std::time::Duration;
+    /// use latchkey_framework::RetryNTimes;
+    /// use latchkey_recipes::DistributedAtomicLong;
+    ///
+    /// let epoch = DistributedAtomicLong::new(client, "/config/epoch", RetryNTimes::new(3, Duration::from_millis(10)))?;
+    /// let next = epoch.fenced(leadership).increment()?; // fails once the term is over
+    /// # let _ = next;
+    /// # Ok(()) }
+    /// ```
+    pub fn fenced<'a>(&'a self, fence: &'a dyn Fence) -> Fenced<'a, DistributedAtomic<T>> {
+        Fenced::new(self, fence)
+    }
+}
+
+impl<T: AtomicNumber> Fenced<'_, DistributedAtomic<T>> {
+    /// [`DistributedAtomic::force_set`], written only while the fence stands.
+    pub fn force_set(&self, value: T) -> Result<()> {
+        self.recipe
+            .force_set_data(&value.to_data(), Some(self.fence))
+    }
+
+    /// [`DistributedAtomic::compare_and_set`], written only while the
+    /// fence stands.
+    pub fn compare_and_set(&self, expected: T, new: T) -> Result<AtomicValue<T>> {
+        self.recipe
+            .compare_and_set_value(&expected.to_data(), new, Some(self.fence))
+    }
+
+    /// [`DistributedAtomic::try_set`], written only while the fence stands.
+    pub fn try_set(&self, value: T) -> Result<AtomicValue<T>> {
+        self.recipe.change(|_| value, Some(self.fence))
+    }
+
+    /// Adds 1, only while the fence stands.
+    pub fn increment(&self) -> Result<AtomicValue<T>> {
+        self.add(DistributedAtomic::<T>::one())
+    }
+
+    /// Subtracts 1, only while the fence stands.
+    pub fn decrement(&self) -> Result<AtomicValue<T>> {
+        self.add(DistributedAtomic::<T>::one().wrapping_neg())
+    }
+
+    /// Adds `delta` (wrapping), only while the fence stands.
+    pub fn add(&self, delta: T) -> Result<AtomicValue<T>> {
+        self.recipe
+            .change(|v| v.wrapping_add(delta), Some(self.fence))
+    }
+
+    /// Subtracts `delta` (wrapping), only while the fence stands.
+    pub fn subtract(&self, delta: T) -> Result<AtomicValue<T>> {
+        self.add(delta.wrapping_neg())
+    }
+}
+
+impl Fenced<'_, DistributedAtomic<Vec<u8>>> {
+    /// [`DistributedAtomic::force_set`], written only while the fence stands.
+    pub fn force_set(&self, value: &[u8]) -> Result<()> {
+        self.recipe.force_set_data(value, Some(self.fence))
+    }
+
+    /// [`DistributedAtomic::compare_and_set`], written only while the
+    /// fence stands.
+    pub fn compare_and_set(&self, expected: &[u8], new: &[u8]) -> Result<AtomicValue<Vec<u8>>> {
+        self.recipe
+            .compare_and_set_value(expected, new.to_vec(), Some(self.fence))
+    }
+
+    /// [`DistributedAtomic::try_set`], written only while the fence stands.
+    pub fn try_set(&self, value: &[u8]) -> Result<AtomicValue<Vec<u8>>> {
+        self.recipe.change(|_| value.to_vec(), Some(self.fence))
     }
 }
 
