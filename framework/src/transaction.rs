@@ -203,13 +203,13 @@ impl Transaction<'_> {
             .ops
             .iter()
             .enumerate()
-            .map(|(i, (path, op))| validate(shared, i, path, op))
+            .map(|(i, (path, op))| validate(shared, &label(i, op), path, op))
             .collect::<Result<Vec<_>>>()?;
         let acls = self
             .ops
             .iter()
             .enumerate()
-            .map(|(i, (path, op))| acl_for(shared, i, path, op))
+            .map(|(i, (path, op))| acl_for(shared, &label(i, op), path, op))
             .collect::<Result<Vec<_>>>()?;
         let subs: Vec<SubRequest<'_>> = self
             .ops
@@ -246,8 +246,22 @@ impl Transaction<'_> {
     }
 }
 
-/// The server path of operation `index`, checked as its single form would be.
-fn validate(shared: &Shared, index: usize, path: &str, op: &Op) -> Result<String> {
+/// A sub-reply's error code, if it failed.
+fn failed(reply: &SubReply) -> Option<ErrorCode> {
+    match reply {
+        SubReply::Error(code) if *code != 0 => Some(ErrorCode::from_wire(*code)),
+        _ => None,
+    }
+}
+
+/// How errors name operation `index` of a transaction.
+fn label(index: usize, op: &Op) -> String {
+    format!("transaction operation {index} ({})", op.kind().name())
+}
+
+/// The server path of an operation (`what` names it in errors), checked as
+/// its single form would be.
+fn validate(shared: &Shared, what: &str, path: &str, op: &Op) -> Result<String> {
     let sequential = matches!(op, Op::Create { mode, .. } if mode.is_sequential());
     let valid = match sequential {
         true => paths::validate_path_sequential(path),
@@ -255,18 +269,12 @@ fn validate(shared: &Shared, index: usize, path: &str, op: &Op) -> Result<String
     };
     let bad = |reason: String| Error::InvalidPath {
         path: path.to_owned(),
-        reason: format!(
-            "transaction operation {index} ({}): {reason}",
-            op.kind().name()
-        ),
+        reason: format!("{what}: {reason}"),
     };
     valid.map_err(|e| bad(e.kind().to_string()))?;
     if let Op::Create { mode, .. } = op {
-        mode.ttl_ms().map_err(|why| {
-            Error::InvalidArgument(format!(
-                "transaction operation {index} (create {path}): {why}"
-            ))
-        })?;
+        mode.ttl_ms()
+            .map_err(|why| Error::InvalidArgument(format!("{what} {path}: {why}")))?;
     }
     let server_path = paths::fix_for_namespace(shared.cfg.namespace.as_deref(), path);
     if server_path == "/" && matches!(op, Op::Create { .. } | Op::Delete { .. }) {
@@ -276,7 +284,7 @@ fn validate(shared: &Shared, index: usize, path: &str, op: &Op) -> Result<String
 }
 
 /// A create's ACL (given, or the provider's); empty for other operations.
-fn acl_for(shared: &Shared, index: usize, path: &str, op: &Op) -> Result<Vec<Acl>> {
+fn acl_for(shared: &Shared, what: &str, path: &str, op: &Op) -> Result<Vec<Acl>> {
     let Op::Create { acl, .. } = op else {
         return Ok(Vec::new());
     };
@@ -285,7 +293,7 @@ fn acl_for(shared: &Shared, index: usize, path: &str, op: &Op) -> Result<Vec<Acl
         .unwrap_or_else(|| shared.cfg.acl_provider.acl_for_path(path));
     if acl.is_empty() {
         return Err(Error::InvalidArgument(format!(
-            "transaction operation {index} (create {path}): an ACL needs at least one entry"
+            "{what} {path}: an ACL needs at least one entry"
         )));
     }
     Ok(acl)
@@ -590,30 +598,7 @@ impl Client {
                 version: version.unwrap_or(-1),
             },
         ];
-        let body = encode(&self.shared, &subs, op::MULTI, &sp)?;
-        // Whether an attempt was sent and its outcome lost.
-        let mut in_doubt = false;
-        let replies = self.retrying("set_data", path, |s, deadline| {
-            let attempt = s
-                .call(
-                    op::MULTI,
-                    |w| {
-                        w.raw(&body);
-                    },
-                    None,
-                    deadline,
-                )
-                .map_err(|e| e.with_path(&sp))
-                .and_then(|reply| multi::read_response(&reply));
-            if let Err(e) = &attempt {
-                in_doubt |= e.is_retryable() && !e.is_unsent();
-            }
-            attempt
-        })?;
-        let failed = |r: &SubReply| match r {
-            SubReply::Error(code) if *code != 0 => Some(ErrorCode::from_wire(*code)),
-            _ => None,
-        };
+        let (replies, in_doubt) = self.fenced_exchange("set_data", path, &sp, &subs)?;
         let in_doubt_error =
             || Error::from_code(ErrorCode::ConnectionLoss).for_op("set_data", path);
         match replies.as_slice() {
@@ -659,5 +644,105 @@ impl Client {
             _ => Err(Error::Marshalling("multi reply does not match its request")
                 .for_op("set_data", path)),
         }
+    }
+
+    /// Creates a node only while the node `fence` exists, as
+    /// [`Client::set_data_fenced`] sets data: one transaction, the check
+    /// and the create, and [`Error::FenceGone`] (code `NoNode`), creating
+    /// nothing, once the fence is gone. Returns the created node's path
+    /// (with its sequence number for a sequential mode). A missing parent
+    /// is the create's own `NoNode` on `path`; parents are not created.
+    ///
+    /// Like every create, one retried after a lost reply may meet its own
+    /// node (`NodeExists`), or, sequential, create a second node; a fence
+    /// found gone on such a retry is `ConnectionLoss` ("may or may not
+    /// have run"), as the earlier attempt may have landed.
+    pub fn create_fenced(
+        &self,
+        fence: &str,
+        path: &str,
+        data: &[u8],
+        mode: CreateMode,
+    ) -> Result<String> {
+        let fence_sp = self.shared.server_path(fence)?;
+        let op = Op::Create {
+            data: data.to_vec(),
+            mode,
+            acl: None,
+        };
+        let sp = validate(&self.shared, "create_fenced", path, &op)?;
+        let acl = acl_for(&self.shared, "create_fenced", path, &op)?;
+        let subs = [
+            SubRequest::Check {
+                path: &fence_sp,
+                version: -1,
+            },
+            sub_request(&sp, &op, &acl),
+        ];
+        let (replies, in_doubt) = self.fenced_exchange("create", path, &sp, &subs)?;
+        match replies.as_slice() {
+            [SubReply::Checked, SubReply::Created { path: made, .. }] => {
+                Ok(self.shared.user_path(made))
+            }
+            [check, _] if failed(check) == Some(ErrorCode::NoNode) => Err(match in_doubt {
+                false => Error::FenceGone {
+                    op: "create",
+                    path: path.to_owned(),
+                    fence: fence.to_owned(),
+                },
+                true => Error::from_code(ErrorCode::ConnectionLoss).for_op("create", path),
+            }),
+            [check, _] if failed(check).is_some() => Err(Error::Zk {
+                code: failed(check).unwrap_or(ErrorCode::SystemError),
+                path: Some(fence.to_owned()),
+            }
+            .for_op("create", path)),
+            [_, made] if failed(made).is_some() => Err(Error::Zk {
+                code: failed(made).unwrap_or(ErrorCode::SystemError),
+                path: Some(sp.clone()),
+            }
+            .for_op("create", path)),
+            _ => {
+                Err(Error::Marshalling("multi reply does not match its request")
+                    .for_op("create", path))
+            }
+        }
+    }
+
+    /// Sends a fenced write's `multi` in the retry loop; its replies, and
+    /// whether an attempt was sent and its outcome lost.
+    fn fenced_exchange(
+        &self,
+        operation: &'static str,
+        path: &str,
+        server_path: &str,
+        subs: &[SubRequest<'_>],
+    ) -> Result<(Vec<SubReply>, bool)> {
+        let body = encode(&self.shared, subs, op::MULTI, server_path)?;
+        let mut in_doubt = false;
+        let replies = self.retrying(operation, path, |s, deadline| {
+            let attempt = s
+                .call(
+                    op::MULTI,
+                    |w| {
+                        w.raw(&body);
+                    },
+                    None,
+                    deadline,
+                )
+                .map_err(|e| e.with_path(server_path))
+                .and_then(|reply| multi::read_response(&reply));
+            if let Err(e) = &attempt {
+                in_doubt |= e.is_retryable() && !e.is_unsent();
+            }
+            attempt
+        })?;
+        if replies.len() != subs.len() {
+            return Err(
+                Error::Marshalling("multi reply has the wrong number of results")
+                    .for_op(operation, path),
+            );
+        }
+        Ok((replies, in_doubt))
     }
 }

@@ -17,7 +17,8 @@ use crossbeam_channel::bounded;
 use latchkey_framework::{Client, Error, ErrorCode, RetryNTimes};
 use latchkey_recipes::{
     DistributedAtomicLong, DistributedAtomicValue, Fence, InterProcessMutex, LeaderLatch,
-    LeaderSelector, SharedCount, SharedValue,
+    LeaderSelector, QueueBuilder, SharedCount, SharedValue, SimpleDistributedQueue,
+    StringSerializer,
 };
 use latchkey_test::FaultProxy;
 
@@ -160,6 +161,74 @@ fn fenced_atomic_changes_land_while_the_guard_holds_and_never_after() {
     assert_eq!(long.get().unwrap().post_value, 10, "nothing was written");
     assert_eq!(value.get().unwrap().post_value, b"c");
     assert_eq!(missing.get().unwrap().post_value, 0);
+}
+
+/// Queue puts through a fence: each kind of put adds its item while the
+/// guard holds (a simple queue's missing node included); after the hold
+/// ended each is `FenceGone` and the queues hold what they held.
+#[test]
+fn fenced_puts_add_items_while_the_guard_holds_and_never_after() {
+    let c = connect(&shared_server().connect_string(), WAIT);
+    let other = connect(&shared_server().connect_string(), WAIT);
+    let base = unique("/fenced/queues");
+    let queue = QueueBuilder::new(&c, StringSerializer, &format!("{base}/queue"))
+        .build_queue()
+        .unwrap();
+    queue.start().unwrap();
+    let ids = QueueBuilder::new(&c, StringSerializer, &format!("{base}/ids"))
+        .build_id_queue()
+        .unwrap();
+    ids.start().unwrap();
+    let prio = QueueBuilder::new(&c, StringSerializer, &format!("{base}/prio"))
+        .build_priority_queue(0)
+        .unwrap();
+    prio.start().unwrap();
+    let simple = SimpleDistributedQueue::new(&c, &format!("{base}/simple")).unwrap();
+    let mutex = InterProcessMutex::new(&c, &format!("{base}/lock")).unwrap();
+    let guard = mutex.lock().unwrap();
+    let item = |s: &str| s.to_string();
+
+    queue.fenced(&guard).put(&item("a")).unwrap();
+    queue
+        .fenced(&guard)
+        .put_multi(&[item("b"), item("c")])
+        .unwrap();
+    assert!(queue
+        .fenced(&guard)
+        .put_timeout(&item("d"), Duration::from_secs(1))
+        .unwrap());
+    ids.fenced(&guard).put(&item("e"), "job-1").unwrap();
+    prio.fenced(&guard).put(&item("f"), -1).unwrap();
+    let offered = simple.fenced(&guard).offer(b"g").unwrap();
+    assert!(
+        offered.starts_with(&format!("{base}/simple/qn-")),
+        "{offered}"
+    );
+    let counts = || {
+        ["queue", "ids", "prio", "simple"]
+            .map(|q| other.get_children(&format!("{base}/{q}")).unwrap().len())
+    };
+    assert_eq!(counts(), [3, 1, 1, 1]);
+
+    delete_hold(&other, &guard);
+    let puts = [
+        ("put", queue.fenced(&guard).put(&item("x"))),
+        ("put_multi", queue.fenced(&guard).put_multi(&[item("y")])),
+        ("id put", ids.fenced(&guard).put(&item("x"), "job-2")),
+        ("priority put", prio.fenced(&guard).put(&item("x"), 1)),
+    ];
+    for (what, got) in puts {
+        assert!(is_fence_gone(&got), "{what} after the hold ended: {got:?}");
+    }
+    let offered = simple.fenced(&guard).offer(b"x");
+    assert!(
+        is_fence_gone(&offered),
+        "offer after the hold ended: {offered:?}"
+    );
+    assert_eq!(counts(), [3, 1, 1, 1], "nothing was added");
+    queue.close();
+    ids.close();
+    prio.close();
 }
 
 /// A leader's write fenced by its `Leadership` lands during its term; the

@@ -24,6 +24,7 @@ use super::consumer::taken_by_another;
 use super::names::{Kind, QUEUE_ITEM_PREFIX};
 use super::serializer::{ItemSerializer, QueueSerializer};
 use crate::armed::{read_watched, waking, WatchArms};
+use crate::fence::{self, Fence, Fenced};
 use crate::locks::lock_internals::{bounded, deadline_after, delete_if_lost, Signal};
 
 pub(super) const LATENT: u8 = 0;
@@ -186,14 +187,22 @@ impl<T: Send + 'static> Core<T> {
     }
 
     /// Puts `items` as one node `queue-<encoding><sequence>`; false if a
-    /// bounded queue stayed full until `timeout` ran out.
+    /// bounded queue stayed full until `timeout` ran out. With a `fence`,
+    /// only while it stands.
     pub(crate) fn put(
         &self,
         items: &[&T],
         encoding: &str,
         timeout: Option<Duration>,
+        fence: Option<&dyn Fence>,
     ) -> Result<bool> {
         self.check_started()?;
+        let item_path = format!("{}/{QUEUE_ITEM_PREFIX}{encoding}", self.path);
+        // The fence first: a hold that is not there refuses before any wait.
+        let fence = match fence {
+            Some(f) => Some(fence::fence_for(&self.client, f, "create", &item_path)?),
+            None => None,
+        };
         let deadline = timeout.and_then(deadline_after);
         if !self.wait_for_room(deadline)? {
             return Ok(false);
@@ -201,13 +210,16 @@ impl<T: Send + 'static> Core<T> {
         let framed: Vec<Vec<u8>> = items.iter().map(|i| self.serializer.serialize(i)).collect();
         let data = ItemSerializer::serialize(&framed);
         *self.puts.lock() += 1;
-        let created = bounded(&self.client, deadline)
-            .create()
-            .mode(CreateMode::PersistentSequential)
-            .for_path(
-                &format!("{}/{QUEUE_ITEM_PREFIX}{encoding}", self.path),
-                &data,
-            );
+        let client = bounded(&self.client, deadline);
+        let created = match &fence {
+            None => client
+                .create()
+                .mode(CreateMode::PersistentSequential)
+                .for_path(&item_path, &data),
+            Some(fence) => {
+                client.create_fenced(fence, &item_path, &data, CreateMode::PersistentSequential)
+            }
+        };
         {
             let mut puts = self.puts.lock();
             *puts -= 1;
@@ -334,6 +346,20 @@ macro_rules! queue_common {
             self.core.path()
         }
 
+        /// This queue with its puts fenced by `fence`, a hold such as a
+        /// [`Leadership`](crate::Leadership) or a
+        /// [`MutexGuard`](crate::MutexGuard): each put through it creates
+        /// its item only while the hold stands, in one transaction with a
+        /// check of the hold's node, and fails with
+        /// [`Error::FenceGone`](latchkey_framework::Error::FenceGone),
+        /// putting nothing, once it has ended (see [`crate::Fence`]). A
+        /// put retried after a lost reply may leave its item twice, as an
+        /// unfenced put may, and one that finds the hold gone on that
+        /// retry is `ConnectionLoss` (the item may be in the queue).
+        pub fn fenced<'a>(&'a self, fence: &'a dyn $crate::Fence) -> $crate::Fenced<'a, Self> {
+            $crate::Fenced::new(self, fence)
+        }
+
         /// In lock-safe mode, what to do with an item whose consumer
         /// failed (Curator's `setErrorMode`); an error without a lock path.
         pub fn set_error_mode(&self, mode: $crate::ErrorMode) -> latchkey_framework::Result<()> {
@@ -408,27 +434,55 @@ impl<T: Send + 'static> DistributedQueue<T> {
     /// is not idempotent, and Curator's puts do the same (its consumers
     /// need the plain `queue-` names, so protected names cannot be used).
     pub fn put(&self, item: &T) -> Result<()> {
-        self.core.put(&[item], "", None).map(|_| ())
+        self.core.put(&[item], "", None, None).map(|_| ())
     }
 
     /// As [`put`](Self::put), waiting at most `timeout` for room in a
     /// bounded queue: false if there was none.
     pub fn put_timeout(&self, item: &T, timeout: Duration) -> Result<bool> {
-        self.core.put(&[item], "", Some(timeout))
+        self.core.put(&[item], "", Some(timeout), None)
     }
 
     /// Adds `items` as one node (Curator's `putMulti`), consumed in order
     /// and all by the same consumer.
     pub fn put_multi(&self, items: &[T]) -> Result<()> {
         let items: Vec<&T> = items.iter().collect();
-        self.core.put(&items, "", None).map(|_| ())
+        self.core.put(&items, "", None, None).map(|_| ())
     }
 
     /// As [`put_multi`](Self::put_multi), waiting at most `timeout` for
     /// room in a bounded queue.
     pub fn put_multi_timeout(&self, items: &[T], timeout: Duration) -> Result<bool> {
         let items: Vec<&T> = items.iter().collect();
-        self.core.put(&items, "", Some(timeout))
+        self.core.put(&items, "", Some(timeout), None)
+    }
+}
+
+impl<T: Send + 'static> Fenced<'_, DistributedQueue<T>> {
+    /// [`DistributedQueue::put`], only while the fence stands.
+    pub fn put(&self, item: &T) -> Result<()> {
+        let fence = Some(self.fence);
+        self.recipe.core.put(&[item], "", None, fence).map(|_| ())
+    }
+
+    /// [`DistributedQueue::put_timeout`], only while the fence stands.
+    pub fn put_timeout(&self, item: &T, timeout: Duration) -> Result<bool> {
+        let fence = Some(self.fence);
+        self.recipe.core.put(&[item], "", Some(timeout), fence)
+    }
+
+    /// [`DistributedQueue::put_multi`], only while the fence stands.
+    pub fn put_multi(&self, items: &[T]) -> Result<()> {
+        let items: Vec<&T> = items.iter().collect();
+        let fence = Some(self.fence);
+        self.recipe.core.put(&items, "", None, fence).map(|_| ())
+    }
+
+    /// [`DistributedQueue::put_multi_timeout`], only while the fence stands.
+    pub fn put_multi_timeout(&self, items: &[T], timeout: Duration) -> Result<bool> {
+        let items: Vec<&T> = items.iter().collect();
+        let fence = Some(self.fence);
+        self.recipe.core.put(&items, "", Some(timeout), fence)
     }
 }
 

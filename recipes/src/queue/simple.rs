@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result};
 
 use crate::armed::waking;
+use crate::fence::{self, Fence, Fenced};
 use crate::locks::lock_internals::{bounded, deadline_after, validate_recipe_path, Signal};
 
 /// The prefix of every item node (Curator's and ZooKeeper's).
@@ -73,6 +74,25 @@ impl SimpleDistributedQueue {
             .for_path(&format!("{}/{SIMPLE_QUEUE_PREFIX}", self.path), data)?;
         self.ensured.store(true, Ordering::Release);
         Ok(created)
+    }
+
+    /// This queue with its offers fenced by `fence`, a hold such as a
+    /// [`Leadership`](crate::Leadership) or a
+    /// [`MutexGuard`](crate::MutexGuard): an offer through it adds its item
+    /// only while the hold stands, in one transaction with a check of the
+    /// hold's node, and fails with [`Error::FenceGone`], adding nothing,
+    /// once the hold has ended (see [`crate::Fence`]).
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client, guard: &latchkey_recipes::MutexGuard<'_>) -> latchkey_framework::Result<()> {
+    /// use latchkey_recipes::SimpleDistributedQueue;
+    ///
+    /// let jobs = SimpleDistributedQueue::new(client, "/queues/jobs")?;
+    /// jobs.fenced(guard).offer(b"job 7")?; // only while the guard's lock is held
+    /// # Ok(()) }
+    /// ```
+    pub fn fenced<'a>(&'a self, fence: &'a dyn Fence) -> Fenced<'a, SimpleDistributedQueue> {
+        Fenced::new(self, fence)
     }
 
     /// The head's data, leaving it in the queue; `None` if empty.
@@ -227,5 +247,38 @@ impl std::fmt::Debug for SimpleDistributedQueue {
         f.debug_struct("SimpleDistributedQueue")
             .field("path", &self.path)
             .finish()
+    }
+}
+
+impl Fenced<'_, SimpleDistributedQueue> {
+    /// [`SimpleDistributedQueue::offer`], only while the fence stands.
+    pub fn offer(&self, data: &[u8]) -> Result<String> {
+        let queue = self.recipe;
+        let item = format!("{}/{SIMPLE_QUEUE_PREFIX}", queue.path);
+        let fence = fence::fence_for(&queue.client, self.fence, "create", &item)?;
+        let create = || {
+            queue
+                .client
+                .create_fenced(&fence, &item, data, CreateMode::PersistentSequential)
+        };
+        let created = match create() {
+            // The queue node is not there yet: made as an unfenced
+            // container (it holds nothing), then the item under the fence.
+            Err(e) if e.is(ErrorCode::NoNode) && !matches!(e, Error::FenceGone { .. }) => {
+                match queue
+                    .client
+                    .create()
+                    .creating_parent_containers_if_needed()
+                    .mode(CreateMode::Container)
+                    .for_path(&queue.path, &[])
+                {
+                    Err(e) if !e.is(ErrorCode::NodeExists) => return Err(e),
+                    _ => create()?,
+                }
+            }
+            other => other?,
+        };
+        queue.ensured.store(true, Ordering::Release);
+        Ok(created)
     }
 }

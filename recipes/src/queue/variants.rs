@@ -11,6 +11,7 @@ use latchkey_framework::{Error, Result};
 use super::builder::QueueBuilder;
 use super::distributed::{queue_common, Core};
 use super::names::{self, Kind};
+use crate::fence::Fenced;
 
 impl<T: Send + 'static> QueueBuilder<T> {
     /// A priority queue (Curator's `buildPriorityQueue`): items of a lower
@@ -73,20 +74,38 @@ impl<T: Send + 'static> DistributedPriorityQueue<T> {
     /// ZooKeeper, after waiting for room in a bounded queue.
     pub fn put(&self, item: &T, priority: i32) -> Result<()> {
         let encoding = names::priority_to_string(priority);
-        self.core.put(&[item], &encoding, None).map(|_| ())
+        self.core.put(&[item], &encoding, None, None).map(|_| ())
     }
 
     /// As [`put`](Self::put), waiting at most `timeout` for room.
     pub fn put_timeout(&self, item: &T, priority: i32, timeout: Duration) -> Result<bool> {
         let encoding = names::priority_to_string(priority);
-        self.core.put(&[item], &encoding, Some(timeout))
+        self.core.put(&[item], &encoding, Some(timeout), None)
     }
 
     /// Adds `items` as one node with `priority`.
     pub fn put_multi(&self, items: &[T], priority: i32) -> Result<()> {
         let items: Vec<&T> = items.iter().collect();
         let encoding = names::priority_to_string(priority);
-        self.core.put(&items, &encoding, None).map(|_| ())
+        self.core.put(&items, &encoding, None, None).map(|_| ())
+    }
+}
+
+impl<T: Send + 'static> Fenced<'_, DistributedPriorityQueue<T>> {
+    /// [`DistributedPriorityQueue::put`], only while the fence stands.
+    pub fn put(&self, item: &T, priority: i32) -> Result<()> {
+        self.put_timeout_opt(item, priority, None).map(|_| ())
+    }
+
+    /// [`DistributedPriorityQueue::put_timeout`], only while the fence stands.
+    pub fn put_timeout(&self, item: &T, priority: i32, timeout: Duration) -> Result<bool> {
+        self.put_timeout_opt(item, priority, Some(timeout))
+    }
+
+    fn put_timeout_opt(&self, item: &T, priority: i32, timeout: Option<Duration>) -> Result<bool> {
+        let encoding = names::priority_to_string(priority);
+        let fence = Some(self.fence);
+        self.recipe.core.put(&[item], &encoding, timeout, fence)
     }
 }
 
@@ -120,20 +139,20 @@ impl<T: Send + 'static> DistributedDelayQueue<T> {
     /// less).
     pub fn put(&self, item: &T, until: SystemTime) -> Result<()> {
         let encoding = self.encode(until)?;
-        self.core.put(&[item], &encoding, None).map(|_| ())
+        self.core.put(&[item], &encoding, None, None).map(|_| ())
     }
 
     /// As [`put`](Self::put), waiting at most `timeout` for room.
     pub fn put_timeout(&self, item: &T, until: SystemTime, timeout: Duration) -> Result<bool> {
         let encoding = self.encode(until)?;
-        self.core.put(&[item], &encoding, Some(timeout))
+        self.core.put(&[item], &encoding, Some(timeout), None)
     }
 
     /// Adds `items` as one node, to be taken from `until` on.
     pub fn put_multi(&self, items: &[T], until: SystemTime) -> Result<()> {
         let items: Vec<&T> = items.iter().collect();
         let encoding = self.encode(until)?;
-        self.core.put(&items, &encoding, None).map(|_| ())
+        self.core.put(&items, &encoding, None, None).map(|_| ())
     }
 
     fn encode(&self, until: SystemTime) -> Result<String> {
@@ -149,6 +168,29 @@ impl<T: Send + 'static> DistributedDelayQueue<T> {
                 ))
             })?;
         Ok(names::epoch_to_string(millis as u64))
+    }
+}
+
+impl<T: Send + 'static> Fenced<'_, DistributedDelayQueue<T>> {
+    /// [`DistributedDelayQueue::put`], only while the fence stands.
+    pub fn put(&self, item: &T, until: SystemTime) -> Result<()> {
+        self.put_timeout_opt(item, until, None).map(|_| ())
+    }
+
+    /// [`DistributedDelayQueue::put_timeout`], only while the fence stands.
+    pub fn put_timeout(&self, item: &T, until: SystemTime, timeout: Duration) -> Result<bool> {
+        self.put_timeout_opt(item, until, Some(timeout))
+    }
+
+    fn put_timeout_opt(
+        &self,
+        item: &T,
+        until: SystemTime,
+        timeout: Option<Duration>,
+    ) -> Result<bool> {
+        let encoding = self.recipe.encode(until)?;
+        let fence = Some(self.fence);
+        self.recipe.core.put(&[item], &encoding, timeout, fence)
     }
 }
 
@@ -178,13 +220,13 @@ impl<T: Send + 'static> DistributedIdQueue<T> {
     /// Adds `item` under `id` (not empty); returns once it is in ZooKeeper.
     pub fn put(&self, item: &T, id: &str) -> Result<()> {
         let encoding = self.encode(id)?;
-        self.core.put(&[item], &encoding, None).map(|_| ())
+        self.core.put(&[item], &encoding, None, None).map(|_| ())
     }
 
     /// As [`put`](Self::put), waiting at most `timeout` for room.
     pub fn put_timeout(&self, item: &T, id: &str, timeout: Duration) -> Result<bool> {
         let encoding = self.encode(id)?;
-        self.core.put(&[item], &encoding, Some(timeout))
+        self.core.put(&[item], &encoding, Some(timeout), None)
     }
 
     /// Removes the items of `id` not taken yet, without consuming them
@@ -226,6 +268,24 @@ impl<T: Send + 'static> DistributedIdQueue<T> {
     fn encode(&self, id: &str) -> Result<String> {
         let id = self.valid(id)?;
         Ok(format!("{sep}{id}{sep}", sep = names::SEPARATOR))
+    }
+}
+
+impl<T: Send + 'static> Fenced<'_, DistributedIdQueue<T>> {
+    /// [`DistributedIdQueue::put`], only while the fence stands.
+    pub fn put(&self, item: &T, id: &str) -> Result<()> {
+        self.put_timeout_opt(item, id, None).map(|_| ())
+    }
+
+    /// [`DistributedIdQueue::put_timeout`], only while the fence stands.
+    pub fn put_timeout(&self, item: &T, id: &str, timeout: Duration) -> Result<bool> {
+        self.put_timeout_opt(item, id, Some(timeout))
+    }
+
+    fn put_timeout_opt(&self, item: &T, id: &str, timeout: Option<Duration>) -> Result<bool> {
+        let encoding = self.recipe.encode(id)?;
+        let fence = Some(self.fence);
+        self.recipe.core.put(&[item], &encoding, timeout, fence)
     }
 }
 
