@@ -414,7 +414,7 @@ impl Inner {
     /// Each event marks its node to be read; the watch's end (a new
     /// session, a removal) has it added again.
     fn watch_recursively(&self) -> Result<()> {
-        let token = self.recursive.arm(&(), self.client.session_id());
+        let token = self.recursive.arm(&());
         let (arms, dirty, wake) = (
             Arc::downgrade(&self.recursive),
             Arc::downgrade(&self.dirty),

@@ -275,7 +275,7 @@ impl Inner {
     /// Adds the watch; its end (a lost session, a removal) wakes the
     /// keeper to add it again.
     fn add(&self) -> Result<()> {
-        let token = self.armed.arm(&(), self.client.session_id());
+        let token = self.armed.arm(&());
         let (arms, events, wake) = (
             Arc::downgrade(&self.armed),
             Arc::downgrade(&self.events),
