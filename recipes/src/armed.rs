@@ -21,6 +21,16 @@ const UNCONFIRMED: i64 = 0;
 /// next session's. The session is the one seen once the watched read
 /// returned: a read retried across a session change leaves its watch on
 /// the new session.
+///
+/// A new session may connect between the reply and the read of the id,
+/// and the watch, which ended with the old session, is then recorded as
+/// the new one's. That lasts only until its callback runs: the client
+/// fires every watch of a session that ends with `SessionExpired`, also
+/// one whose reply comes after the end, and the callback clears its entry
+/// and wakes the recipe, whose next read sets the watch again. Requiring
+/// the same id before the request and after the reply instead would leave
+/// a read retried onto the new session unconfirmed, and set a second watch
+/// there (a cache test saw two callbacks where one belongs).
 pub(crate) struct WatchArms<K> {
     next: AtomicU64,
     pending: Mutex<BTreeMap<K, (u64, i64)>>,
@@ -94,7 +104,22 @@ pub(crate) fn read_watched<K, T>(
 where
     K: Ord + Clone + Send + Sync + 'static,
 {
-    if arms.is_armed(key, client.session_id()) {
+    read_watched_on(arms, key, || client.session_id(), on_fire, watched, plain)
+}
+
+/// [`read_watched`] with the client's session id read by `session`.
+fn read_watched_on<K, T>(
+    arms: &Arc<WatchArms<K>>,
+    key: &K,
+    session: impl Fn() -> i64,
+    on_fire: impl FnOnce() + Send + 'static,
+    watched: impl FnOnce(Box<dyn FnOnce(WatchedEvent) + Send>) -> Result<T>,
+    plain: impl FnOnce() -> Result<T>,
+) -> Result<T>
+where
+    K: Ord + Clone + Send + Sync + 'static,
+{
+    if arms.is_armed(key, session()) {
         return plain();
     }
     let token = arms.arm(key);
@@ -106,7 +131,7 @@ where
         on_fire();
     }));
     match &got {
-        Ok(_) => arms.confirm(key, token, client.session_id()),
+        Ok(_) => arms.confirm(key, token, session()),
         Err(_) => arms.fired(key, token),
     }
     got
@@ -151,5 +176,61 @@ mod tests {
         arms.keep_only(6);
         assert!(!arms.is_armed(&1, 5));
         assert!(arms.is_armed(&2, 6));
+    }
+
+    /// Issue 38 (9), kept as a regression test: the watched read's reply
+    /// came on session 7, then session 8 connected before the recipe read
+    /// the id, so the watch (gone with session 7) is recorded as session
+    /// 8's. Session 7's end fires it with `SessionExpired` (the client
+    /// does so for every watch of an ended session: the wire suite's
+    /// `client_declared_loss_fires_pending_watchers_once`; and for one
+    /// whose reply came after the end: `register_watch`); the callback
+    /// clears the entry and wakes the recipe, and its next read on session
+    /// 8 sets the watch again.
+    #[test]
+    fn a_watch_taken_for_the_next_session_s_is_set_again_once_it_expires() {
+        use latchkey_framework::EventType;
+        use std::sync::atomic::{AtomicBool, AtomicI64};
+        let arms = Arc::new(WatchArms::<()>::default());
+        let session = Arc::new(AtomicI64::new(7));
+        let woken = Arc::new(AtomicBool::new(false));
+        let mut callback = None;
+        let (next, wake) = (Arc::clone(&session), Arc::clone(&woken));
+        let got: Result<()> = read_watched_on(
+            &arms,
+            &(),
+            || session.load(Ordering::SeqCst),
+            move || wake.store(true, Ordering::SeqCst),
+            |watcher| {
+                callback = Some(watcher);
+                // The reply is in (the watch is session 7's)...
+                next.store(8, Ordering::SeqCst); // ...and session 8 connects.
+                Ok(())
+            },
+            || panic!("no watch was pending"),
+        );
+        got.unwrap();
+        assert!(arms.is_armed(&(), 8), "recorded as session 8's meanwhile");
+        (callback.take().expect("a watcher"))(WatchedEvent {
+            event_type: EventType::SessionExpired,
+            path: "/a".into(),
+        });
+        assert!(woken.load(Ordering::SeqCst), "the recipe was not woken");
+        assert!(!arms.is_armed(&(), 8), "the expired watch still counts");
+        let mut set_again = false;
+        let got: Result<()> = read_watched_on(
+            &arms,
+            &(),
+            || session.load(Ordering::SeqCst),
+            || {},
+            |_watcher| {
+                set_again = true;
+                Ok(())
+            },
+            || Ok(()),
+        );
+        got.unwrap();
+        assert!(set_again, "the next read on session 8 set no watch");
+        assert!(arms.is_armed(&(), 8));
     }
 }

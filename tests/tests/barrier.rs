@@ -680,3 +680,161 @@ fn double_barrier_members_enter_and_leave_together_through_a_leader_kill_and_a_r
         dump(&cluster)
     );
 }
+
+/// The member nodes of a double barrier at `path` (without `ready`).
+fn member_nodes_of(c: &Client, path: &str) -> Vec<String> {
+    sorted_children(c, path)
+        .into_iter()
+        .filter(|n| n != READY_NODE)
+        .collect()
+}
+
+/// Waits [`BOUND`] for what `enter` on another thread sent on `rx`; if it
+/// sent nothing by then, closes `c` (which ends the call) and fails,
+/// saying `what`.
+fn enter_outcome(
+    rx: &crossbeam_channel::Receiver<latchkey_framework::Result<bool>>,
+    c: &Client,
+    what: &str,
+) -> latchkey_framework::Result<bool> {
+    match rx.recv_timeout(BOUND) {
+        Ok(got) => got,
+        Err(_) => {
+            let history = c.state_history();
+            c.close();
+            panic!("{what}: enter had not returned {BOUND:?} later; states: {history:?}")
+        }
+    }
+}
+
+/// Issue 38 (9): an `enter` without a deadline whose session expires while
+/// it waits. Its node went with the session and so did its watch on
+/// `ready`, and nothing would wake it to count again: it waited for ever.
+/// Curator's `enter` throws a connection loss when the connection went
+/// while it entered; this one fails with `SessionExpired`, naming the
+/// call and the member's node, and leaves no node behind. Entering again
+/// joins with a new node.
+#[test]
+fn an_enter_whose_session_expires_fails_rather_than_waiting_for_ever() {
+    let cs = clients(2, SESSION);
+    let path = unique("double-barrier-expired");
+    let first_session = cs[0].session_id();
+    let barrier = std::sync::Arc::new(DistributedDoubleBarrier::new(&cs[0], &path, 2).unwrap());
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let entering = std::sync::Arc::clone(&barrier);
+    let waiter = thread::spawn(move || {
+        let _ = tx.send(entering.enter(Duration::MAX));
+    });
+    let dump = || {
+        format!(
+            "children: {:?}; states: {:?}",
+            sorted_children(&cs[1], &path),
+            cs[0].state_history()
+        )
+    };
+    // In its wait: its node is there, its watch on `ready` set.
+    wait_until(
+        BOUND,
+        || member_nodes_of(&cs[1], &path).len() == 1 && cs[0].pending_watches() > 0,
+        dump,
+    );
+    cs[0].expire_session_for_testing().unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        || {
+            let s = cs[0].session_id();
+            s != 0 && s != first_session
+        },
+        dump,
+    );
+    let got = enter_outcome(&rx, &cs[0], "its session expired");
+    waiter.join().unwrap();
+    let err = match got {
+        Err(e) => e,
+        Ok(entered) => panic!(
+            "enter with its session lost returned Ok({entered}): {}",
+            dump()
+        ),
+    };
+    let message = err.to_string();
+    assert!(
+        err.is(latchkey_framework::ErrorCode::SessionExpired),
+        "want SessionExpired, got {err:?}"
+    );
+    assert!(
+        message.contains("enter") && message.contains(&path),
+        "the error names neither the call nor the path: {message}"
+    );
+    wait_until(BOUND, || member_nodes_of(&cs[1], &path).is_empty(), dump);
+    // Entering again, on the new session, counts again.
+    thread::scope(|s| {
+        let other = s.spawn(|| {
+            DistributedDoubleBarrier::new(&cs[1], &path, 2)
+                .unwrap()
+                .enter(BOUND)
+        });
+        assert!(barrier.enter(BOUND).unwrap(), "{}", dump());
+        assert!(other.join().unwrap().unwrap(), "{}", dump());
+    });
+}
+
+/// Issue 38 (9): the session changes between `enter`'s watch on `ready`
+/// (set on the old session, so gone) and the create of its node (retried
+/// on the new session). The node is counted but nothing wakes the member:
+/// when the other member arrives and creates `ready`, it waited for ever.
+/// It must set its watch again on the session of its node, and enter.
+#[test]
+fn an_enter_whose_session_changes_before_its_node_is_made_watches_again() {
+    let proxy = FaultProxy::start(shared_server().addr()).unwrap();
+    let c = connect(&proxy.connect_string(), Duration::from_secs(2));
+    let other = connect(&shared_server().connect_string(), SESSION);
+    let path = unique("double-barrier-late-node");
+    other.create().for_path(&path, &[]).unwrap();
+    let first_session = c.session_id();
+    // The create of the member's node: a path `<path>/<uuid>` (36 chars).
+    let node_len = i32::try_from(path.len() + 1 + 36).unwrap();
+    let mut create = node_len.to_be_bytes().to_vec();
+    create.extend_from_slice(format!("{path}/").as_bytes());
+    proxy.pause_requests_at(&create);
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let (entering, p) = (c.clone(), path.clone());
+    let waiter = thread::spawn(move || {
+        let b = DistributedDoubleBarrier::new(&entering, &p, 2).unwrap();
+        let _ = tx.send(b.enter(Duration::MAX));
+    });
+    let dump = || {
+        format!(
+            "children: {:?}; states: {:?}",
+            sorted_children(&other, &path),
+            c.state_history()
+        )
+    };
+    wait_until(BOUND, || proxy.requests_paused(), dump);
+    // Held past the session's timeout: the client declares it lost.
+    wait_until(
+        Duration::from_secs(20),
+        || c.lost_session_id() == Some(first_session),
+        dump,
+    );
+    proxy.cut();
+    proxy.resume();
+    // The member's node is made on the next session.
+    wait_until(
+        Duration::from_secs(30),
+        || {
+            member_nodes_of(&other, &path).iter().any(|n| {
+                other
+                    .exists(&format!("{path}/{n}"))
+                    .ok()
+                    .flatten()
+                    .is_some_and(|s| s.ephemeral_owner == c.session_id())
+            })
+        },
+        dump,
+    );
+    let second = DistributedDoubleBarrier::new(&other, &path, 2).unwrap();
+    assert!(second.enter(BOUND).unwrap(), "{}", dump());
+    let got = enter_outcome(&rx, &c, "the other member arrived");
+    waiter.join().unwrap();
+    assert!(matches!(got, Ok(true)), "got {got:?}: {}", dump());
+}

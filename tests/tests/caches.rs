@@ -1290,3 +1290,60 @@ fn a_compressed_data_cache_reads_what_curator_and_latchkey_compress() {
     c.close();
     writer.close();
 }
+
+/// Issue 38 (9), kept as a regression test: a watch read just as the
+/// session changes is recorded with the id seen after the reply, which
+/// may be the next session's; the review feared the watch would then
+/// never be set on the new session. It is: the old session's watch fires
+/// `SessionExpired` and its callback clears it. Here the node cache's
+/// session expires five times, each time with a write right after the new
+/// session connects: every write is seen, and the cache's client ends
+/// with one watch callback, not two.
+#[test]
+fn a_node_cache_sees_each_write_after_repeated_session_expiries() {
+    let (cache_client, writer, ctx) = cache_and_writer();
+    let path = unique("/caches/expiries");
+    writer
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&path, b"0")
+        .unwrap();
+    let cache = NodeCache::new(&cache_client, &path).unwrap();
+    cache.start().unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || data_of(&cache).as_deref() == Some(b"0"),
+        || ctx.dump(),
+    );
+    for round in 1..=5u8 {
+        let before = cache_client.session_id();
+        cache_client.expire_session_for_testing().unwrap();
+        wait_until(
+            Duration::from_secs(20),
+            || {
+                let s = cache_client.session_id();
+                s != 0 && s != before
+            },
+            || format!("round {round}: no new session\n{}", ctx.dump()),
+        );
+        let value = [b'0' + round];
+        writer.set_data(&path, &value, None).unwrap();
+        wait_until(
+            Duration::from_secs(10),
+            || data_of(&cache).as_deref() == Some(&value[..]),
+            || format!("round {round}: the write was not seen\n{}", ctx.dump()),
+        );
+    }
+    wait_until(
+        Duration::from_secs(10),
+        || cache_client.pending_watches() == 1,
+        || {
+            format!(
+                "{} watch callbacks, want 1\n{}",
+                cache_client.pending_watches(),
+                ctx.dump()
+            )
+        },
+    );
+    cache.close();
+}

@@ -149,6 +149,14 @@ impl DistributedBarrier {
 /// for a whole timeout more, and the other members' `leave` would wait
 /// for it.
 ///
+/// On session loss: a member in [`enter`](Self::enter) fails with
+/// `SessionExpired` (whatever its timeout) and may enter again; a member
+/// in [`leave`](Self::leave) whose node went fails with
+/// [`Error::IllegalState`]. A member that has entered and loses its
+/// session before leaving is no longer counted by the others' `leave`.
+/// The barrier holds nothing to close: a member that never leaves is
+/// removed with its session.
+///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
 /// use std::time::Duration;
@@ -196,9 +204,23 @@ impl DistributedDoubleBarrier {
     /// have. `Ok(false)` if `timeout` (a deadline; `Duration::MAX`: no
     /// limit) passes first; this member's node is then removed, so it is
     /// not counted (Curator leaves it).
+    ///
+    /// A connection that drops and comes back within the session changes
+    /// nothing: the node and the watch on `ready` are the session's, and
+    /// the client sets the watch again on reconnecting. If the session is
+    /// lost while entering, the node went with it (or goes from the next
+    /// session, see above) and so did the watch, and the count may already
+    /// have been reached without this member: `enter` then fails with
+    /// `SessionExpired` ([`Error::Operation`] naming
+    /// `DistributedDoubleBarrier::enter` and this member's node), whatever
+    /// the timeout, as Curator's fails with a connection loss. Call `enter`
+    /// again to join with a node of the new session. A session that
+    /// changes between the watch and the create (the create retried on the
+    /// next session) has the watch set again on the node's session.
     pub fn enter(&self, timeout: Duration) -> Result<bool> {
         let deadline = deadline_after(timeout);
         let waiter = Waiter::new(&self.client);
+        let before = self.client.session_id();
         let ready = self
             .client
             .exists_watch_waker(&self.ready_path, waiter.wake())?
@@ -209,15 +231,36 @@ impl DistributedDoubleBarrier {
             .creating_parent_containers_if_needed()
             .mode(CreateMode::Ephemeral)
             .for_path_with_stat(&self.our_path, &[])?;
+        let owner = stat.ephemeral_owner;
         // Should the session be declared lost, the node goes from the next
         // session, instead of holding the others in `leave` until the
         // server expires the old one.
-        delete_if_lost(&self.client, &self.our_path, stat.ephemeral_owner);
+        delete_if_lost(&self.client, &self.our_path, owner);
         if ready {
             return Ok(true);
         }
+        // The watch is the node's session's only if no other session came
+        // between reading the id and the create: ids are never reused, so
+        // the same id before the watch and on the node means both went to
+        // that session. Otherwise the watch may have gone with an ended
+        // session: set it again.
+        let mut watched = before == owner;
         loop {
             let epoch = waiter.signal.epoch();
+            if self.session_lost(owner) {
+                return Err(self.lost_while_entering());
+            }
+            if !watched {
+                let before = self.client.session_id();
+                if self
+                    .client
+                    .exists_watch_waker(&self.ready_path, waiter.wake())?
+                    .is_some()
+                {
+                    return Ok(true);
+                }
+                watched = before == owner && self.client.session_id() == owner;
+            }
             let children = self.client.get_children(&self.path)?;
             if children.len() >= self.member_count {
                 match self.client.create().for_path(&self.ready_path, &[]) {
@@ -232,6 +275,29 @@ impl DistributedDoubleBarrier {
                 self.delete(&self.our_path)?;
                 return Ok(false);
             }
+        }
+    }
+
+    /// Whether session `owner`, which made our node, has ended here: the
+    /// client declared it lost, or another session is connected. While
+    /// not connected (id 0) it may still come back; the next state change
+    /// wakes the waiter to look again.
+    fn session_lost(&self, owner: i64) -> bool {
+        if self.client.lost_session_id() == Some(owner) {
+            return true;
+        }
+        let now = self.client.session_id();
+        now != 0 && now != owner
+    }
+
+    fn lost_while_entering(&self) -> Error {
+        Error::Operation {
+            op: "DistributedDoubleBarrier::enter",
+            path: self.our_path.clone(),
+            source: Box::new(Error::Zk {
+                code: ErrorCode::SessionExpired,
+                path: Some(self.our_path.clone()),
+            }),
         }
     }
 
