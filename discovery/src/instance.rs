@@ -106,7 +106,8 @@ pub struct ServiceInstance<T> {
     /// A template of its address (`{scheme}://{address}:{port}`).
     pub uri_spec: Option<UriSpec>,
     /// Whether providers hand it out. Curator's default serializer does
-    /// not write it (its compatible mode); readers then take `true`.
+    /// not write it (its compatible mode); readers then take `true`. A
+    /// node with `"enabled": null` reads as `false`, as Curator reads it.
     pub enabled: bool,
     /// Fields of the node's JSON this version does not know, kept as read
     /// and written back after the known ones.

@@ -349,7 +349,10 @@ fn from_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<ServiceInstance<T>> {
     }
     if let Some(v) = map.remove("enabled") {
         out.enabled = match v {
-            Value::Null => true,
+            // Jackson reads a null into Curator's primitive `boolean` as
+            // its default: a disabled instance to Curator. A missing
+            // field keeps the constructor's `true`.
+            Value::Null => false,
             Value::Bool(b) => b,
             other => {
                 return Err(bad(format!(

@@ -430,3 +430,61 @@ fn curators_cache_sees_a_latchkey_instance_back_after_an_expiry() {
     java(&format!("disc cache {base} svc close"));
     java(&format!("disc close {base}"));
 }
+
+/// Nodes written raw, read by Curator (Jackson) and by latchkey: both read
+/// each the same way, or both refuse it. What Curator 5.4 makes of them:
+/// `"enabled": null` is `false` (a JSON null into Java's primitive
+/// `boolean`), a missing `enabled` is `true`.
+#[test]
+fn edge_values_are_read_as_curator_reads_them() {
+    let c = client();
+    let base = unique("/discovery-interop/edges");
+    java(&format!("disc open {base} true"));
+    let cases: &[(&str, &str)] = &[
+        (
+            "enabled-null",
+            r#"{"name":"svc","id":"enabled-null","enabled":null}"#,
+        ),
+        (
+            "enabled-missing",
+            r#"{"name":"svc","id":"enabled-missing"}"#,
+        ),
+        (
+            "enabled-true",
+            r#"{"name":"svc","id":"enabled-true","enabled":true}"#,
+        ),
+        (
+            "enabled-false",
+            r#"{"name":"svc","id":"enabled-false","enabled":false}"#,
+        ),
+    ];
+    let d = ServiceDiscovery::<Value>::builder(&c)
+        .base_path(&base)
+        .build()
+        .unwrap();
+    for (id, raw) in cases {
+        c.create()
+            .creating_parent_containers_if_needed()
+            .for_path(&format!("{base}/svc/{id}"), raw.as_bytes())
+            .unwrap();
+        let line = format!("disc get {base} svc {id}");
+        let answer = peer()
+            .command(&line, ANSWER)
+            .unwrap_or_else(|e| panic!("{line}: {e}"));
+        let ours = d.query_for_instance("svc", id);
+        match answer.strip_prefix("OK ") {
+            Some(json) => {
+                let j: Value = serde_json::from_str(json).unwrap();
+                let i = ours
+                    .unwrap_or_else(|e| panic!("{raw}: Curator reads {j}, latchkey refuses: {e}"))
+                    .unwrap();
+                assert_eq!(json!(i.enabled), j["enabled"], "{raw}: enabled");
+            }
+            None => assert!(
+                answer.starts_with("ERR") && ours.is_err(),
+                "{raw}: Curator refuses it ({answer:?}), latchkey reads {ours:?}"
+            ),
+        }
+    }
+    java(&format!("disc close {base}"));
+}

@@ -296,6 +296,22 @@ fn unknown_fields_are_kept_and_written_back() {
     assert_eq!(again, before);
 }
 
+/// Curator's `enabled` is a `boolean`, and Jackson reads a JSON `null`
+/// into a primitive as its default, `false`: `"enabled": null` is a
+/// disabled instance to Curator 5.4 (checked with the Java peer in
+/// `discovery_interop.rs`), while a missing field keeps the constructor's
+/// `true`.
+#[test]
+fn enabled_null_reads_as_disabled_as_in_curator() {
+    let json = JsonInstanceSerializer::<Value>::new();
+    let null = json
+        .deserialize(br#"{"name":"n","id":"i","enabled":null}"#)
+        .unwrap();
+    assert!(!null.enabled, "Curator reads \"enabled\": null as false");
+    let missing = json.deserialize(br#"{"name":"n","id":"i"}"#).unwrap();
+    assert!(missing.enabled, "a missing field stays enabled");
+}
+
 #[test]
 fn bad_input_is_an_error_naming_why_never_a_panic() {
     let json = JsonInstanceSerializer::<Value>::new();
