@@ -434,7 +434,9 @@ fn curators_cache_sees_a_latchkey_instance_back_after_an_expiry() {
 /// Nodes written raw, read by Curator (Jackson) and by latchkey: both read
 /// each the same way, or both refuse it. What Curator 5.4 makes of them:
 /// `"enabled": null` is `false` (a JSON null into Java's primitive
-/// `boolean`), a missing `enabled` is `true`.
+/// `boolean`), a missing `enabled` is `true`; a port is an `Integer`, so
+/// 70,000 or -1 are ports (here `None`, the number kept in `extra`), one
+/// beyond Java's `int` makes the node unreadable.
 #[test]
 fn edge_values_are_read_as_curator_reads_them() {
     let c = client();
@@ -456,6 +458,26 @@ fn edge_values_are_read_as_curator_reads_them() {
         (
             "enabled-false",
             r#"{"name":"svc","id":"enabled-false","enabled":false}"#,
+        ),
+        (
+            "port-big",
+            r#"{"name":"svc","id":"port-big","port":70000,"sslPort":-1,"uriSpec":{"parts":[{"value":"scheme","variable":true},{"value":"://h:","variable":false},{"value":"port","variable":true},{"value":"/","variable":false},{"value":"ssl-port","variable":true}]}}"#,
+        ),
+        (
+            "port-string",
+            r#"{"name":"svc","id":"port-string","port":"70000"}"#,
+        ),
+        (
+            "port-int-max",
+            r#"{"name":"svc","id":"port-int-max","port":2147483647}"#,
+        ),
+        (
+            "port-beyond-int",
+            r#"{"name":"svc","id":"port-beyond-int","port":3000000000}"#,
+        ),
+        (
+            "ssl-beyond-int",
+            r#"{"name":"svc","id":"ssl-beyond-int","sslPort":-2147483649}"#,
         ),
     ];
     let d = ServiceDiscovery::<Value>::builder(&c)
@@ -479,6 +501,19 @@ fn edge_values_are_read_as_curator_reads_them() {
                     .unwrap_or_else(|e| panic!("{raw}: Curator reads {j}, latchkey refuses: {e}"))
                     .unwrap();
                 assert_eq!(json!(i.enabled), j["enabled"], "{raw}: enabled");
+                // A port that is no u16 is kept in `extra`, as written.
+                for (ours, field) in [(i.port, "port"), (i.ssl_port, "sslPort")] {
+                    let number = match ours {
+                        Some(p) => json!(p),
+                        None => match i.extra.get(field) {
+                            Some(Value::String(s)) => json!(s.parse::<i64>().unwrap()),
+                            Some(v) => v.clone(),
+                            None => Value::Null,
+                        },
+                    };
+                    assert_eq!(number, j[field], "{raw}: {field}");
+                }
+                assert_eq!(json!(i.build_uri_spec()), j["uri"], "{raw}: uri");
             }
             None => assert!(
                 answer.starts_with("ERR") && ours.is_err(),
