@@ -79,7 +79,9 @@ impl<T: Payload> ServiceDiscoveryBuilder<T> {
 
     /// How long [`register_service`](ServiceDiscovery::register_service)
     /// waits for a dynamic instance's node (default 15 s; `Duration::MAX`:
-    /// as long as it takes); the node keeps being tried after that.
+    /// as long as it takes); the node keeps being tried after that. Also
+    /// the longest [`start`](ServiceDiscovery::start) waits for the
+    /// builder's instance while connected (it returns at once while not).
     pub fn register_timeout(mut self, timeout: Duration) -> Self {
         self.register_timeout = timeout;
         self
@@ -169,6 +171,9 @@ struct Entry<T> {
     node: Option<PersistentNode>,
     /// The cache of its node ([`ServiceDiscoveryBuilder::watch_instances`]).
     watch: Option<CuratorCache>,
+    /// A static instance whose node [`ServiceDiscovery::start`] could not
+    /// write: written, over what is there, after the next (re)connection.
+    pending: bool,
 }
 
 impl<T: Payload> ServiceDiscovery<T> {
@@ -187,6 +192,37 @@ impl<T: Payload> ServiceDiscovery<T> {
     /// Registers the builder's instance, if any, and from now on writes
     /// static instances again after every (re)connection. Starting twice,
     /// or after closing, is an error.
+    ///
+    /// Unlike [`register_service`](Self::register_service), `start` does
+    /// not fail because ZooKeeper cannot be reached, as Curator's `start`
+    /// logs such a failure and registers again on the next connection:
+    /// while the client is not connected it returns at once, `Ok`, and
+    /// otherwise it waits for the instance's node at most the
+    /// [`register_timeout`](ServiceDiscoveryBuilder::register_timeout),
+    /// then returns `Ok` all the same. A registration not done by then is
+    /// logged and done as soon as ZooKeeper can be reached (a dynamic
+    /// instance's node keeps being tried; a static one is written after
+    /// the next (re)connection); until then queries do not list it, nor
+    /// does [`registered_path`](Self::registered_path) give a dynamic
+    /// instance's path. It still fails for what no retry mends: an
+    /// instance whose name or id is not a path segment, one the
+    /// serializer refuses, a closed client.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_discovery::Result<()> {
+    /// use latchkey_discovery::{ServiceDiscovery, ServiceInstance};
+    ///
+    /// let me = ServiceInstance::<()>::builder("orders").id("orders-1").port(8080).build();
+    /// let discovery = ServiceDiscovery::builder(client)
+    ///     .base_path("/services")
+    ///     .this_instance(me)
+    ///     .build()?;
+    /// discovery.start()?; // Ok also while ZooKeeper is down: registered once it is up
+    /// if discovery.registered_path("orders-1").is_none() {
+    ///     eprintln!("not registered yet; it will be once ZooKeeper can be reached");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn start(&self) -> Result<()> {
         {
             let mut state = self.inner.state.lock();
@@ -215,7 +251,7 @@ impl<T: Payload> ServiceDiscovery<T> {
         *self.inner.listener.lock() = Some(handle);
         let this = self.inner.this_instance.lock().clone();
         if let Some(instance) = this {
-            self.register_service(&instance)?;
+            self.register(&instance, true)?;
         }
         Ok(())
     }
@@ -241,6 +277,16 @@ impl<T: Payload> ServiceDiscovery<T> {
     /// (re)connection. A persistent node there already is overwritten in
     /// place, as is the node of an id registered here before.
     pub fn register_service(&self, instance: &ServiceInstance<T>) -> Result<()> {
+        self.register(instance, false)
+    }
+
+    /// [`register_service`](Self::register_service); `at_start`: as
+    /// [`start`](Self::start) registers, not failing for want of ZooKeeper.
+    fn register(&self, instance: &ServiceInstance<T>, at_start: bool) -> Result<()> {
+        // At start, nothing waits for a connection the client does not
+        // have (the listener does the work once it has one).
+        let connected = !at_start || self.inner.client.state().is_some_and(|s| s.is_connected());
+        let deadline = Instant::now().checked_add(self.inner.register_timeout);
         if *self.inner.state.lock() == State::Closed {
             return Err(self.inner.closed());
         }
@@ -269,16 +315,16 @@ impl<T: Payload> ServiceDiscovery<T> {
                 self.inner.write(entry, &bytes)
             }
             None => {
+                let mut pending = false;
                 let node = match instance.service_type {
                     ServiceType::Dynamic | ServiceType::DynamicSequential => {
                         let mode = match instance.service_type {
                             ServiceType::Dynamic => CreateMode::Ephemeral,
                             _ => CreateMode::EphemeralSequential,
                         };
-                        if mode == CreateMode::Ephemeral {
+                        if mode == CreateMode::Ephemeral && connected {
                             // Not now (ZooKeeper unreachable): after the
                             // next (re)connection.
-                            let deadline = Instant::now().checked_add(self.inner.register_timeout);
                             if let Err(e) = self.inner.take_over(&path, deadline) {
                                 log::debug!("service instance {path}: {e}; taken over later");
                             }
@@ -289,7 +335,28 @@ impl<T: Payload> ServiceDiscovery<T> {
                         Some(node)
                     }
                     ServiceType::Static | ServiceType::Permanent => {
-                        self.inner.write_persistent(&path, &bytes)?;
+                        // At start, by the register timeout; else as
+                        // the client's other calls.
+                        let written = match (connected, at_start) {
+                            (true, true) => {
+                                self.inner.write_persistent_until(&path, &bytes, deadline)
+                            }
+                            (true, false) => self.inner.write_persistent(&path, &bytes),
+                            (false, _) => {
+                                Err(Error::IllegalState("not connected to ZooKeeper".into()))
+                            }
+                        };
+                        match written {
+                            Ok(()) => {}
+                            Err(e) if at_start && !self.inner.client.is_closed() => {
+                                log::warn!(
+                                    "service instance {path} not registered at start: {e}; \
+                                     it is written after the next (re)connection"
+                                );
+                                pending = true;
+                            }
+                            Err(e) => return Err(e),
+                        }
                         None
                     }
                 };
@@ -301,12 +368,23 @@ impl<T: Payload> ServiceDiscovery<T> {
                         bytes,
                         node,
                         watch: None,
+                        pending,
                     },
                 );
                 drop(services);
+                if !connected && self.inner.client.state().is_some_and(|s| s.is_connected()) {
+                    // Connected since: the listener may have run before the
+                    // entry was there.
+                    self.inner.after_connection();
+                }
                 if dynamic {
                     // The wait happens without the map's lock.
-                    self.wait_created(&instance.id, &path)?;
+                    match self.wait_created(&instance.id, &path, deadline, at_start) {
+                        Err(e) if at_start && !self.inner.client.is_closed() => {
+                            log::warn!("service instance {path} not registered at start: {e}")
+                        }
+                        other => other?,
+                    }
                 }
                 if self.inner.watch_instances {
                     Inner::watch(&self.inner, &instance.id)?;
@@ -316,9 +394,16 @@ impl<T: Payload> ServiceDiscovery<T> {
         }
     }
 
-    fn wait_created(&self, id: &str, path: &str) -> Result<()> {
-        // `Duration::MAX`: as long as it takes.
-        let deadline = Instant::now().checked_add(self.inner.register_timeout);
+    /// Waits until the dynamic instance `id`'s node is created, until
+    /// `deadline` (`None`: as long as it takes), or with `at_start` until
+    /// the client is not connected.
+    fn wait_created(
+        &self,
+        id: &str,
+        path: &str,
+        deadline: Option<Instant>,
+        at_start: bool,
+    ) -> Result<()> {
         loop {
             let created = {
                 let services = self.inner.services.lock();
@@ -333,6 +418,12 @@ impl<T: Payload> ServiceDiscovery<T> {
             }
             if self.inner.client.is_closed() {
                 return Err(Error::ZooKeeper(latchkey_framework::Error::Closed));
+            }
+            if at_start && !self.inner.client.state().is_some_and(|s| s.is_connected()) {
+                return Err(Error::IllegalState(format!(
+                    "the instance {path} is not registered yet: not connected to ZooKeeper; \
+                     it is being tried"
+                )));
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(Error::IllegalState(format!(
@@ -581,7 +672,11 @@ impl<T> Inner<T> {
                 }
                 Ok(())
             }
-            None => self.write_persistent(&path, bytes),
+            None => {
+                self.write_persistent(&path, bytes)?;
+                entry.pending = false;
+                Ok(())
+            }
         }
     }
 
@@ -590,7 +685,22 @@ impl<T> Inner<T> {
     /// and the node created again, as Curator's `internalRegisterService`
     /// does on `NodeExists`: else it would go with that session.
     fn write_persistent(&self, path: &str, bytes: &[u8]) -> Result<()> {
-        self.ensure_persistent(&self.client, path, bytes, true)
+        self.write_persistent_until(path, bytes, None)
+    }
+
+    /// [`write_persistent`](Self::write_persistent) by `deadline` (`None`:
+    /// the client's own).
+    fn write_persistent_until(
+        &self,
+        path: &str,
+        bytes: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<()> {
+        let client = match deadline {
+            Some(_) => self.client.with_deadline(deadline),
+            None => self.client.clone(),
+        };
+        self.ensure_persistent(&client, path, bytes, true)
             .map(|_| ())
     }
 
@@ -810,8 +920,8 @@ impl<T> Inner<T> {
         let client = self.client.with_deadline(Some(deadline));
         let mut dynamic = Vec::new();
         {
-            let services = self.services.lock();
-            for entry in services.values() {
+            let mut services = self.services.lock();
+            for entry in services.values_mut() {
                 let Ok(path) = self.path_for(&entry.instance.name, &entry.instance.id) else {
                     continue;
                 };
@@ -824,11 +934,14 @@ impl<T> Inner<T> {
                 let Ok(bytes) = self.serializer.serialize(&entry.instance) else {
                     continue;
                 };
-                match self.ensure_persistent(&client, &path, &bytes, false) {
-                    Ok(true) => {
-                        log::info!("service instance {path} written again after a reconnection")
+                // One `start` could not write is written over what is there.
+                match self.ensure_persistent(&client, &path, &bytes, entry.pending) {
+                    Ok(created) => {
+                        if created || entry.pending {
+                            log::info!("service instance {path} written after a (re)connection");
+                        }
+                        entry.pending = false;
                     }
-                    Ok(false) => {}
                     Err(e) => log::warn!("writing the service instance {path} again: {e}"),
                 }
             }

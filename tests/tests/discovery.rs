@@ -12,7 +12,7 @@
 //! | `TestServiceDiscovery.testCrashedInstance` | `a_dynamic_instance_is_back_within_2s_of_a_new_session` |
 //! | `TestServiceDiscovery.testMultipleInstances` | `multiple_services_and_instances` |
 //! | `TestServiceDiscovery.testBasic` | `basic_register_and_query` |
-//! | `TestServiceDiscovery.testNoServerOnStart` | `start_without_a_server_registers_once_it_is_up` |
+//! | `TestServiceDiscovery.testNoServerOnStart` | `start_without_a_server_registers_once_it_is_up`, `start_while_zookeeper_is_unreachable_returns_at_once` |
 //! | `TestServiceDiscovery.testUnregisterService` | `unregister_during_a_restart_stays_unregistered` |
 //! | `TestServiceDiscovery.testCleaning` | `basic_register_and_query` (unregister leaves no registration) |
 //! | `TestServiceDiscoveryBuilder.testDefaultSerializer` | `the_builder_takes_a_serializer` |
@@ -778,10 +778,8 @@ fn start_without_a_server_registers_once_it_is_up() {
         .build()
         .unwrap();
     let started = Instant::now();
-    assert!(
-        matches!(d.start(), Err(Error::IllegalState(_))),
-        "not registered in time, said so"
-    );
+    // As Curator's `start`: not an error, registered once it can be.
+    d.start().unwrap();
     assert!(started.elapsed() < Duration::from_secs(3));
     server.restart().unwrap();
     wait_until(
@@ -793,6 +791,121 @@ fn start_without_a_server_registers_once_it_is_up() {
         || format!("never registered: {:?}", client.state_history()),
     );
     assert_eq!(d.query_for_names().unwrap(), vec!["test"]);
+}
+
+/// Curator's `start()` logs a registration that ZooKeeper cannot take and
+/// registers again on the next connection. Here `start`, with the default
+/// 15 s register timeout, returns `Ok` at once while the client cannot
+/// reach ZooKeeper; once it can, the dynamic instance's node is this
+/// session's (the node a dead session left at its path taken over) and
+/// the static instance's node has its contents (a stale one overwritten).
+#[test]
+fn start_while_zookeeper_is_unreachable_returns_at_once() {
+    let server = shared_server();
+    let observer = connect(&server.connect_string(), Duration::from_secs(30));
+    let base = unique("/discovery/start-unreachable");
+    // What an earlier run left: a dead session's dynamic node, partitioned
+    // and not expired (20 s), and a static node with old contents.
+    let dead_proxy = FaultProxy::start(server.addr()).expect("start a proxy");
+    let dead = connect(&dead_proxy.connect_string(), Duration::from_secs(20));
+    let d_old = ServiceDiscovery::builder(&dead)
+        .base_path(&base)
+        .this_instance(
+            ServiceInstance::builder("worker")
+                .id("w-1")
+                .payload("old".to_string())
+                .build(),
+        )
+        .build()
+        .unwrap();
+    let d_old = DeadWorker(Some(d_old), dead.clone());
+    d_old.0.as_ref().unwrap().start().unwrap();
+    let static_path = format!("{base}/worker/s-1");
+    observer.create().for_path(&static_path, b"{}").unwrap();
+    dead_proxy.pause();
+
+    let proxy = FaultProxy::start(server.addr()).expect("start a proxy");
+    let client = connect(&proxy.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &client);
+    proxy.set_refuse(true);
+    proxy.cut();
+    wait_until(
+        Duration::from_secs(5),
+        || !client.state().is_some_and(|s| s.is_connected()),
+        || format!("still connected\n{}", ctx.dump()),
+    );
+    let dynamic = ServiceInstance::builder("worker")
+        .id("w-1")
+        .payload("new".to_string())
+        .build();
+    let fixed = ServiceInstance::builder("worker")
+        .id("s-1")
+        .payload("new".to_string())
+        .service_type(ServiceType::Static)
+        .build();
+    let mut started = Vec::new();
+    for instance in [&dynamic, &fixed] {
+        let d = ServiceDiscovery::builder(&client)
+            .base_path(&base)
+            .this_instance(instance.clone())
+            .build()
+            .unwrap();
+        let (d, result) = call_within(
+            "start while unreachable",
+            Duration::from_secs(3),
+            move || {
+                let result = d.start();
+                (d, result)
+            },
+        );
+        assert!(result.is_ok(), "{}: {result:?}", instance.id);
+        started.push(d);
+    }
+    assert_eq!(started[0].registered_path("w-1"), None, "not created yet");
+
+    proxy.set_refuse(false);
+    let dyn_path = format!("{base}/worker/w-1");
+    wait_until(
+        Duration::from_secs(10),
+        || {
+            observer
+                .exists(&dyn_path)
+                .ok()
+                .flatten()
+                .is_some_and(|s| s.ephemeral_owner == client.session_id())
+        },
+        || {
+            format!(
+                "the dynamic node is {:?}, not our session's {:#x}\n{}",
+                observer.exists(&dyn_path),
+                client.session_id(),
+                ctx.dump()
+            )
+        },
+    );
+    let reader = discovery::<String>(&observer, &base);
+    wait_until(
+        Duration::from_secs(10),
+        || {
+            reader.query_for_instance("worker", "w-1").ok().flatten() == Some(dynamic.clone())
+                && reader.query_for_instance("worker", "s-1").ok().flatten() == Some(fixed.clone())
+        },
+        || {
+            format!(
+                "read {:?} and {:?}\n{}",
+                reader.query_for_instance("worker", "w-1"),
+                reader.query_for_instance("worker", "s-1"),
+                ctx.dump()
+            )
+        },
+    );
+    assert_eq!(
+        started[0].registered_path("w-1").as_deref(),
+        Some(dyn_path.as_str())
+    );
+    for d in started {
+        d.close();
+    }
 }
 
 /// Curator's TestServiceDiscovery.testUnregisterService (CURATOR-164): an
