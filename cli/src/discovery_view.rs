@@ -365,7 +365,12 @@ mod tests {
         assert_eq!(ok.port, Some(80));
         assert!(parse(b"{not json").unwrap_err().starts_with("not JSON"));
         assert!(parse(br#"{"name":"a","id":"1","port":"x"}"#).is_err());
-        assert!(parse(br#"{"name":"a","id":"1","port":70000}"#).is_err());
+        // A port Curator reads (a Java int) but no u16 holds: readable,
+        // the number kept in `extra`; beyond Java's int, refused.
+        let big = parse(br#"{"name":"a","id":"1","port":70000}"#).unwrap();
+        assert_eq!(big.port, None);
+        assert_eq!(big.extra.get("port"), Some(&json!(70000)));
+        assert!(parse(br#"{"name":"a","id":"1","port":3000000000}"#).is_err());
         assert!(parse(b"").is_err());
     }
 }

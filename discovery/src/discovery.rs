@@ -3,7 +3,9 @@
 //!
 //! A dynamic instance is an ephemeral node kept by a recipes
 //! [`PersistentNode`], so it comes back by itself on a new session (and
-//! after a delete by someone else). Static and permanent instances are
+//! after a delete by someone else); a node of another session found at
+//! its path when it registers is deleted and created again, as Curator
+//! does. Static and permanent instances are
 //! persistent nodes, written again on every (re)connection if they went
 //! missing, and deleted when unregistered or when the discovery closes, as
 //! Curator's are.
@@ -27,6 +29,9 @@ use crate::Payload;
 const DEFAULT_REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the work after a reconnection may take.
 const RECONNECT_WORK: Duration = Duration::from_secs(10);
+/// How often a registration deletes a node in its way before leaving it
+/// (Curator's `MAX_TRIES` is 2: one delete).
+const MAX_TRIES: usize = 3;
 
 /// Builds a [`ServiceDiscovery`] (Curator's `ServiceDiscoveryBuilder`),
 /// from [`ServiceDiscovery::builder`].
@@ -74,7 +79,9 @@ impl<T: Payload> ServiceDiscoveryBuilder<T> {
 
     /// How long [`register_service`](ServiceDiscovery::register_service)
     /// waits for a dynamic instance's node (default 15 s; `Duration::MAX`:
-    /// as long as it takes); the node keeps being tried after that.
+    /// as long as it takes); the node keeps being tried after that. Also
+    /// the longest [`start`](ServiceDiscovery::start) waits for the
+    /// builder's instance while connected (it returns at once while not).
     pub fn register_timeout(mut self, timeout: Duration) -> Self {
         self.register_timeout = timeout;
         self
@@ -164,6 +171,9 @@ struct Entry<T> {
     node: Option<PersistentNode>,
     /// The cache of its node ([`ServiceDiscoveryBuilder::watch_instances`]).
     watch: Option<CuratorCache>,
+    /// A static instance whose node [`ServiceDiscovery::start`] could not
+    /// write: written, over what is there, after the next (re)connection.
+    pending: bool,
 }
 
 impl<T: Payload> ServiceDiscovery<T> {
@@ -182,6 +192,37 @@ impl<T: Payload> ServiceDiscovery<T> {
     /// Registers the builder's instance, if any, and from now on writes
     /// static instances again after every (re)connection. Starting twice,
     /// or after closing, is an error.
+    ///
+    /// Unlike [`register_service`](Self::register_service), `start` does
+    /// not fail because ZooKeeper cannot be reached, as Curator's `start`
+    /// logs such a failure and registers again on the next connection:
+    /// while the client is not connected it returns at once, `Ok`, and
+    /// otherwise it waits for the instance's node at most the
+    /// [`register_timeout`](ServiceDiscoveryBuilder::register_timeout),
+    /// then returns `Ok` all the same. A registration not done by then is
+    /// logged and done as soon as ZooKeeper can be reached (a dynamic
+    /// instance's node keeps being tried; a static one is written after
+    /// the next (re)connection); until then queries do not list it, nor
+    /// does [`registered_path`](Self::registered_path) give a dynamic
+    /// instance's path. It still fails for what no retry mends: an
+    /// instance whose name or id is not a path segment, one the
+    /// serializer refuses, a closed client.
+    ///
+    /// ```no_run
+    /// # fn f(client: &latchkey_framework::Client) -> latchkey_discovery::Result<()> {
+    /// use latchkey_discovery::{ServiceDiscovery, ServiceInstance};
+    ///
+    /// let me = ServiceInstance::<()>::builder("orders").id("orders-1").port(8080).build();
+    /// let discovery = ServiceDiscovery::builder(client)
+    ///     .base_path("/services")
+    ///     .this_instance(me)
+    ///     .build()?;
+    /// discovery.start()?; // Ok also while ZooKeeper is down: registered once it is up
+    /// if discovery.registered_path("orders-1").is_none() {
+    ///     eprintln!("not registered yet; it will be once ZooKeeper can be reached");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn start(&self) -> Result<()> {
         {
             let mut state = self.inner.state.lock();
@@ -203,14 +244,14 @@ impl<T: Payload> ServiceDiscovery<T> {
                 ConnectionState::Connected | ConnectionState::Reconnected
             ) {
                 if let Some(inner) = weak.upgrade() {
-                    inner.rewrite_static();
+                    inner.after_connection();
                 }
             }
         });
         *self.inner.listener.lock() = Some(handle);
         let this = self.inner.this_instance.lock().clone();
         if let Some(instance) = this {
-            self.register_service(&instance)?;
+            self.register(&instance, true)?;
         }
         Ok(())
     }
@@ -223,7 +264,29 @@ impl<T: Payload> ServiceDiscovery<T> {
     /// past it, this fails but the node keeps being tried until
     /// [`unregister_service`](Self::unregister_service). A static or
     /// permanent instance is created (or its node overwritten) now.
+    ///
+    /// A node found at the instance's path that this registration cannot
+    /// keep is deleted and created again, as Curator does on `NodeExists`:
+    /// for a dynamic instance, any node not of this client's session (say
+    /// the node of a worker that was restarted with the same id, whose old
+    /// session has not expired yet), for a static or permanent one an
+    /// ephemeral node. So the node is this session's (or persistent) when
+    /// this returns, with these contents, and does not go when the old
+    /// session expires; watchers see it deleted and created. If ZooKeeper
+    /// cannot be reached for that now, it is done after the next
+    /// (re)connection. A persistent node there already is overwritten in
+    /// place, as is the node of an id registered here before.
     pub fn register_service(&self, instance: &ServiceInstance<T>) -> Result<()> {
+        self.register(instance, false)
+    }
+
+    /// [`register_service`](Self::register_service); `at_start`: as
+    /// [`start`](Self::start) registers, not failing for want of ZooKeeper.
+    fn register(&self, instance: &ServiceInstance<T>, at_start: bool) -> Result<()> {
+        // At start, nothing waits for a connection the client does not
+        // have (the listener does the work once it has one).
+        let connected = !at_start || self.inner.client.state().is_some_and(|s| s.is_connected());
+        let deadline = Instant::now().checked_add(self.inner.register_timeout);
         if *self.inner.state.lock() == State::Closed {
             return Err(self.inner.closed());
         }
@@ -252,19 +315,48 @@ impl<T: Payload> ServiceDiscovery<T> {
                 self.inner.write(entry, &bytes)
             }
             None => {
+                let mut pending = false;
                 let node = match instance.service_type {
                     ServiceType::Dynamic | ServiceType::DynamicSequential => {
                         let mode = match instance.service_type {
                             ServiceType::Dynamic => CreateMode::Ephemeral,
                             _ => CreateMode::EphemeralSequential,
                         };
+                        if mode == CreateMode::Ephemeral && connected {
+                            // Not now (ZooKeeper unreachable): after the
+                            // next (re)connection.
+                            if let Err(e) = self.inner.take_over(&path, deadline) {
+                                log::debug!("service instance {path}: {e}; taken over later");
+                            }
+                        }
                         let node =
                             PersistentNode::new(&self.inner.client, mode, false, &path, &bytes)?;
                         node.start()?;
                         Some(node)
                     }
                     ServiceType::Static | ServiceType::Permanent => {
-                        self.inner.write_persistent(&path, &bytes)?;
+                        // At start, by the register timeout; else as
+                        // the client's other calls.
+                        let written = match (connected, at_start) {
+                            (true, true) => {
+                                self.inner.write_persistent_until(&path, &bytes, deadline)
+                            }
+                            (true, false) => self.inner.write_persistent(&path, &bytes),
+                            (false, _) => {
+                                Err(Error::IllegalState("not connected to ZooKeeper".into()))
+                            }
+                        };
+                        match written {
+                            Ok(()) => {}
+                            Err(e) if at_start && !self.inner.client.is_closed() => {
+                                log::warn!(
+                                    "service instance {path} not registered at start: {e}; \
+                                     it is written after the next (re)connection"
+                                );
+                                pending = true;
+                            }
+                            Err(e) => return Err(e),
+                        }
                         None
                     }
                 };
@@ -276,12 +368,23 @@ impl<T: Payload> ServiceDiscovery<T> {
                         bytes,
                         node,
                         watch: None,
+                        pending,
                     },
                 );
                 drop(services);
+                if !connected && self.inner.client.state().is_some_and(|s| s.is_connected()) {
+                    // Connected since: the listener may have run before the
+                    // entry was there.
+                    self.inner.after_connection();
+                }
                 if dynamic {
                     // The wait happens without the map's lock.
-                    self.wait_created(&instance.id, &path)?;
+                    match self.wait_created(&instance.id, &path, deadline, at_start) {
+                        Err(e) if at_start && !self.inner.client.is_closed() => {
+                            log::warn!("service instance {path} not registered at start: {e}")
+                        }
+                        other => other?,
+                    }
                 }
                 if self.inner.watch_instances {
                     Inner::watch(&self.inner, &instance.id)?;
@@ -291,9 +394,16 @@ impl<T: Payload> ServiceDiscovery<T> {
         }
     }
 
-    fn wait_created(&self, id: &str, path: &str) -> Result<()> {
-        // `Duration::MAX`: as long as it takes.
-        let deadline = Instant::now().checked_add(self.inner.register_timeout);
+    /// Waits until the dynamic instance `id`'s node is created, until
+    /// `deadline` (`None`: as long as it takes), or with `at_start` until
+    /// the client is not connected.
+    fn wait_created(
+        &self,
+        id: &str,
+        path: &str,
+        deadline: Option<Instant>,
+        at_start: bool,
+    ) -> Result<()> {
         loop {
             let created = {
                 let services = self.inner.services.lock();
@@ -308,6 +418,12 @@ impl<T: Payload> ServiceDiscovery<T> {
             }
             if self.inner.client.is_closed() {
                 return Err(Error::ZooKeeper(latchkey_framework::Error::Closed));
+            }
+            if at_start && !self.inner.client.state().is_some_and(|s| s.is_connected()) {
+                return Err(Error::IllegalState(format!(
+                    "the instance {path} is not registered yet: not connected to ZooKeeper; \
+                     it is being tried"
+                )));
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(Error::IllegalState(format!(
@@ -556,35 +672,125 @@ impl<T> Inner<T> {
                 }
                 Ok(())
             }
-            None => self.write_persistent(&path, bytes),
+            None => {
+                self.write_persistent(&path, bytes)?;
+                entry.pending = false;
+                Ok(())
+            }
         }
     }
 
-    /// Creates a persistent instance node, or overwrites it.
+    /// Creates a persistent instance node, or overwrites a persistent node
+    /// there. An ephemeral node there (a dead session's, say) is deleted
+    /// and the node created again, as Curator's `internalRegisterService`
+    /// does on `NodeExists`: else it would go with that session.
     fn write_persistent(&self, path: &str, bytes: &[u8]) -> Result<()> {
-        let created = self
-            .client
-            .create()
-            .creating_parent_containers_if_needed()
-            .mode(CreateMode::Persistent)
-            .for_path(path, bytes);
-        match created {
-            Ok(_) => Ok(()),
-            Err(e) if e.is(ErrorCode::NodeExists) => {
-                match self.client.set_data(path, bytes, None) {
-                    // Deleted meanwhile: once more.
-                    Err(e) if e.is(ErrorCode::NoNode) => {
-                        self.client
-                            .create()
-                            .creating_parent_containers_if_needed()
-                            .for_path(path, bytes)?;
-                        Ok(())
-                    }
-                    other => other.map(|_| ()).map_err(Error::from),
-                }
+        self.write_persistent_until(path, bytes, None)
+    }
+
+    /// [`write_persistent`](Self::write_persistent) by `deadline` (`None`:
+    /// the client's own).
+    fn write_persistent_until(
+        &self,
+        path: &str,
+        bytes: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<()> {
+        let client = match deadline {
+            Some(_) => self.client.with_deadline(deadline),
+            None => self.client.clone(),
+        };
+        self.ensure_persistent(&client, path, bytes, true)
+            .map(|_| ())
+    }
+
+    /// Creates a persistent instance node; one there already is
+    /// overwritten if `overwrite`, and if ephemeral deleted and created
+    /// again. True if this created it.
+    fn ensure_persistent(
+        &self,
+        client: &Client,
+        path: &str,
+        bytes: &[u8],
+        overwrite: bool,
+    ) -> Result<bool> {
+        // Each turn but the last ends with the node gone (deleted
+        // meanwhile, or by us); more turns than that: others are writing
+        // it too, and theirs stays.
+        for _ in 0..MAX_TRIES {
+            let created = client
+                .create()
+                .creating_parent_containers_if_needed()
+                .mode(CreateMode::Persistent)
+                .for_path(path, bytes);
+            match created {
+                Ok(_) => return Ok(true),
+                Err(e) if e.is(ErrorCode::NodeExists) => {}
+                Err(e) => return Err(e.into()),
             }
+            let Some(stat) = client.exists(path)? else {
+                continue;
+            };
+            if stat.ephemeral_owner != 0 {
+                // Changed meanwhile or not: the create tells.
+                self.delete_at(client, path, stat.ephemeral_owner, stat.version)?;
+                continue;
+            }
+            if !overwrite {
+                return Ok(false);
+            }
+            match client.set_data(path, bytes, None) {
+                Err(e) if e.is(ErrorCode::NoNode) => continue,
+                other => return other.map(|_| false).map_err(Error::from),
+            }
+        }
+        Ok(false)
+    }
+
+    /// Deletes the node at `path` in the way of a registration if it is
+    /// still at `version`: an ephemeral node of the session `owner` (not
+    /// ours), or a persistent one (`owner` 0). False if it changed
+    /// meanwhile; gone is no error.
+    fn delete_at(&self, client: &Client, path: &str, owner: i64, version: i32) -> Result<bool> {
+        match client.delete().with_version(version).for_path(path) {
+            Ok(()) => {
+                log::info!(
+                    "service instance {path}: deleted the node of {} to register it again",
+                    match owner {
+                        0 => "no session (persistent)".to_owned(),
+                        o => format!("the session {o:#x}"),
+                    }
+                );
+                Ok(true)
+            }
+            Err(e) if e.is(ErrorCode::NoNode) => Ok(true),
+            Err(e) if e.is(ErrorCode::BadVersion) => Ok(false),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Before and after a dynamic instance's node is kept at `path`: a node
+    /// there that is not of our session (a dead session's, not expired
+    /// yet; a persistent one) is deleted, so that our session creates it
+    /// again at once, as Curator's `internalRegisterService` does on
+    /// `NodeExists`. The node keeper would otherwise keep the node it
+    /// finds, which goes when that session expires and only then comes
+    /// back as ours.
+    fn take_over(&self, path: &str, deadline: Option<Instant>) -> Result<()> {
+        let client = self.client.with_deadline(deadline);
+        for _ in 0..MAX_TRIES {
+            let Some(stat) = client.exists(path)? else {
+                return Ok(());
+            };
+            if stat.ephemeral_owner != 0 && stat.ephemeral_owner == client.session_id() {
+                return Ok(());
+            }
+            // Else written meanwhile (our keeper's data, say): look again.
+            if self.delete_at(&client, path, stat.ephemeral_owner, stat.version)? {
+                return Ok(());
+            }
+        }
+        Ok(())
     }
 
     /// Deletes an unregistered instance's node.
@@ -705,28 +911,45 @@ impl<T> Inner<T> {
     }
 
     /// After a (re)connection: static instances whose nodes went missing
-    /// are written again (Curator re-registers every instance then;
-    /// dynamic ones are kept by their persistent nodes here).
-    fn rewrite_static(&self) {
-        let client = self
-            .client
-            .with_deadline(Some(Instant::now() + RECONNECT_WORK));
-        let services = self.services.lock();
-        for entry in services.values().filter(|e| e.node.is_none()) {
-            let Ok(path) = self.path_for(&entry.instance.name, &entry.instance.id) else {
-                continue;
-            };
-            let Ok(bytes) = self.serializer.serialize(&entry.instance) else {
-                continue;
-            };
-            let created = client
-                .create()
-                .creating_parent_containers_if_needed()
-                .for_path(&path, &bytes);
-            match created {
-                Ok(_) => log::info!("service instance {path} written again after a reconnection"),
-                Err(e) if e.is(ErrorCode::NodeExists) => {}
-                Err(e) => log::warn!("writing the service instance {path} again: {e}"),
+    /// (or are ephemeral nodes of another session) are written again, and
+    /// the nodes of dynamic ones that another session holds are taken
+    /// over (Curator re-registers every instance then; dynamic ones are
+    /// kept by their persistent nodes here).
+    fn after_connection(&self) {
+        let deadline = Instant::now() + RECONNECT_WORK;
+        let client = self.client.with_deadline(Some(deadline));
+        let mut dynamic = Vec::new();
+        {
+            let mut services = self.services.lock();
+            for entry in services.values_mut() {
+                let Ok(path) = self.path_for(&entry.instance.name, &entry.instance.id) else {
+                    continue;
+                };
+                if entry.node.is_some() {
+                    if entry.instance.service_type == ServiceType::Dynamic {
+                        dynamic.push(path);
+                    }
+                    continue;
+                }
+                let Ok(bytes) = self.serializer.serialize(&entry.instance) else {
+                    continue;
+                };
+                // One `start` could not write is written over what is there.
+                match self.ensure_persistent(&client, &path, &bytes, entry.pending) {
+                    Ok(created) => {
+                        if created || entry.pending {
+                            log::info!("service instance {path} written after a (re)connection");
+                        }
+                        entry.pending = false;
+                    }
+                    Err(e) => log::warn!("writing the service instance {path} again: {e}"),
+                }
+            }
+        }
+        // Without the map's lock: the keepers may need it meanwhile.
+        for path in dynamic {
+            if let Err(e) = self.take_over(&path, Some(deadline)) {
+                log::warn!("service instance {path}: taking over its node: {e}");
             }
         }
     }

@@ -90,8 +90,18 @@ pub struct ServiceInstance<T> {
     /// local address).
     pub address: Option<String>,
     /// Its port.
+    ///
+    /// Curator's port is a Java `Integer`, so another process may have
+    /// written one no `u16` holds (above 65,535, or negative). Such a node
+    /// still reads, as Curator reads it: the port is `None` here and the
+    /// number is kept in [`extra`](Self::extra) under `"port"`, where
+    /// [`build_uri_spec`](Self::build_uri_spec) finds it and from where
+    /// the serializer writes it back while this field stays `None`. A port
+    /// beyond Java's `int` makes the node unreadable, as it does to Curator.
     pub port: Option<u16>,
-    /// Its TLS port; with one, `{scheme}` is `https`.
+    /// Its TLS port; with one, `{scheme}` is `https`. One no `u16` holds is
+    /// kept in [`extra`](Self::extra) under `"sslPort"`, as for
+    /// [`port`](Self::port).
     pub ssl_port: Option<u16>,
     /// What else the service tells about itself.
     pub payload: Option<T>,
@@ -106,10 +116,13 @@ pub struct ServiceInstance<T> {
     /// A template of its address (`{scheme}://{address}:{port}`).
     pub uri_spec: Option<UriSpec>,
     /// Whether providers hand it out. Curator's default serializer does
-    /// not write it (its compatible mode); readers then take `true`.
+    /// not write it (its compatible mode); readers then take `true`. A
+    /// node with `"enabled": null` reads as `false`, as Curator reads it.
     pub enabled: bool,
     /// Fields of the node's JSON this version does not know, kept as read
-    /// and written back after the known ones.
+    /// and written back after the known ones; also a `"port"` or
+    /// `"sslPort"` that the port fields cannot hold, written back in its
+    /// place.
     pub extra: Map<String, Value>,
 }
 
@@ -175,6 +188,20 @@ impl<T> ServiceInstance<T> {
         match &self.uri_spec {
             Some(spec) => spec.build(Some(self), variables),
             None => String::new(),
+        }
+    }
+
+    /// A port as text, as Curator's `Integer` prints it: `port`, else the
+    /// number a node held that a `u16` cannot (kept in `extra` under
+    /// `field`).
+    pub(crate) fn port_text(&self, port: Option<u16>, field: &str) -> Option<String> {
+        match port {
+            Some(p) => Some(p.to_string()),
+            None => match self.extra.get(field)? {
+                Value::Number(n) => Some(n.to_string()),
+                Value::String(s) => s.trim().parse::<i32>().ok().map(|n| n.to_string()),
+                _ => None,
+            },
         }
     }
 

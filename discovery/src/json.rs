@@ -170,7 +170,6 @@ fn to_json<T: Serialize>(
         reason: e.to_string(),
     };
     let string = |s: &str| Value::String(s.to_owned()).to_string();
-    let opt_num = |n: Option<u16>| n.map_or_else(|| "null".to_owned(), |n| n.to_string());
     let mut out = String::with_capacity(256);
     out.push('{');
     let _ = write!(out, "\"name\":{}", string(&instance.name));
@@ -183,8 +182,16 @@ fn to_json<T: Serialize>(
             .as_deref()
             .map_or("null".to_owned(), string)
     );
-    let _ = write!(out, ",\"port\":{}", opt_num(instance.port));
-    let _ = write!(out, ",\"sslPort\":{}", opt_num(instance.ssl_port));
+    let _ = write!(
+        out,
+        ",\"port\":{}",
+        port_json(instance.port, &instance.extra, "port")
+    );
+    let _ = write!(
+        out,
+        ",\"sslPort\":{}",
+        port_json(instance.ssl_port, &instance.extra, "sslPort")
+    );
     let payload = match &instance.payload {
         None => "null".to_owned(),
         Some(p) => {
@@ -302,11 +309,17 @@ fn from_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<ServiceInstance<T>> {
     if let Some(v) = map.remove("address") {
         out.address = opt_string(v, "address")?;
     }
-    if let Some(v) = map.remove("port") {
-        out.port = opt_port(v, "port")?;
-    }
-    if let Some(v) = map.remove("sslPort") {
-        out.ssl_port = opt_port(v, "sslPort")?;
+    let mut unrepresentable = Map::new();
+    for (field, port) in [("port", &mut out.port), ("sslPort", &mut out.ssl_port)] {
+        if let Some(v) = map.remove(field) {
+            match opt_port(&v, field)? {
+                Port::Fits(p) => *port = p,
+                // Kept, and written back where it was.
+                Port::JavaOnly => {
+                    unrepresentable.insert(field.to_owned(), v);
+                }
+            }
+        }
     }
     if let Some(v) = map.remove("payload") {
         let (class, payload) = split_type_id(v);
@@ -349,7 +362,10 @@ fn from_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<ServiceInstance<T>> {
     }
     if let Some(v) = map.remove("enabled") {
         out.enabled = match v {
-            Value::Null => true,
+            // Jackson reads a null into Curator's primitive `boolean` as
+            // its default: a disabled instance to Curator. A missing
+            // field keeps the constructor's `true`.
+            Value::Null => false,
             Value::Bool(b) => b,
             other => {
                 return Err(bad(format!(
@@ -359,6 +375,7 @@ fn from_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<ServiceInstance<T>> {
             }
         };
     }
+    map.extend(unrepresentable);
     out.extra = map;
     Ok(out)
 }
@@ -443,16 +460,41 @@ fn opt_string(v: Value, field: &str) -> Result<Option<String>> {
     }
 }
 
-/// A port: Jackson also takes a number in a string.
-fn opt_port(v: Value, field: &str) -> Result<Option<u16>> {
+/// A port read: one a `u16` holds, or one only Java's `Integer` holds.
+enum Port {
+    Fits(Option<u16>),
+    /// Outside 0 to 65,535 but within Java's `int`: Curator reads it.
+    JavaOnly,
+}
+
+/// A port, as Jackson reads Curator's `Integer`: also a number in a
+/// string; beyond Java's `int` it is an error, as in Curator.
+fn opt_port(v: &Value, field: &str) -> Result<Port> {
     if v.is_null() {
-        return Ok(None);
+        return Ok(Port::Fits(None));
     }
-    let n =
-        integer(&v).ok_or_else(|| bad(format!("{field} is not an integer but {}", kind(&v))))?;
-    u16::try_from(n)
-        .map(Some)
-        .map_err(|_| bad(format!("{field} {n} is not a port (0 to 65535)")))
+    let n = integer(v).ok_or_else(|| bad(format!("{field} is not an integer but {}", kind(v))))?;
+    if let Ok(port) = u16::try_from(n) {
+        return Ok(Port::Fits(Some(port)));
+    }
+    match i32::try_from(n) {
+        Ok(_) => Ok(Port::JavaOnly),
+        Err(_) => Err(bad(format!(
+            "{field} {n} is out of range of Java's int, as Curator's port is"
+        ))),
+    }
+}
+
+/// The port to write: the instance's, else a number [`from_json`] kept in
+/// `extra` because a `u16` cannot hold it, else `null`.
+fn port_json(port: Option<u16>, extra: &Map<String, Value>, field: &str) -> String {
+    match port {
+        Some(p) => p.to_string(),
+        None => match extra.get(field) {
+            Some(v) if integer(v).is_some_and(|n| i32::try_from(n).is_ok()) => v.to_string(),
+            _ => "null".to_owned(),
+        },
+    }
 }
 
 fn integer(v: &Value) -> Option<i64> {

@@ -162,14 +162,15 @@ impl UriSpec {
             local.insert(FIELD_NAME, i.name.clone());
             local.insert(FIELD_ID, i.id.clone());
             local.insert(FIELD_ADDRESS, opt(i.address.clone()));
-            local.insert(FIELD_PORT, opt(i.port.map(|p| p.to_string())));
-            local.insert(FIELD_SSL_PORT, opt(i.ssl_port.map(|p| p.to_string())));
+            let ssl_port = i.port_text(i.ssl_port, "sslPort");
+            local.insert(FIELD_PORT, opt(i.port_text(i.port, "port")));
+            local.insert(FIELD_SSL_PORT, opt(ssl_port.clone()));
             local.insert(
                 FIELD_REGISTRATION_TIME_UTC,
                 i.registration_time_utc.to_string(),
             );
             local.insert(FIELD_SERVICE_TYPE, i.service_type.as_str().to_lowercase());
-            if i.ssl_port.is_some() {
+            if ssl_port.is_some() {
                 local.insert(FIELD_SCHEME, "https".into());
             }
         }

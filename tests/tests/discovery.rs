@@ -12,7 +12,7 @@
 //! | `TestServiceDiscovery.testCrashedInstance` | `a_dynamic_instance_is_back_within_2s_of_a_new_session` |
 //! | `TestServiceDiscovery.testMultipleInstances` | `multiple_services_and_instances` |
 //! | `TestServiceDiscovery.testBasic` | `basic_register_and_query` |
-//! | `TestServiceDiscovery.testNoServerOnStart` | `start_without_a_server_registers_once_it_is_up` |
+//! | `TestServiceDiscovery.testNoServerOnStart` | `start_without_a_server_registers_once_it_is_up`, `start_while_zookeeper_is_unreachable_returns_at_once` |
 //! | `TestServiceDiscovery.testUnregisterService` | `unregister_during_a_restart_stays_unregistered` |
 //! | `TestServiceDiscovery.testCleaning` | `basic_register_and_query` (unregister leaves no registration) |
 //! | `TestServiceDiscoveryBuilder.testDefaultSerializer` | `the_builder_takes_a_serializer` |
@@ -45,7 +45,7 @@ use latchkey_discovery::{
     ServiceCacheEvent, ServiceDiscovery, ServiceInstance, ServiceType, StickyStrategy,
 };
 use latchkey_framework::{Client, CreateMode};
-use latchkey_test::TestingServer;
+use latchkey_test::{FaultProxy, TestingServer};
 
 fn discovery<T: latchkey_discovery::Payload>(client: &Client, base: &str) -> ServiceDiscovery<T> {
     let d = ServiceDiscovery::builder(client)
@@ -778,10 +778,8 @@ fn start_without_a_server_registers_once_it_is_up() {
         .build()
         .unwrap();
     let started = Instant::now();
-    assert!(
-        matches!(d.start(), Err(Error::IllegalState(_))),
-        "not registered in time, said so"
-    );
+    // As Curator's `start`: not an error, registered once it can be.
+    d.start().unwrap();
     assert!(started.elapsed() < Duration::from_secs(3));
     server.restart().unwrap();
     wait_until(
@@ -793,6 +791,121 @@ fn start_without_a_server_registers_once_it_is_up() {
         || format!("never registered: {:?}", client.state_history()),
     );
     assert_eq!(d.query_for_names().unwrap(), vec!["test"]);
+}
+
+/// Curator's `start()` logs a registration that ZooKeeper cannot take and
+/// registers again on the next connection. Here `start`, with the default
+/// 15 s register timeout, returns `Ok` at once while the client cannot
+/// reach ZooKeeper; once it can, the dynamic instance's node is this
+/// session's (the node a dead session left at its path taken over) and
+/// the static instance's node has its contents (a stale one overwritten).
+#[test]
+fn start_while_zookeeper_is_unreachable_returns_at_once() {
+    let server = shared_server();
+    let observer = connect(&server.connect_string(), Duration::from_secs(30));
+    let base = unique("/discovery/start-unreachable");
+    // What an earlier run left: a dead session's dynamic node, partitioned
+    // and not expired (20 s), and a static node with old contents.
+    let dead_proxy = FaultProxy::start(server.addr()).expect("start a proxy");
+    let dead = connect(&dead_proxy.connect_string(), Duration::from_secs(20));
+    let d_old = ServiceDiscovery::builder(&dead)
+        .base_path(&base)
+        .this_instance(
+            ServiceInstance::builder("worker")
+                .id("w-1")
+                .payload("old".to_string())
+                .build(),
+        )
+        .build()
+        .unwrap();
+    let d_old = DeadWorker(Some(d_old), dead.clone());
+    d_old.0.as_ref().unwrap().start().unwrap();
+    let static_path = format!("{base}/worker/s-1");
+    observer.create().for_path(&static_path, b"{}").unwrap();
+    dead_proxy.pause();
+
+    let proxy = FaultProxy::start(server.addr()).expect("start a proxy");
+    let client = connect(&proxy.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &client);
+    proxy.set_refuse(true);
+    proxy.cut();
+    wait_until(
+        Duration::from_secs(5),
+        || !client.state().is_some_and(|s| s.is_connected()),
+        || format!("still connected\n{}", ctx.dump()),
+    );
+    let dynamic = ServiceInstance::builder("worker")
+        .id("w-1")
+        .payload("new".to_string())
+        .build();
+    let fixed = ServiceInstance::builder("worker")
+        .id("s-1")
+        .payload("new".to_string())
+        .service_type(ServiceType::Static)
+        .build();
+    let mut started = Vec::new();
+    for instance in [&dynamic, &fixed] {
+        let d = ServiceDiscovery::builder(&client)
+            .base_path(&base)
+            .this_instance(instance.clone())
+            .build()
+            .unwrap();
+        let (d, result) = call_within(
+            "start while unreachable",
+            Duration::from_secs(3),
+            move || {
+                let result = d.start();
+                (d, result)
+            },
+        );
+        assert!(result.is_ok(), "{}: {result:?}", instance.id);
+        started.push(d);
+    }
+    assert_eq!(started[0].registered_path("w-1"), None, "not created yet");
+
+    proxy.set_refuse(false);
+    let dyn_path = format!("{base}/worker/w-1");
+    wait_until(
+        Duration::from_secs(10),
+        || {
+            observer
+                .exists(&dyn_path)
+                .ok()
+                .flatten()
+                .is_some_and(|s| s.ephemeral_owner == client.session_id())
+        },
+        || {
+            format!(
+                "the dynamic node is {:?}, not our session's {:#x}\n{}",
+                observer.exists(&dyn_path),
+                client.session_id(),
+                ctx.dump()
+            )
+        },
+    );
+    let reader = discovery::<String>(&observer, &base);
+    wait_until(
+        Duration::from_secs(10),
+        || {
+            reader.query_for_instance("worker", "w-1").ok().flatten() == Some(dynamic.clone())
+                && reader.query_for_instance("worker", "s-1").ok().flatten() == Some(fixed.clone())
+        },
+        || {
+            format!(
+                "read {:?} and {:?}\n{}",
+                reader.query_for_instance("worker", "w-1"),
+                reader.query_for_instance("worker", "s-1"),
+                ctx.dump()
+            )
+        },
+    );
+    assert_eq!(
+        started[0].registered_path("w-1").as_deref(),
+        Some(dyn_path.as_str())
+    );
+    for d in started {
+        d.close();
+    }
 }
 
 /// Curator's TestServiceDiscovery.testUnregisterService (CURATOR-164): an
@@ -1036,4 +1149,133 @@ fn watched_instances_take_what_another_process_writes() {
     );
     d.close();
     assert!(other.exists(&path).unwrap().is_none());
+}
+
+/// A worker restarted with the same instance ids while its dead session
+/// (partitioned, not yet expired) still holds their nodes. As Curator's
+/// `internalRegisterService` does on `NodeExists`, registering deletes
+/// such a node and creates it again: the dynamic instance's node is the
+/// new session's at once with the new contents, and the static one is a
+/// persistent node at once. Neither goes when the dead session expires.
+#[test]
+fn re_registering_over_a_dead_sessions_node_takes_it_over_at_once() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start a proxy");
+    let dead = connect(&proxy.connect_string(), Duration::from_secs(4));
+    let base = unique("/discovery/dead-session");
+    let old = |id: &str| {
+        ServiceInstance::builder("worker")
+            .id(id)
+            .payload("old".to_string())
+            .port(1)
+            .build()
+    };
+    let d_old = ServiceDiscovery::builder(&dead)
+        .base_path(&base)
+        .this_instance(old("w-dynamic"))
+        .build()
+        .unwrap();
+    // Its client closed first, however the test ends: the discovery's
+    // unregister on drop then fails at once instead of retrying through
+    // the partition.
+    let d_old = DeadWorker(Some(d_old), dead.clone());
+    let d_old = d_old.0.as_ref().unwrap();
+    d_old.start().unwrap();
+    d_old.register_service(&old("w-static")).unwrap();
+    let marker = format!("{base}/marker");
+    dead.create()
+        .mode(CreateMode::Ephemeral)
+        .for_path(&marker, b"")
+        .unwrap();
+    let dead_session = dead.session_id();
+    // The worker dies: its session lives on in the server until it expires.
+    proxy.pause();
+
+    let client = connect(&server.connect_string(), Duration::from_secs(10));
+    let ctx = Ctx::new(server, &client);
+    let dynamic = ServiceInstance::builder("worker")
+        .id("w-dynamic")
+        .payload("new".to_string())
+        .port(2)
+        .build();
+    let fixed = ServiceInstance::builder("worker")
+        .id("w-static")
+        .payload("new".to_string())
+        .service_type(ServiceType::Static)
+        .build();
+    let d = ServiceDiscovery::builder(&client)
+        .base_path(&base)
+        .this_instance(dynamic.clone())
+        .build()
+        .unwrap();
+    d.start().unwrap();
+    d.register_service(&fixed).unwrap();
+    let dyn_path = format!("{base}/worker/w-dynamic");
+    let static_path = format!("{base}/worker/w-static");
+    let dyn_stat = client.exists(&dyn_path).unwrap().expect("the dynamic node");
+    assert_eq!(
+        dyn_stat.ephemeral_owner,
+        client.session_id(),
+        "the dynamic node is still the dead session's ({dead_session:#x}), not ours\n{}",
+        ctx.dump()
+    );
+    let static_stat = client
+        .exists(&static_path)
+        .unwrap()
+        .expect("the static node");
+    assert_eq!(
+        static_stat.ephemeral_owner, 0,
+        "the static node is still the dead session's ephemeral node ({dead_session:#x})"
+    );
+    assert_eq!(
+        d.query_for_instance("worker", "w-dynamic").unwrap(),
+        Some(dynamic.clone())
+    );
+    assert_eq!(
+        d.query_for_instance("worker", "w-static").unwrap(),
+        Some(fixed.clone())
+    );
+    // Watched from now on: the dead session's expiry must not touch them.
+    let deleted = Arc::new(AtomicUsize::new(0));
+    for path in [&dyn_path, &static_path] {
+        let seen = Arc::clone(&deleted);
+        client
+            .exists_watch(path, move |e| {
+                if e.event_type == latchkey_framework::EventType::NodeDeleted {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+            .unwrap();
+    }
+    wait_until(
+        Duration::from_secs(20),
+        || client.exists(&marker).is_ok_and(|m| m.is_none()),
+        || format!("the dead session never expired\n{}", ctx.dump()),
+    );
+    // The expiry's deletes are one transaction: the marker gone, so are
+    // the dead session's other nodes, and their events came before the
+    // reply to this read.
+    let after = |path: &str| client.exists(path).unwrap();
+    assert_eq!(
+        after(&dyn_path).map(|s| (s.czxid, s.ephemeral_owner)),
+        Some((dyn_stat.czxid, client.session_id())),
+        "the dynamic node went with the dead session"
+    );
+    assert_eq!(
+        after(&static_path).map(|s| s.czxid),
+        Some(static_stat.czxid),
+        "the static node went with the dead session"
+    );
+    assert_eq!(deleted.load(Ordering::SeqCst), 0, "a node was deleted");
+    d.close();
+}
+
+/// A discovery whose client is closed before the discovery is dropped.
+struct DeadWorker<T>(Option<ServiceDiscovery<T>>, Client);
+
+impl<T> Drop for DeadWorker<T> {
+    fn drop(&mut self) {
+        self.1.close();
+        self.0.take();
+    }
 }

@@ -430,3 +430,96 @@ fn curators_cache_sees_a_latchkey_instance_back_after_an_expiry() {
     java(&format!("disc cache {base} svc close"));
     java(&format!("disc close {base}"));
 }
+
+/// Nodes written raw, read by Curator (Jackson) and by latchkey: both read
+/// each the same way, or both refuse it. What Curator 5.4 makes of them:
+/// `"enabled": null` is `false` (a JSON null into Java's primitive
+/// `boolean`), a missing `enabled` is `true`; a port is an `Integer`, so
+/// 70,000 or -1 are ports (here `None`, the number kept in `extra`), one
+/// beyond Java's `int` makes the node unreadable.
+#[test]
+fn edge_values_are_read_as_curator_reads_them() {
+    let c = client();
+    let base = unique("/discovery-interop/edges");
+    java(&format!("disc open {base} true"));
+    let cases: &[(&str, &str)] = &[
+        (
+            "enabled-null",
+            r#"{"name":"svc","id":"enabled-null","enabled":null}"#,
+        ),
+        (
+            "enabled-missing",
+            r#"{"name":"svc","id":"enabled-missing"}"#,
+        ),
+        (
+            "enabled-true",
+            r#"{"name":"svc","id":"enabled-true","enabled":true}"#,
+        ),
+        (
+            "enabled-false",
+            r#"{"name":"svc","id":"enabled-false","enabled":false}"#,
+        ),
+        (
+            "port-big",
+            r#"{"name":"svc","id":"port-big","port":70000,"sslPort":-1,"uriSpec":{"parts":[{"value":"scheme","variable":true},{"value":"://h:","variable":false},{"value":"port","variable":true},{"value":"/","variable":false},{"value":"ssl-port","variable":true}]}}"#,
+        ),
+        (
+            "port-string",
+            r#"{"name":"svc","id":"port-string","port":"70000"}"#,
+        ),
+        (
+            "port-int-max",
+            r#"{"name":"svc","id":"port-int-max","port":2147483647}"#,
+        ),
+        (
+            "port-beyond-int",
+            r#"{"name":"svc","id":"port-beyond-int","port":3000000000}"#,
+        ),
+        (
+            "ssl-beyond-int",
+            r#"{"name":"svc","id":"ssl-beyond-int","sslPort":-2147483649}"#,
+        ),
+    ];
+    let d = ServiceDiscovery::<Value>::builder(&c)
+        .base_path(&base)
+        .build()
+        .unwrap();
+    for (id, raw) in cases {
+        c.create()
+            .creating_parent_containers_if_needed()
+            .for_path(&format!("{base}/svc/{id}"), raw.as_bytes())
+            .unwrap();
+        let line = format!("disc get {base} svc {id}");
+        let answer = peer()
+            .command(&line, ANSWER)
+            .unwrap_or_else(|e| panic!("{line}: {e}"));
+        let ours = d.query_for_instance("svc", id);
+        match answer.strip_prefix("OK ") {
+            Some(json) => {
+                let j: Value = serde_json::from_str(json).unwrap();
+                let i = ours
+                    .unwrap_or_else(|e| panic!("{raw}: Curator reads {j}, latchkey refuses: {e}"))
+                    .unwrap();
+                assert_eq!(json!(i.enabled), j["enabled"], "{raw}: enabled");
+                // A port that is no u16 is kept in `extra`, as written.
+                for (ours, field) in [(i.port, "port"), (i.ssl_port, "sslPort")] {
+                    let number = match ours {
+                        Some(p) => json!(p),
+                        None => match i.extra.get(field) {
+                            Some(Value::String(s)) => json!(s.parse::<i64>().unwrap()),
+                            Some(v) => v.clone(),
+                            None => Value::Null,
+                        },
+                    };
+                    assert_eq!(number, j[field], "{raw}: {field}");
+                }
+                assert_eq!(json!(i.build_uri_spec()), j["uri"], "{raw}: uri");
+            }
+            None => assert!(
+                answer.starts_with("ERR") && ours.is_err(),
+                "{raw}: Curator refuses it ({answer:?}), latchkey reads {ours:?}"
+            ),
+        }
+    }
+    java(&format!("disc close {base}"));
+}

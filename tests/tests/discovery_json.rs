@@ -296,6 +296,66 @@ fn unknown_fields_are_kept_and_written_back() {
     assert_eq!(again, before);
 }
 
+/// Curator's `enabled` is a `boolean`, and Jackson reads a JSON `null`
+/// into a primitive as its default, `false`: `"enabled": null` is a
+/// disabled instance to Curator 5.4 (checked with the Java peer in
+/// `discovery_interop.rs`), while a missing field keeps the constructor's
+/// `true`.
+#[test]
+fn enabled_null_reads_as_disabled_as_in_curator() {
+    let json = JsonInstanceSerializer::<Value>::new();
+    let null = json
+        .deserialize(br#"{"name":"n","id":"i","enabled":null}"#)
+        .unwrap();
+    assert!(!null.enabled, "Curator reads \"enabled\": null as false");
+    let missing = json.deserialize(br#"{"name":"n","id":"i"}"#).unwrap();
+    assert!(missing.enabled, "a missing field stays enabled");
+}
+
+/// Curator's ports are Java `Integer`s: a node with a port that is no
+/// `u16` (above 65,535, or negative) is an instance to Curator 5.4
+/// (checked with the Java peer in `discovery_interop.rs`), one beyond
+/// Java's `int` is not. Such a node reads here with the port `None`, its
+/// number kept in `extra` and written back where it was.
+#[test]
+fn a_port_curator_takes_keeps_the_node_readable() {
+    let json = JsonInstanceSerializer::<Value>::new();
+    let raw = br#"{"name":"n","id":"i","address":null,"port":70000,"sslPort":-1,"payload":null,"registrationTimeUTC":0,"serviceType":"DYNAMIC","uriSpec":null}"#;
+    let i = json
+        .deserialize(raw)
+        .unwrap_or_else(|e| panic!("Curator reads this node: {e}"));
+    assert_eq!((i.name.as_str(), i.id.as_str()), ("n", "i"));
+    assert_eq!((i.port, i.ssl_port), (None, None));
+    assert_eq!(i.extra.get("port"), Some(&json!(70000)));
+    assert_eq!(i.extra.get("sslPort"), Some(&json!(-1)));
+    assert_eq!(
+        text(&json.serialize(&i).unwrap()),
+        text(raw),
+        "written back as read"
+    );
+    // In a string, as Jackson takes it too.
+    let s = json.deserialize(br#"{"port":"70000"}"#).unwrap();
+    assert_eq!(s.port, None);
+    assert_eq!(s.extra.get("port"), Some(&json!("70000")));
+    // A port set on the instance wins over the kept number.
+    let mut set = i.clone();
+    set.port = Some(8080);
+    let written: Value = serde_json::from_slice(&json.serialize(&set).unwrap()).unwrap();
+    assert_eq!(written["port"], json!(8080));
+    assert_eq!(written["sslPort"], json!(-1));
+    // Beyond Java's int: Curator refuses the node, and so do we.
+    for raw in [
+        &br#"{"port":3000000000}"#[..],
+        br#"{"sslPort":-2147483649}"#,
+    ] {
+        assert!(
+            matches!(json.deserialize(raw), Err(Error::BadInstance { .. })),
+            "{}",
+            text(raw)
+        );
+    }
+}
+
 #[test]
 fn bad_input_is_an_error_naming_why_never_a_panic() {
     let json = JsonInstanceSerializer::<Value>::new();
@@ -307,8 +367,8 @@ fn bad_input_is_an_error_naming_why_never_a_panic() {
         (b"[1,2]", "not a JSON object"),
         (b"null", "not a JSON object"),
         (br#"{"name":5}"#, "name"),
-        (br#"{"port":70000}"#, "port"),
-        (br#"{"port":-1}"#, "port"),
+        (br#"{"port":3000000000}"#, "port"),
+        (br#"{"port":true}"#, "port"),
         (br#"{"sslPort":"x"}"#, "sslPort"),
         (br#"{"serviceType":"BOGUS"}"#, "serviceType"),
         (br#"{"registrationTimeUTC":1.5}"#, "registrationTimeUTC"),
