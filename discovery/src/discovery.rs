@@ -15,7 +15,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use latchkey_framework::{paths, Client, ConnectionState, CreateMode, ErrorCode, ListenerHandle};
-use latchkey_recipes::{CacheEvent, CuratorCache, PersistentNode};
+use latchkey_recipes::{CacheEvent, CuratorCache, Fence, PersistentNode};
 use parking_lot::Mutex;
 
 use crate::cache::ServiceCacheBuilder;
@@ -460,6 +460,63 @@ impl<T: Payload> ServiceDiscovery<T> {
         let bytes = self.inner.serializer.serialize(instance)?;
         entry.instance = instance.clone();
         self.inner.write(entry, &bytes)
+    }
+
+    /// [`update_service`](Self::update_service) fenced by `fence`, a hold
+    /// such as a [`Leadership`](latchkey_recipes::Leadership) or a
+    /// [`MutexGuard`](latchkey_recipes::MutexGuard): the instance's node
+    /// is written now, in one transaction with a check of the hold's node,
+    /// so a write delayed by an outage cannot land after the hold ended
+    /// (see [`latchkey_recipes::Fence`]). It fails, keeping the instance
+    /// as it was, with `FenceGone` (the framework's
+    /// [`Error::FenceGone`](latchkey_framework::Error::FenceGone)) once
+    /// the hold has ended, and with `NoNode` while the instance's node is
+    /// missing (being registered again after a lost session: try again).
+    ///
+    /// ```no_run
+    /// # fn f(discovery: &latchkey_discovery::ServiceDiscovery<()>,
+    /// #      me: &latchkey_discovery::ServiceInstance<()>,
+    /// #      leadership: &latchkey_recipes::Leadership) -> latchkey_discovery::Result<()> {
+    /// discovery.update_service_fenced(me, leadership)?; // only while leading
+    /// # Ok(()) }
+    /// ```
+    pub fn update_service_fenced(
+        &self,
+        instance: &ServiceInstance<T>,
+        fence: &dyn Fence,
+    ) -> Result<()> {
+        if *self.inner.state.lock() == State::Closed {
+            return Err(self.inner.closed());
+        }
+        let mut services = self.inner.services.lock();
+        let Some(entry) = services.get_mut(&instance.id) else {
+            return Err(Error::NotRegistered {
+                name: instance.name.clone(),
+                id: instance.id.clone(),
+            });
+        };
+        if entry.instance.name != instance.name
+            || entry.instance.service_type != instance.service_type
+        {
+            return Err(Error::InvalidArgument(format!(
+                "an update of {}/{} cannot change its name or service type; register it again",
+                entry.instance.name, instance.id
+            )));
+        }
+        let bytes = self.inner.serializer.serialize(instance)?;
+        match &entry.node {
+            Some(node) => node.fenced(fence).set_data(&bytes)?,
+            None => {
+                let client = &self.inner.client;
+                let path = self.inner.path_for(&instance.name, &instance.id)?;
+                let fence = fence.path_in(client)?;
+                client.set_data_fenced(&fence, &path, &bytes, None)?;
+            }
+        }
+        entry.instance = instance.clone();
+        entry.bytes = bytes;
+        entry.pending = false;
+        Ok(())
     }
 
     /// Unregisters the instance with `instance`'s id and deletes its node

@@ -24,27 +24,38 @@ pub trait Fence {
     /// hold's client included), or an error when there is no hold to
     /// fence by now.
     fn fence_path(&self) -> Result<String>;
+
+    /// The fence node as a path of `client` (its namespace taken off), to
+    /// pass to [`Client::set_data_fenced`] or [`Client::create_fenced`];
+    /// [`Error::InvalidArgument`] when the node lies outside `client`'s
+    /// namespace. Not meant to be overridden.
+    fn path_in(&self, client: &Client) -> Result<String> {
+        let full = self.fence_path()?;
+        let namespace = client.namespace();
+        let relative = paths::strip_namespace(namespace, &full);
+        if namespace.is_some() && relative == full {
+            return Err(Error::InvalidArgument(format!(
+                "the fence {full} is outside this client's namespace {}",
+                namespace.unwrap_or_default()
+            )));
+        }
+        Ok(relative)
+    }
 }
 
-/// `fence`'s node as a path of `client` (its namespace taken off), for a
-/// write through `client`; an error naming `op` and `path` when the node
-/// lies outside that namespace.
+/// `fence`'s node as a path of `client`, for a write through `client`;
+/// an error naming `op` and `path` when the node lies outside that
+/// namespace.
 pub(crate) fn fence_for(
     client: &Client,
     fence: &dyn Fence,
     op: &str,
     path: &str,
 ) -> Result<String> {
-    let full = fence.fence_path()?;
-    let namespace = client.namespace();
-    let relative = paths::strip_namespace(namespace, &full);
-    if namespace.is_some() && relative == full {
-        return Err(Error::InvalidArgument(format!(
-            "{op} {path}: the fence {full} is outside this client's namespace {}",
-            namespace.unwrap_or_default()
-        )));
-    }
-    Ok(relative)
+    fence.path_in(client).map_err(|e| match e {
+        Error::InvalidArgument(why) => Error::InvalidArgument(format!("{op} {path}: {why}")),
+        other => other,
+    })
 }
 
 /// The full path of `node`, a path of `client`.

@@ -231,6 +231,65 @@ fn fenced_puts_add_items_while_the_guard_holds_and_never_after() {
     prio.close();
 }
 
+/// A discovery update fenced by a guard, for a dynamic and a static
+/// instance: written while the guard holds; after the hold ended it is
+/// `FenceGone`, and neither the node nor the registration changes. Both
+/// kinds, and the persistent node under the dynamic one, on one path each.
+#[test]
+fn a_fenced_discovery_update_lands_while_the_guard_holds_and_never_after() {
+    use latchkey_discovery::{ServiceDiscovery, ServiceInstance, ServiceType};
+    let c = connect(&shared_server().connect_string(), WAIT);
+    let other = connect(&shared_server().connect_string(), WAIT);
+    let base = unique("/fenced/discovery");
+    let d = ServiceDiscovery::<String>::builder(&c)
+        .base_path(&format!("{base}/services"))
+        .build()
+        .unwrap();
+    d.start().unwrap();
+    let mutex = InterProcessMutex::new(&c, &format!("{base}/lock")).unwrap();
+    let guard = mutex.lock().unwrap();
+    for kind in [ServiceType::Dynamic, ServiceType::Static] {
+        let mut me = ServiceInstance::builder("worker")
+            .payload("v1".to_string())
+            .service_type(kind)
+            .build();
+        d.register_service(&me).unwrap();
+        let node = d.registered_path(&me.id).unwrap();
+        me.payload = Some("v2".into());
+        d.update_service_fenced(&me, &guard).unwrap();
+        let written = String::from_utf8(other.get_data(&node).unwrap().0).unwrap();
+        assert!(written.contains("v2"), "{kind:?}: {written}");
+        assert_eq!(
+            d.registered_service(&me.id).unwrap().payload.as_deref(),
+            Some("v2")
+        );
+    }
+    delete_hold(&other, &guard);
+    for registered in d.registered_services() {
+        let mut me = registered.clone();
+        me.payload = Some("v3".into());
+        let got = d.update_service_fenced(&me, &guard);
+        assert!(
+            matches!(
+                &got,
+                Err(latchkey_discovery::Error::ZooKeeper(
+                    Error::FenceGone { .. }
+                ))
+            ),
+            "{:?} after the hold ended: {got:?}",
+            me.service_type
+        );
+        let node = d.registered_path(&me.id).unwrap();
+        let written = String::from_utf8(other.get_data(&node).unwrap().0).unwrap();
+        assert!(
+            written.contains("v2") && !written.contains("v3"),
+            "{written}"
+        );
+        assert_eq!(registered, d.registered_service(&me.id).unwrap());
+    }
+    d.close();
+}
+
 /// A leader's write fenced by its `Leadership` lands during its term; the
 /// same write after the term's node went is refused.
 #[test]

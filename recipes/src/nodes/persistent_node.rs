@@ -15,6 +15,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::armed::{read_watched, waking, WatchArms};
 use crate::cache::curator_cache::CuratorCache;
+use crate::fence::{self, Fence, Fenced};
 use crate::keeper::{Keeper, Kept};
 use crate::locks::lock_internals::{
     deadline_after, delete_if_lost, validate_any_path, validate_node_size,
@@ -306,6 +307,19 @@ impl PersistentNode {
         self.inner.state.lock().actual.clone()
     }
 
+    /// This node with its data writes fenced by `fence`, a hold such as a
+    /// [`Leadership`](crate::Leadership) or a
+    /// [`MutexGuard`](crate::MutexGuard) (see [`crate::Fence`]).
+    ///
+    /// ```no_run
+    /// # fn f(node: &latchkey_recipes::PersistentNode, guard: &latchkey_recipes::MutexGuard<'_>) -> latchkey_framework::Result<()> {
+    /// node.fenced(guard).set_data(b"epoch 8")?; // refused once the lock is lost
+    /// # Ok(()) }
+    /// ```
+    pub fn fenced<'a>(&'a self, fence: &'a dyn Fence) -> Fenced<'a, PersistentNode> {
+        Fenced::new(self, fence)
+    }
+
     /// The data the node is kept at.
     pub fn data(&self) -> Vec<u8> {
         self.inner.state.lock().data.clone()
@@ -422,6 +436,38 @@ impl PersistentNode {
                 log::warn!("deleting the persistent node {path}: {e}");
             }
         }
+    }
+}
+
+impl Fenced<'_, PersistentNode> {
+    /// Writes the node's data now, only while the fence stands, and keeps
+    /// it for re-creates once written. Unlike
+    /// [`PersistentNode::set_data`] nothing is left to the node's thread:
+    /// it fails, keeping the data the node had, with
+    /// [`Error::FenceGone`] once the hold has ended, with `NoNode` while
+    /// the node does not exist (it is being created or re-created; try
+    /// again), and on a closed node.
+    pub fn set_data(&self, data: &[u8]) -> Result<()> {
+        let inner = &self.recipe.inner;
+        if inner.keeper.is_closed() {
+            return Err(Error::IllegalState(format!(
+                "the persistent node {} is closed",
+                inner.base_path
+            )));
+        }
+        // Under the write lock, so no write of the node's thread lands
+        // between this one and the data kept.
+        let _writing = inner.writes.lock();
+        let Some(path) = inner.state.lock().actual.clone() else {
+            return Err(Error::Zk {
+                code: ErrorCode::NoNode,
+                path: Some(inner.base_path.clone()),
+            });
+        };
+        let fence = fence::fence_for(&inner.client, self.fence, "set_data", &path)?;
+        inner.client.set_data_fenced(&fence, &path, data, None)?;
+        inner.state.lock().data = data.to_vec();
+        Ok(())
     }
 }
 
