@@ -22,4 +22,6 @@ pub(crate) use session::{
     WireConfig, WireEvent, WireSession, DEFAULT_MAX_REPLY, DEFAULT_MAX_UNSENT, JUTE_MAXBUFFER,
 };
 pub(crate) use transport::TlsSettings;
-pub(crate) use watches::{GroupMark, RemoveKind, WatchGroup, WatchKind, WatchRegistration, Watcher};
+pub(crate) use watches::{
+    GroupMark, RemoveKind, WatchGroup, WatchKind, WatchRegistration, Watcher,
+};
