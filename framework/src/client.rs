@@ -102,6 +102,17 @@ impl ClientBuilder {
     /// it counts as connection loss, and how long connecting to one server
     /// may take (shared by the hosts of the connect string). Default 15 s.
     ///
+    /// A connect attempt does not wait that long at once: its wait for the
+    /// server (the TCP connect, the TLS handshake and the handshake reply)
+    /// is 250 ms at first, and each attempt that runs out of it waits half
+    /// as long again as the one before (375 ms, 562 ms, ...), up to the
+    /// connection timeout divided by the number of hosts (at least
+    /// 200 ms). A server still starting, which takes connections before it
+    /// answers them, then holds the client up for about a wait rather than
+    /// the whole timeout, while a slow server is still reached once the
+    /// wait covers its reply. A handshake answered starts the wait over at
+    /// 250 ms; refused or reset connections leave it as it is.
+    ///
     /// A request sent on a live connection waits for its reply until the
     /// operation's deadline ([`Client::with_timeout`]), or, without one,
     /// until the reply comes or silence detection (2/3 of the session

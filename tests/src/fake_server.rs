@@ -95,6 +95,9 @@ pub struct Script {
     /// Answer the handshake with a frame of this declared length and then
     /// nothing (a hostile length prefix).
     pub handshake_length_prefix: Option<u32>,
+    /// Answer each handshake this long after it arrives (a slow but
+    /// healthy server).
+    pub handshake_delay: Option<Duration>,
     /// What happens after the handshake.
     pub after_handshake: AfterHandshake,
     /// Reply to auth packets (xid -4) with AuthFailed (-115) and close.
@@ -120,6 +123,7 @@ impl Default for Script {
             read_only: false,
             refuse: false,
             handshake_length_prefix: None,
+            handshake_delay: None,
             after_handshake: AfterHandshake::Serve,
             reject_auth: false,
             max_frame: None,
@@ -184,6 +188,12 @@ impl Script {
     /// Answers `opcode` with `reply`.
     pub fn reply(mut self, opcode: i32, reply: Reply) -> Self {
         self.replies.insert(opcode, reply);
+        self
+    }
+
+    /// Answers each handshake `delay` after it arrives, as a slow server.
+    pub fn handshake_delay(mut self, delay: Duration) -> Self {
+        self.handshake_delay = Some(delay);
         self
     }
 
@@ -491,6 +501,19 @@ fn serve(mut s: TcpStream, conn: usize, shared: &Shared) -> io::Result<()> {
             }
         }
         return Ok(());
+    }
+    if let Some(delay) = script.handshake_delay {
+        let until = std::time::Instant::now() + delay;
+        loop {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            if shared.stop.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            thread::sleep(left.min(TICK));
+        }
     }
     let expired = hs.session_id != 0 && shared.closed_sessions.lock().contains(&hs.session_id);
     let session_id = match hs.session_id {

@@ -52,6 +52,9 @@ const STALL_LIMIT: Duration = Duration::from_secs(60);
 /// - [`set_refuse`](Self::set_refuse): new connections are accepted and
 ///   closed at once; existing ones keep working (add [`cut`](Self::cut) to
 ///   look like a dead server).
+/// - [`set_starting`](Self::set_starting): a server still starting. New
+///   connections are accepted and never answered (nothing is read or
+///   forwarded, then or later); existing ones keep working.
 ///
 /// Dropping the proxy closes everything and joins its threads.
 ///
@@ -89,6 +92,8 @@ struct Shared {
     /// Bytes whose next appearance client → target sets `pause_requests`.
     pause_requests_at: Mutex<Option<Vec<u8>>>,
     refuse: AtomicBool,
+    /// New connections are held open and never answered.
+    starting: AtomicBool,
     delay_us: AtomicU64,
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -165,6 +170,7 @@ impl FaultProxy {
             pause_replies: AtomicBool::new(false),
             pause_requests_at: Mutex::new(None),
             refuse: AtomicBool::new(false),
+            starting: AtomicBool::new(false),
             delay_us: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
             threads: Mutex::new(Vec::new()),
@@ -281,8 +287,20 @@ impl FaultProxy {
         self.shared.refuse.store(refuse, Ordering::SeqCst);
     }
 
+    /// While `true`, the proxy plays a server that is still starting: new
+    /// connections are accepted (the kernel takes them) and then never
+    /// answered, not even after the phase ends: nothing is read from them or
+    /// forwarded, and they stay open until the client closes them, a
+    /// [`cut`](Self::cut) or the proxy's drop. Connections accepted after
+    /// `set_starting(false)` are forwarded as usual; existing ones keep
+    /// working throughout (add [`cut`](Self::cut) first for a restart).
+    pub fn set_starting(&self, starting: bool) {
+        self.shared.starting.store(starting, Ordering::SeqCst);
+    }
+
     /// Connections currently open through the proxy (including ones waiting
-    /// for a pause to end before reaching the target).
+    /// for a pause to end before reaching the target, and ones held by
+    /// [`set_starting`](Self::set_starting)).
     pub fn connection_count(&self) -> usize {
         self.shared.conns.lock().len()
     }
@@ -353,6 +371,10 @@ fn on_accept(shared: &Arc<Shared>, client: TcpStream) {
         pumps_done: AtomicU8::new(0),
     });
     shared.conns.lock().insert(id, conn.clone());
+    if shared.starting.load(Ordering::SeqCst) {
+        // Held, unanswered, until closed by a cut or the drop.
+        return;
+    }
     let s = shared.clone();
     shared.spawn(format!("latchkey-proxy-conn-{id}"), move || {
         run_conn(s, conn)

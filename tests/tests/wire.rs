@@ -435,8 +435,10 @@ fn a_server_sending_garbage_after_the_handshake_is_not_hammered() {
 /// connects again); it is not waited for until the read timeout.
 /// The connection timeout is shared among the hosts, as the Java client
 /// shares it: with two hosts that accept and never answer the handshake,
-/// the client gives the first half of it (2 s of 4 s) before it tries the
-/// second, not all of it.
+/// no attempt waits longer than half of it (2 s of 4 s). The wait starts
+/// short and grows by half per attempt that ran out of it (250 ms, 375 ms,
+/// ...), so the first host is left well before its share, and later
+/// attempts wait the whole share.
 #[test]
 fn each_host_gets_its_share_of_the_connection_timeout() {
     let (tx, rx) = crossbeam_channel::unbounded();
@@ -446,9 +448,9 @@ fn each_host_gets_its_share_of_the_connection_timeout() {
         hosts.push(l.local_addr().unwrap().to_string());
         l.set_nonblocking(true).unwrap();
         let tx = tx.clone();
-        // Accepts (and keeps, unanswered) for 20 s at most.
+        // Accepts (and keeps, unanswered) for 30 s at most.
         std::thread::spawn(move || {
-            let (until, mut held) = (Instant::now() + Duration::from_secs(20), Vec::new());
+            let (until, mut held) = (Instant::now() + Duration::from_secs(30), Vec::new());
             while Instant::now() < until {
                 match l.accept() {
                     Ok((conn, _)) => {
@@ -468,22 +470,33 @@ fn each_host_gets_its_share_of_the_connection_timeout() {
         .build()
         .unwrap();
     c.start().unwrap();
-    let first = rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("a first connection");
-    let second = loop {
-        let next = rx
+    // 250, 375, 562, 843, 1265, 1898 ms, then 2 s each.
+    let mut at = Vec::new();
+    while at.len() < 9 {
+        let (host, when) = rx
             .recv_timeout(Duration::from_secs(15))
-            .expect("a connection to the other host");
-        if next.0 != first.0 {
-            break next;
-        }
-    };
+            .expect("a connection");
+        at.push((host, when));
+    }
     c.close();
-    let gap = second.1 - first.1;
+    let gaps: Vec<Duration> = at.windows(2).map(|w| w[1].1 - w[0].1).collect();
+    let hosts_tried: Vec<usize> = at.iter().map(|(h, _)| *h).collect();
     assert!(
-        gap >= Duration::from_millis(1900) && gap < Duration::from_millis(3500),
-        "the second host was tried {gap:?} after the first (want 2 s of the 4 s)"
+        hosts_tried.windows(2).all(|w| w[0] != w[1]),
+        "the hosts take turns: {hosts_tried:?}"
+    );
+    assert!(
+        gaps[0] < Duration::from_millis(1000),
+        "the second host was tried {:?} after the first (the first wait is 250 ms): {gaps:?}",
+        gaps[0]
+    );
+    assert!(
+        gaps.iter().all(|g| *g < Duration::from_millis(3500)),
+        "an attempt waited past its 2 s share: {gaps:?}"
+    );
+    assert!(
+        gaps[6..].iter().all(|g| *g >= Duration::from_millis(1900)),
+        "the wait did not grow to the 2 s share: {gaps:?}"
     );
 }
 

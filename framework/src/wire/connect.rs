@@ -167,6 +167,44 @@ pub(crate) fn resolve_one(host: &str) -> Result<SocketAddr, ConnectFailure> {
     }
 }
 
+/// How long a connect attempt waits for the server: for the TCP connect,
+/// the TLS handshake and the session handshake's reply, each. A server
+/// still starting takes connections before it answers them, and waiting
+/// out the whole connection timeout on one keeps a client away that long
+/// after the server serves. So the first attempt waits 250 ms, and each
+/// attempt that runs out of its wait makes the next one wait half as long
+/// again (250, 375, 562 ms, ...), never longer than the connection
+/// timeout's share of one host: a slow but healthy server is reached after
+/// a few attempts, not dropped in a loop. A handshake reply starts it over;
+/// a refused or reset connection leaves it as it is.
+pub(crate) struct HandshakeWait {
+    next: Duration,
+}
+
+impl HandshakeWait {
+    pub(crate) const FIRST: Duration = Duration::from_millis(250);
+
+    pub(crate) fn new() -> Self {
+        HandshakeWait { next: Self::FIRST }
+    }
+
+    /// The next attempt's wait, at most `limit`.
+    pub(crate) fn get(&self, limit: Duration) -> Duration {
+        self.next.min(limit)
+    }
+
+    /// An attempt ran out of its wait: the next waits half as long again,
+    /// up to `limit`.
+    pub(crate) fn ran_out(&mut self, limit: Duration) {
+        self.next = self.next.saturating_add(self.next / 2).min(limit);
+    }
+
+    /// The server answered: the next outage starts at the first wait.
+    pub(crate) fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
 /// The search for a read-write server while connected read-only: one host
 /// at a time, first after 100 ms, then at doubling intervals up to 60 s
 /// (the Java client's pingRwServer timing). The interval is the session's,
@@ -466,6 +504,42 @@ mod tests {
             probe.connected(true, session);
             assert_eq!(probe.timeout, want, "negotiated session {session:?}");
         }
+    }
+
+    #[test]
+    fn the_handshake_wait_starts_short_grows_by_half_and_stays_within_the_limit() {
+        let ms = Duration::from_millis;
+        for limit in [ms(200), ms(1000), ms(3000), ms(15_000), Duration::MAX] {
+            let mut wait = HandshakeWait::new();
+            let mut want = HandshakeWait::FIRST;
+            for _ in 0..200 {
+                let got = wait.get(limit);
+                assert_eq!(got, want.min(limit), "limit {limit:?}");
+                assert!(got <= limit, "{got:?} above {limit:?}");
+                wait.ran_out(limit);
+                want = want.saturating_add(want / 2);
+            }
+            wait.reset();
+            assert_eq!(wait.get(limit), HandshakeWait::FIRST.min(limit));
+        }
+        let mut wait = HandshakeWait::new();
+        let waits: Vec<Duration> = (0..5)
+            .map(|_| {
+                let w = wait.get(ms(1000));
+                wait.ran_out(ms(1000));
+                w
+            })
+            .collect();
+        assert_eq!(
+            waits,
+            [
+                ms(250),
+                ms(375),
+                ms(562) + Duration::from_micros(500),
+                ms(843) + Duration::from_micros(750),
+                ms(1000)
+            ]
+        );
     }
 
     #[test]

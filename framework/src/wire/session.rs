@@ -36,7 +36,8 @@ use parking_lot::Mutex;
 
 use super::conn::Conn;
 use super::connect::{
-    self, open_stream_with, read_frame, resolve_one, ConnectFailure, HostList, RwProbe, SharedHosts,
+    self, open_stream_with, read_frame, resolve_one, ConnectFailure, HandshakeWait, HostList,
+    RwProbe, SharedHosts,
 };
 use super::engine::{self, Engine};
 use super::jute::{Reader, Writer};
@@ -562,12 +563,15 @@ impl Inner {
                     (resolved.map_err(HandshakeError::Failed), round_done)
                 }
             };
+            let per_host = self.per_host_timeout();
+            let wait = dialer.wait.get(per_host);
             let connected = attempt.and_then(|(host, addr): (String, _)| {
-                self.handshake(&host, addr, &mut dialer.xids)
+                self.handshake(&host, addr, wait, &mut dialer.xids)
             });
             match connected {
                 Ok((conn, read_only)) => {
                     *self.last_connect_error.lock() = None;
+                    dialer.wait.reset();
                     let live = Live::new(Arc::clone(&self), conn, read_only, dialer);
                     self.engine.attach(Box::new(live));
                     return;
@@ -582,7 +586,10 @@ impl Inner {
                     return;
                 }
                 Err(HandshakeError::Failed(failure)) => {
-                    log::debug!("connecting failed: {failure}");
+                    log::debug!("connecting failed: {failure} (waited up to {wait:?})");
+                    if matches!(failure, ConnectFailure::TimedOut { .. }) {
+                        dialer.wait.ran_out(per_host);
+                    }
                     *self.last_connect_error.lock() = Some(failure);
                     // Back off once per full round of failed hosts.
                     if round_done {
@@ -664,9 +671,10 @@ impl Inner {
         &self,
         host: &str,
         addr: SocketAddr,
+        wait: Duration,
         xids: &mut Xids,
     ) -> Result<(Conn, bool), HandshakeError> {
-        let result = self.set_up(host, addr, xids);
+        let result = self.set_up(host, addr, wait, xids);
         *self.connecting.lock() = None;
         result
     }
@@ -675,9 +683,10 @@ impl Inner {
         &self,
         host: &str,
         addr: SocketAddr,
+        wait: Duration,
         xids: &mut Xids,
     ) -> Result<(Conn, bool), HandshakeError> {
-        let (mut s, resp) = self.exchange_handshake(host, addr)?;
+        let (mut s, resp) = self.exchange_handshake(host, addr, wait)?;
         // The session's own timing follows the requested timeout at most.
         let granted = Duration::from_millis(resp.timeout_ms as u64);
         let negotiated = granted.min(self.cfg.session_timeout);
@@ -725,14 +734,21 @@ impl Inner {
         Ok((conn, resp.read_only))
     }
 
-    /// The connect request and its reply, each failure classified.
+    /// How long connecting to one host may take at most: the connection
+    /// timeout shared by the connect string's hosts, at least 200 ms.
+    fn per_host_timeout(&self) -> Duration {
+        let per_host = self.cfg.connection_timeout / (self.cfg.hosts.len().max(1) as u32);
+        per_host.max(Duration::from_millis(200))
+    }
+
+    /// The connect request and its reply, each step waiting at most `wait`
+    /// ([`HandshakeWait`]), each failure classified.
     fn exchange_handshake(
         &self,
         host: &str,
         addr: SocketAddr,
+        wait: Duration,
     ) -> Result<(Stream, ConnectResponse), HandshakeError> {
-        let per_host = self.cfg.connection_timeout / (self.cfg.hosts.len().max(1) as u32);
-        let per_host = per_host.max(Duration::from_millis(200));
         let connecting =
             |e: io::Error| HandshakeError::Failed(ConnectFailure::connecting(addr, &e));
         let handshaking =
@@ -747,7 +763,7 @@ impl Inner {
                 let _ = sock.shutdown(std::net::Shutdown::Both);
             }
         };
-        let mut s = open_stream_with(host, addr, self.cfg.tls.as_ref(), per_host, keep)
+        let mut s = open_stream_with(host, addr, self.cfg.tls.as_ref(), wait, keep)
             .map_err(HandshakeError::Failed)?;
         if self.is_ending() {
             return Err(HandshakeError::Failed(ConnectFailure::Io {
@@ -876,6 +892,8 @@ impl ReconnectPause {
 pub(super) struct Dialer {
     pub(super) xids: Xids,
     pub(super) pause: ReconnectPause,
+    /// How long the next attempt waits for the server.
+    pub(super) wait: HandshakeWait,
     /// Whether to pause before the next attempt.
     pub(super) pause_first: bool,
     /// A read-write server found while connected read-only: tried first.
@@ -887,6 +905,7 @@ impl Dialer {
         Dialer {
             xids: Xids(1),
             pause: ReconnectPause::new(),
+            wait: HandshakeWait::new(),
             pause_first: false,
             prefer: None,
         }
