@@ -81,10 +81,9 @@ use crate::locks::lock_internals::{
 /// requests it cancels, so it returns within moments; then the delete
 /// waits at most [`HANDOVER_AFTER`] for ZooKeeper and goes on in the
 /// client's background. The watch on the node fires with its deletion.
-/// After a close, [`set_data`](Self::set_data), [`start`](Self::start) and
-/// [`wait_for_initial_create`](Self::wait_for_initial_create) fail with
-/// [`Error::IllegalState`]; [`actual_path`](Self::actual_path) keeps the
-/// last path.
+/// After a close, [`set_data`](Self::set_data) and [`start`](Self::start)
+/// fail with [`Error::IllegalState`]; [`actual_path`](Self::actual_path)
+/// keeps the last path.
 pub struct PersistentNode {
     inner: Arc<Inner>,
 }
@@ -798,7 +797,7 @@ fn too_large(e: &Error) -> bool {
 /// in-doubt writes: a create retried after a lost reply meets the node it
 /// made, and keeps it. [`close`](Self::close) (or drop) closes the cache,
 /// then the node, which is deleted as [`PersistentNode::close`] deletes
-/// it; neither blocks on a broken connection.
+/// it; neither waits more than a few seconds on a broken connection.
 pub struct GroupMember {
     group: String,
     id: String,
