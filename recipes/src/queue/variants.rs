@@ -64,9 +64,10 @@ impl<T: Send + 'static> QueueBuilder<T> {
 /// # Ok(()) }
 /// ```
 ///
-/// Its puts, consumers and close are [`DistributedQueue`](crate::DistributedQueue)'s: a put retried
-/// after a lost reply may leave its item twice, and `close` waits for the
-/// item being consumed.
+/// Its puts, consumers and close are
+/// [`DistributedQueue`](crate::DistributedQueue)'s: a put retried after a
+/// lost reply may leave its item twice, and `close` waits for the item
+/// being consumed.
 pub struct DistributedPriorityQueue<T: Send + 'static> {
     core: Arc<Core<T>>,
 }
@@ -132,9 +133,10 @@ impl<T: Send + 'static> Fenced<'_, DistributedPriorityQueue<T>> {
 /// # Ok(()) }
 /// ```
 ///
-/// Its puts, consumers and close are [`DistributedQueue`](crate::DistributedQueue)'s: a put retried
-/// after a lost reply may leave its item twice, and `close` waits for the
-/// item being consumed.
+/// Its puts, consumers and close are
+/// [`DistributedQueue`](crate::DistributedQueue)'s: a put retried after a
+/// lost reply may leave its item twice, and `close` waits for the item
+/// being consumed.
 pub struct DistributedDelayQueue<T: Send + 'static> {
     core: Arc<Core<T>>,
 }
@@ -219,9 +221,10 @@ impl<T: Send + 'static> Fenced<'_, DistributedDelayQueue<T>> {
 /// # Ok(()) }
 /// ```
 ///
-/// Its puts, consumers and close are [`DistributedQueue`](crate::DistributedQueue)'s: a put retried
-/// after a lost reply may leave its item twice, and `close` waits for the
-/// item being consumed.
+/// Its puts, consumers and close are
+/// [`DistributedQueue`](crate::DistributedQueue)'s: a put retried after a
+/// lost reply may leave its item twice, and `close` waits for the item
+/// being consumed.
 /// A [`remove`](Self::remove) whose delete was applied but whose reply
 /// was lost meets `NoNode` on its retry and does not count that item.
 pub struct DistributedIdQueue<T: Send + 'static> {
