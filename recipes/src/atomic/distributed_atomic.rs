@@ -210,13 +210,15 @@ impl PromotedToLock {
 ///
 /// The other writes: a node created holding the empty value before a
 /// first change, whose retry meeting `NodeExists` is fine (the empty value
-/// is what a missing node reads as); [`force_set`](DistributedAtomic::force_set), a
-/// `set_data` without a version retried after a lost reply (applied once or
-/// twice, to the same value); and `initialize`, a create retried after a
-/// lost reply, which returns `false` ("the node was there") when it meets
-/// its own node, created by the attempt whose reply was lost. Through
-/// [`fenced`](DistributedAtomic::fenced), a write whose reply was lost and whose fence
-/// is then found gone is `ConnectionLoss`, "may or may not have run".
+/// is what a missing node reads as);
+/// [`force_set`](DistributedAtomic::force_set), a `set_data` without a
+/// version retried after a lost reply (applied once or twice, to the same
+/// value); and `initialize`, a create retried after a lost reply, which
+/// returns `false` ("the node was there") when it meets its own node,
+/// created by the attempt whose reply was lost. Through
+/// [`fenced`](DistributedAtomic::fenced), a write whose reply was lost and
+/// whose fence is then found gone is `ConnectionLoss`, "may or may not
+/// have run".
 ///
 /// A clone is another handle on the same number (it keeps no state of its
 /// own besides its settings); with [`PromotedToLock`], clones share the
