@@ -168,7 +168,8 @@ impl<V: Codec> Shared<V> {
         validate_recipe_path(client, path)?;
         Ok(Shared {
             inner: Arc::new(Inner {
-                client: client.clone(),
+                // Its watches go with it on close, as Curator's do.
+                client: client.with_watcher_removal(),
                 path: path.to_owned(),
                 cache: Mutex::new(Cached {
                     mzxid: 0,
@@ -492,6 +493,10 @@ impl<V: Codec> Inner<V> {
 
     fn close(&self) {
         if self.state.swap(CLOSED, Ordering::AcqRel) != CLOSED {
+            // Here only (one-shot watches): it never waits on the server.
+            if let Err(e) = self.client.remove_watchers() {
+                log::debug!("removing the watches of {}: {e}", self.path);
+            }
             self.signal.notify();
         }
     }
