@@ -12,6 +12,8 @@
 //! - [`fake_server::FakeServer`]: a scripted fake ZooKeeper for protocol
 //!   faults a real server does not produce on demand.
 //! - [`unique_path`]: a fresh znode path per test.
+//! - [`linearizable`]: whether a recorded history is linearizable under a
+//!   sequential model (the randomized checker's histories).
 //!
 //! Needs `java` and `/usr/share/java/zookeeper.jar`
 //! (`apt-get install -y zookeeper openjdk-17-jre-headless`); without them
@@ -25,6 +27,7 @@
 pub mod cluster;
 pub mod fake_server;
 mod jvm;
+pub mod linearizable;
 pub mod peers;
 pub mod proxy;
 pub mod server;

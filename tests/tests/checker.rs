@@ -1,7 +1,9 @@
 //! The randomized checker (`src/bin/check`) on a short budget: the controls
 //! (no locks; a mutex that lets two holders in; a leader latch that lets two
 //! lead and a counter without a version check; queue consumers without
-//! lock nodes) must fail, and a run on a
+//! lock nodes; a compare-and-set that answers an applied write refused,
+//! and a correct history against a wrong model, both caught by the
+//! linearizability check) must fail, and a run on a
 //! single server and one on a 3-member ensemble, with faults, must pass. About a minute in all; the
 //! runs take turns so that they do not load the machine together.
 //!
@@ -207,6 +209,123 @@ fn a_queue_whose_consumers_take_items_twice_is_caught() {
     );
 }
 
+/// Issue 38's bug 1 put back (`--broken-cas`: an applied compare-and-set
+/// whose reply was lost answered as refused), with a nemesis that loses
+/// replies: the linearizability check finds it in the shared count's
+/// history. One session, so that its threads' compare-and-sets are the
+/// ones in flight when its replies are held.
+#[test]
+fn a_compare_and_set_that_reports_an_applied_write_refused_is_caught() {
+    let run = check(
+        &[
+            "--seed",
+            "13",
+            "--single",
+            "--broken-cas",
+            "--lost-replies",
+            "--clients",
+            "1",
+            "--curator",
+            "0",
+            "--latches",
+            "0",
+        ],
+        8,
+    );
+    assert_eq!(
+        run.code,
+        Some(1),
+        "the broken compare-and-set must fail:\n{}",
+        run.output
+    );
+    assert!(
+        run.output.contains("cas-count: not linearizable"),
+        "no unlinearizable count history reported:\n{}",
+        run.output
+    );
+}
+
+/// The check's own control: a correct history against a deliberately
+/// wrong model (a compare-and-set that skips a version) must fail.
+#[test]
+fn the_linearizability_check_fails_a_correct_history_against_a_wrong_model() {
+    let run = check(
+        &[
+            "--seed",
+            "13",
+            "--single",
+            "--wrong-model",
+            "--no-faults",
+            "--curator",
+            "0",
+            "--latches",
+            "0",
+        ],
+        4,
+    );
+    assert_eq!(
+        run.code,
+        Some(1),
+        "the wrong model must fail:\n{}",
+        run.output
+    );
+    assert!(
+        run.output.contains("cas-count: not linearizable"),
+        "no unlinearizable count history reported:\n{}",
+        run.output
+    );
+}
+
+/// The fixed code under the nemesis that loses replies: every answer of
+/// the shared count and the counter is explained by some order.
+#[test]
+fn lost_replies_leave_the_shared_count_and_counter_linearizable() {
+    let seed = seed(5);
+    let run = check(
+        &[
+            "--seed",
+            &seed,
+            "--single",
+            "--lost-replies",
+            "--clients",
+            "1",
+            "--curator",
+            "0",
+            "--latches",
+            "0",
+        ],
+        seconds(8),
+    );
+    assert_eq!(run.code, Some(0), "the checker failed:\n{}", run.output);
+    assert_linearizable(&run);
+}
+
+/// The summary's `name=word` value.
+fn word<'a>(output: &'a str, name: &str) -> Option<&'a str> {
+    let summary = output
+        .lines()
+        .find(|l| l.starts_with("check: PASSED") || l.starts_with("check: FAILED"))?;
+    summary
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+}
+
+fn assert_linearizable(run: &Run) {
+    for history in ["linearizable_count", "linearizable_counter"] {
+        assert_eq!(
+            word(&run.output, history),
+            Some("yes"),
+            "{history}:\n{}",
+            run.output
+        );
+    }
+    assert!(
+        figure(&run.output, "count_ops").is_some_and(|n| n > 0),
+        "no compare-and-sets:\n{}",
+        run.output
+    );
+}
+
 /// The queue line's `name=value` figure.
 fn queue_figure(output: &str, name: &str) -> Option<u64> {
     let line = output.lines().find(|l| l.starts_with("check: queue "))?;
@@ -235,6 +354,7 @@ fn assert_passes(run: &Run) {
         "no queue takes:\n{}",
         run.output
     );
+    assert_linearizable(run);
 }
 
 #[test]

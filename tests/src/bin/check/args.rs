@@ -5,7 +5,7 @@ use std::time::Duration;
 
 pub const USAGE: &str =
     "usage: check [--seed N] [--seconds S] [--single|--ensemble] [--no-lock] [--broken-lock] \
-[--broken-leader] [--broken-counter] [--broken-queue] [--no-faults] [--clients N] [--curator N] [--threads N] [--latches N] [--session-timeout-ms MS] [--progress-bound-s S] \
+[--broken-leader] [--broken-counter] [--broken-cas] [--wrong-model] [--broken-queue] [--no-faults] [--lost-replies] [--clients N] [--curator N] [--threads N] [--latches N] [--session-timeout-ms MS] [--progress-bound-s S] \
 [--strict-deadlines] [--history FILE]";
 
 #[derive(Clone, Debug)]
@@ -17,9 +17,16 @@ pub struct Args {
     pub broken_lock: bool,
     pub broken_leader: bool,
     pub broken_counter: bool,
+    /// Issue 38's bug 1 put back: an applied compare-and-set whose reply
+    /// was lost answered as refused.
+    pub broken_cas: bool,
+    /// The linearizability check's model deliberately wrong.
+    pub wrong_model: bool,
     /// Queue consumers that take items without lock nodes.
     pub broken_queue: bool,
     pub faults: bool,
+    /// The nemesis only loses replies (held past the read timeout).
+    pub lost_replies: bool,
     pub clients: usize,
     /// Curator peer processes beside the latchkey sessions.
     pub curator: usize,
@@ -43,8 +50,11 @@ impl Args {
             broken_lock: false,
             broken_leader: false,
             broken_counter: false,
+            broken_cas: false,
+            wrong_model: false,
             broken_queue: false,
             faults: true,
+            lost_replies: false,
             clients: 3,
             curator: 1,
             threads: 3,
@@ -71,8 +81,11 @@ impl Args {
                 "--broken-lock" => a.broken_lock = true,
                 "--broken-leader" => a.broken_leader = true,
                 "--broken-counter" => a.broken_counter = true,
+                "--broken-cas" => a.broken_cas = true,
+                "--wrong-model" => a.wrong_model = true,
                 "--broken-queue" => a.broken_queue = true,
                 "--no-faults" => a.faults = false,
+                "--lost-replies" => a.lost_replies = true,
                 "--clients" => a.clients = bounded("--clients", value("--clients")?, 1, 32)?,
                 "--curator" => a.curator = bounded("--curator", value("--curator")?, 0, 8)?,
                 "--threads" => a.threads = bounded("--threads", value("--threads")?, 1, 16)?,
@@ -118,8 +131,11 @@ impl Args {
             (self.broken_lock, " --broken-lock"),
             (self.broken_leader, " --broken-leader"),
             (self.broken_counter, " --broken-counter"),
+            (self.broken_cas, " --broken-cas"),
+            (self.wrong_model, " --wrong-model"),
             (self.broken_queue, " --broken-queue"),
             (!self.faults, " --no-faults"),
+            (self.lost_replies, " --lost-replies"),
             (self.strict_deadlines, " --strict-deadlines"),
         ] {
             if on {

@@ -17,8 +17,11 @@
 //! without taking any lock, `--broken-lock` uses mutexes whose queue lets
 //! two holders in at once, `--broken-leader` has latch participants lead
 //! when their node is one of the first two, `--broken-counter`
-//! increments without a version check, and `--broken-queue` takes queue
-//! items without lock nodes; each must report violations.
+//! increments without a version check, `--broken-cas` answers an applied
+//! compare-and-set whose reply was lost as refused (issue 38's bug 1 put
+//! back), `--wrong-model` checks the shared count's history against a
+//! deliberately wrong model, and `--broken-queue` takes queue items
+//! without lock nodes; each must report violations.
 
 mod args;
 mod counter;
@@ -26,6 +29,7 @@ mod curator;
 mod election;
 mod env;
 mod history;
+mod linear;
 mod nemesis;
 mod oracle;
 mod orphans;
@@ -77,6 +81,8 @@ struct Outcome {
     worst_leader_recovery: Duration,
     /// The counter's value at the end, if it could be read.
     counter_final: Option<i64>,
+    /// The linearizability check's words for the summary.
+    linear: String,
     orphans: Vec<String>,
     stuck: Vec<String>,
 }
@@ -112,6 +118,8 @@ fn run(args: &Args) -> Result<bool, String> {
         broken_lock: args.broken_lock,
         broken_leader: args.broken_leader,
         broken_counter: args.broken_counter,
+        broken_cas: args.broken_cas,
+        linear: Default::default(),
         counter: Default::default(),
         last_leader_ms: Default::default(),
         fault_epoch: Default::default(),
@@ -212,6 +220,7 @@ fn exercise(
         last_leader: &world.last_leader_ms,
         expect_leader: !args.no_lock && !args.broken_leader && args.latches > 0,
         faults: BTreeMap::new(),
+        lost_replies: args.lost_replies,
         worst_recovery: Duration::ZERO,
         worst_leader_recovery: Duration::ZERO,
     };
@@ -275,6 +284,25 @@ fn exercise(
             .check_final(&world.history, &world.oracle, &world.paths.atomic, value);
         Some(value)
     };
+    // Every compare-and-set and increment has returned: one read of each
+    // node ends their histories, which are then checked.
+    let linear = if args.no_lock {
+        String::new()
+    } else {
+        world.linear.read_finals(
+            &world.history,
+            &world.direct_connect,
+            &world.paths.cas,
+            &world.paths.atomic,
+        )?;
+        world.linear.check(
+            &world.history,
+            &world.oracle,
+            &world.paths.cas,
+            &world.paths.atomic,
+            args.wrong_model,
+        )
+    };
     for s in sessions {
         s.mark_in_doubt();
         s.client.close();
@@ -295,6 +323,7 @@ fn exercise(
         worst_recovery,
         worst_leader_recovery,
         counter_final,
+        linear,
         orphans,
         stuck,
     })
@@ -340,7 +369,7 @@ fn report(args: &Args, world: &World, outcome: &Outcome, servers: &Servers) -> b
          timeouts={} errors={} reentrant={} downgrades={} upgrades_refused={} closes_while_waiting={} \
          cancels={} worst_cancel_ms={} revoke_requests={} revocations_honoured={} max_changes={} \
          leader_terms={} leader_terms_in_doubt={} increments={} increments_not_done={} increment_errors={} \
-         counter_final={} faults={faults} {:?} violations={} orphaned_nodes={} worst_recovery_ms={} \
+         counter_final={} {} faults={faults} {:?} violations={} orphaned_nodes={} worst_recovery_ms={} \
          worst_leader_recovery_ms={} \
          worst_deadline_overrun_ms={} history_events={}",
         if passed { "PASSED" } else { "FAILED" },
@@ -372,6 +401,7 @@ fn report(args: &Args, world: &World, outcome: &Outcome, servers: &Servers) -> b
         outcome
             .counter_final
             .map_or("-".to_string(), |v| v.to_string()),
+        outcome.linear,
         outcome.faults,
         violations.len(),
         outcome.orphans.len(),

@@ -36,6 +36,10 @@ enum Fault {
     OneWayPause,
     /// One session's connections are closed.
     Cut,
+    /// One session's replies held longer than its read timeout, so the
+    /// connection is given up with requests applied and their replies
+    /// lost (the `--lost-replies` nemesis, for in-doubt writes).
+    LostReplies,
     /// One session's traffic is delayed.
     Delay,
     /// One session is expired on the server.
@@ -59,6 +63,8 @@ pub struct Nemesis<'a> {
     /// Whether some latch participant is expected to lead after each heal.
     pub expect_leader: bool,
     pub faults: BTreeMap<String, u64>,
+    /// Only [`Fault::LostReplies`] (`--lost-replies`).
+    pub lost_replies: bool,
     pub worst_recovery: Duration,
     pub worst_leader_recovery: Duration,
 }
@@ -67,7 +73,9 @@ impl Nemesis<'_> {
     /// Injects faults until `until`, then leaves everything healed.
     pub fn run(&mut self, until: Instant) {
         let ensemble = matches!(self.servers, Servers::Ensemble(_));
-        let choices: &[(u64, Fault)] = if ensemble {
+        let choices: &[(u64, Fault)] = if self.lost_replies {
+            &[(1, Fault::LostReplies)]
+        } else if ensemble {
             &[
                 (3, Fault::KillLeader),
                 (2, Fault::KillMember),
@@ -224,6 +232,18 @@ impl Nemesis<'_> {
                 thread::sleep(down);
                 session.proxies.iter().for_each(|p| p.resume());
                 format!("one-way pause ({which}) {}", session.name)
+            }
+            Fault::LostReplies => {
+                // The read timeout is two thirds of the session timeout.
+                let down = self.rng.millis(t_ms * 3 / 4, t_ms * 5 / 4);
+                note(
+                    history,
+                    format!("hold the replies of {} for {down:?}", session.name),
+                );
+                session.proxies.iter().for_each(|p| p.pause_replies());
+                thread::sleep(down);
+                session.proxies.iter().for_each(|p| p.resume());
+                format!("lost replies {}", session.name)
             }
             Fault::Cut => {
                 let n: usize = session.proxies.iter().map(|p| p.cut()).sum();

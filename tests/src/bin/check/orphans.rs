@@ -52,7 +52,7 @@ pub fn counter_value(connect: &str, path: &str) -> Result<i64, String> {
 }
 
 /// A client straight to the servers, connected.
-fn direct_client(connect: &str) -> Result<Client, String> {
+pub(crate) fn direct_client(connect: &str) -> Result<Client, String> {
     let client = Client::builder()
         .connect_string(connect)
         .session_timeout(Duration::from_secs(10))

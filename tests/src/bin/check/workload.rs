@@ -16,9 +16,11 @@ use latchkey_recipes::{
 
 use crate::counter::Counter;
 use crate::history::History;
+use crate::linear::Histories;
 use crate::oracle::{HoldId, Mode, Oracle};
 use crate::rng::Rng;
 use crate::session::{ClientSettings, Session};
+use latchkey_test::linearizable::{CountAnswer, CountOp, CounterAnswer, CounterOp};
 
 /// The shared paths every session works on.
 pub struct Paths {
@@ -41,6 +43,8 @@ pub struct Paths {
     /// The lock-safe `DistributedQueue` every session puts to and takes
     /// from (`queue.rs`).
     pub queue: String,
+    /// The `SharedCount` every session compare-and-sets (`linear.rs`).
+    pub cas: String,
 }
 
 impl Paths {
@@ -56,6 +60,7 @@ impl Paths {
             latch: format!("{root}/latch"),
             atomic: format!("{root}/counter"),
             queue: format!("{root}/queue"),
+            cas: format!("{root}/cas-count"),
         }
     }
 }
@@ -102,6 +107,12 @@ pub struct World {
     /// a version check.
     pub broken_counter: bool,
     pub counter: Counter,
+    /// The `--broken-cas` control: compare-and-sets written the way
+    /// issue 38's bug 1 did (`set_data` at the version through the retry
+    /// loop, `BadVersion` taken for a refusal).
+    pub broken_cas: bool,
+    /// The histories checked for linearizability.
+    pub linear: Histories,
     /// Milliseconds since the run started when a counted leader was last
     /// seen leading.
     pub last_leader_ms: AtomicU64,
@@ -131,6 +142,7 @@ pub struct Locks {
     shared_sem: InterProcessSemaphoreV2,
     count: SharedCount,
     atomic: DistributedAtomicLong,
+    cas: SharedCount,
 }
 
 impl Locks {
@@ -164,6 +176,7 @@ impl Locks {
                 &paths.atomic,
                 RetryNTimes::new(20, Duration::from_millis(5)),
             )?,
+            cas: SharedCount::new(&session.client, &paths.cas, 0)?,
         })
     }
 }
@@ -192,6 +205,7 @@ enum Op {
     SharedSemaphore,
     ChangeMax,
     Increment,
+    CompareAndSet,
 }
 
 const OPS: &[(u64, Op)] = &[
@@ -207,6 +221,7 @@ const OPS: &[(u64, Op)] = &[
     (10, Op::SharedSemaphore),
     (2, Op::ChangeMax),
     (8, Op::Increment),
+    (10, Op::CompareAndSet),
 ];
 
 /// How long a cancelled acquire may take to return on a loaded machine:
@@ -225,7 +240,12 @@ pub struct Worker<'a> {
 impl Worker<'_> {
     pub fn run(mut self, until: Instant) {
         while !self.world.stop.load(Ordering::SeqCst) && Instant::now() < until {
-            let op = self.rng.weighted(OPS);
+            // The `--broken-cas` control makes most operations
+            // compare-and-sets, so that a lost reply finds one in flight.
+            let op = match self.world.broken_cas && self.rng.percent(90) {
+                true => Op::CompareAndSet,
+                false => self.rng.weighted(OPS),
+            };
             self.world.stats.ops.fetch_add(1, Ordering::Relaxed);
             if self.world.no_lock {
                 self.unlocked(op);
@@ -244,6 +264,7 @@ impl Worker<'_> {
                 Op::SharedSemaphore => self.shared_semaphore(),
                 Op::ChangeMax => self.change_max(),
                 Op::Increment => self.increment(),
+                Op::CompareAndSet => self.compare_and_set(),
             }
         }
     }
@@ -375,12 +396,77 @@ impl Worker<'_> {
         let path = &w.paths.atomic;
         for _ in 0..1 + self.rng.below(3) {
             self.record(format!("invoke increment {path}"));
+            let call = w.linear.counter.now(&w.history);
             let got = match w.broken_counter {
                 false => self.locks.atomic.increment(),
                 true => self.unchecked_increment(),
             };
+            match &got {
+                Ok(v) if v.succeeded => {
+                    let (pre, post) = (v.pre_value, v.post_value);
+                    let answer = CounterAnswer::Incremented { pre, post };
+                    w.linear
+                        .counter
+                        .record(&w.history, call, CounterOp::Increment, Some(answer));
+                }
+                Ok(_) => {} // not done: changed nothing
+                Err(_) => w
+                    .linear
+                    .counter
+                    .record(&w.history, call, CounterOp::Increment, None),
+            }
             w.counter
                 .completed(&w.history, &w.oracle, &self.who, path, got);
+        }
+    }
+
+    /// A compare-and-set of the shared count from the value last seen to
+    /// one more (now and then a plain set), recorded for the
+    /// linearizability check: `true` and `false` are answers, an error an
+    /// unknown outcome.
+    fn compare_and_set(&mut self) {
+        let w = self.world;
+        let (count, path) = (&self.locks.cas, &w.paths.cas);
+        let call = w.linear.count.now(&w.history);
+        // Not in the `--broken-cas` control: a set retried after a lost
+        // reply may be applied twice, and the version it leaves unknown
+        // could explain a lost compare-and-set's write.
+        if !w.broken_cas && self.rng.below(10) == 0 {
+            let to = self.rng.below(100) as i32;
+            let got = count.set_count(to);
+            self.record(format!("set {path} to {to}: {got:?}"));
+            let answer = got.ok().map(|()| CountAnswer::Set);
+            w.linear
+                .count
+                .record(&w.history, call, CountOp::Set(to), answer);
+            return;
+        }
+        let seen = count.versioned_value();
+        let (previous, value) = ((seen.value, seen.version), seen.value.wrapping_add(1));
+        let got = match w.broken_cas {
+            false => count.try_set_count(&seen, value),
+            true => self.unresolved_compare_and_set(previous, value),
+        };
+        self.record(format!(
+            "compare-and-set {path} from {previous:?} to {value}: {got:?}"
+        ));
+        let answer = got.ok().map(CountAnswer::Applied);
+        let op = CountOp::CompareAndSet { previous, value };
+        w.linear.count.record(&w.history, call, op, answer);
+    }
+
+    /// The `--broken-cas` control, issue 38's bug 1 put back: `set_data` at
+    /// the version seen through the client's retry loop, and `BadVersion`
+    /// taken for a refusal, although a retry meets it for its own write
+    /// applied before the connection broke. Without the recipe's read
+    /// first, so that the write is the call's first request and a lost
+    /// reply finds it in flight.
+    fn unresolved_compare_and_set(&self, previous: (i32, i32), value: i32) -> Result<bool> {
+        let (client, path) = (&self.session.client, &self.world.paths.cas);
+        match client.set_data(path, &value.to_be_bytes(), Some(previous.1)) {
+            Ok(_) => Ok(true),
+            Err(e) if e.is(latchkey_framework::ErrorCode::BadVersion) => Ok(false),
+            Err(e) => Err(e),
         }
     }
 
@@ -763,7 +849,7 @@ impl Worker<'_> {
                     max: p.shared_max,
                 },
             )],
-            Op::Revoke | Op::ChangeMax | Op::Increment => Vec::new(),
+            Op::Revoke | Op::ChangeMax | Op::Increment | Op::CompareAndSet => Vec::new(),
         };
         let holds: Vec<HoldId> = claims
             .into_iter()
