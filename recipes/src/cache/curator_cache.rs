@@ -23,6 +23,7 @@ use crate::locks::lock_internals::validate_any_path;
 /// A change a [`CuratorCache`] saw (Curator's `CuratorCacheListener`
 /// events).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CacheEvent {
     /// A node appeared.
     Created(ChildData),
