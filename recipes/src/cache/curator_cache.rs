@@ -191,6 +191,7 @@ const REMOVE_WITHIN: Duration = Duration::from_secs(2);
 ///         CacheEvent::Changed { new, .. } => println!("~ {}", new.path),
 ///         CacheEvent::Deleted(n) => println!("- {}", n.path),
 ///         CacheEvent::Initialized => println!("(the first read is done)"),
+///         _ => {} // more kinds of event may be added
 ///     }
 /// }
 /// # Ok(()) }

@@ -609,6 +609,7 @@ pub enum SharedValueEvent {
 ///     match event {
 ///         SharedValueEvent::Changed(v) => println!("now {:?}", v.value),
 ///         SharedValueEvent::StateChanged(state) => println!("connection {state:?}"),
+///         _ => {} // more kinds of event may be added
 ///     }
 /// }
 /// # Ok(()) }
