@@ -108,6 +108,10 @@ impl<T: Payload> ServiceCacheBuilder<T> {
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// The cache only reads. [`close`](Self::close) (or drop) closes its
+/// [`CuratorCache`] (whose watch is removed) and waits for the thread that
+/// sorts its events, which ends with it.
 pub struct ServiceCache<T> {
     cache: CuratorCache,
     shared: Arc<Shared<T>>,

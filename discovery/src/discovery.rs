@@ -146,6 +146,33 @@ enum State {
 /// discovery.close(); // unregisters (dropping it does too)
 /// # Ok(()) }
 /// ```
+///
+/// # In-doubt writes
+///
+/// Writes are retried after a lost reply. A dynamic instance's node is a
+/// plain ephemeral node kept by a [`PersistentNode`]: a retried create
+/// meets the node it made and keeps it. A `DynamicSequential` instance's
+/// node is not protected, so a retried create makes a second node, and the
+/// first, holding the same instance, stays listed until its session ends.
+/// A static or permanent instance is created, or, on `NodeExists`, written
+/// over with its contents (an ephemeral node there is deleted at the
+/// version read, and created again), so repeating it changes nothing.
+/// Deletes take `NoNode` on a retry as done. A write that fails after its
+/// request was sent may have been applied; for
+/// [`update_service_fenced`](Self::update_service_fenced), the instance as
+/// this discovery knows it then stays the old one.
+///
+/// # Close
+///
+/// [`close`](Self::close) (or drop) unregisters each instance: it closes
+/// the instance's watch and its node keeper (a delete that waits at most
+/// [`HANDOVER_AFTER`](latchkey_framework::HANDOVER_AFTER) and then goes on
+/// in the client's background), then deletes the node again with a
+/// guaranteed delete that waits for ZooKeeper as the client's retry policy
+/// allows before it too is left to the background: while ZooKeeper cannot
+/// be reached, `close` takes that long for each instance. After a close,
+/// registering, updating and [`start`](Self::start) fail with
+/// [`Error::IllegalState`]; queries still work.
 pub struct ServiceDiscovery<T> {
     inner: Arc<Inner<T>>,
 }

@@ -211,6 +211,9 @@ impl<T: Payload> ServiceProviderBuilder<T> {
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// The provider only reads; [`close`](Self::close) (or drop) closes its
+/// [`ServiceCache`].
 pub struct ServiceProvider<T> {
     cache: ServiceCache<T>,
     strategy: Box<dyn ProviderStrategy<T>>,

@@ -1,6 +1,9 @@
 //! The distributed queues against a real server: Curator's queue tests
 //! ported, lock-safe consumption when a consumer dies mid-item, bad input,
 //! and Rust and Curator (Java) producers and consumers on the same queues.
+//! The rows of TestSimpleDistributedQueue and TestBoundedDistributedQueue
+//! below are quicker versions (cut sizes and timeouts); their ports with
+//! Curator's own sizes and timeouts are in curator_ports_queues.rs.
 //!
 //! | Curator test | here |
 //! |---|---|

@@ -540,3 +540,37 @@ fn a_compare_and_set_another_write_beat_is_still_refused_after_a_cut() {
         ctx.dump()
     );
 }
+
+/// Curator's `SharedValue.close()` removes its watch (through
+/// `newWatcherRemoveCuratorFramework`); each value opened and closed here
+/// must not leave a watch behind either, or a process that opens values
+/// on a quiet path piles them up until the node changes.
+#[test]
+fn closed_values_and_counts_leave_no_watch_behind() {
+    let c = connect(&shared_server().connect_string(), SESSION);
+    let path = unique("shared-closed-watches");
+    let keep = SharedCount::new(&c, &path, 0).unwrap();
+    let before = c.pending_watches();
+    for _ in 0..20 {
+        let count = SharedCount::new(&c, &path, 0).unwrap();
+        count.close();
+        let value = SharedValue::new(&c, &path, b"").unwrap();
+        value.start().unwrap();
+        value.close();
+    }
+    wait_until(
+        WAIT,
+        || c.pending_watches() <= before,
+        || {
+            format!(
+                "{} watches pending after 40 values were closed, {before} before",
+                c.pending_watches()
+            )
+        },
+    );
+    // The one still open keeps its own and still hears changes.
+    let changes = keep.listen();
+    c.set_data(&path, &5i32.to_be_bytes(), None).unwrap();
+    assert_eq!(changes.recv_timeout(WAIT), Ok(5));
+    keep.close();
+}

@@ -210,9 +210,23 @@ impl PromotedToLock {
 /// leaves it unknown whether that one change was applied, as for any
 /// ZooKeeper write; every `Ok` with `succeeded` was applied exactly once.
 ///
+/// The other writes: a node created holding the empty value before a
+/// first change, whose retry meeting `NodeExists` is fine (the empty value
+/// is what a missing node reads as);
+/// [`force_set`](DistributedAtomic::force_set), a `set_data` without a
+/// version retried after a lost reply (applied once or twice, to the same
+/// value); and `initialize`, a create retried after a lost reply, which
+/// returns `false` ("the node was there") when it meets its own node,
+/// created by the attempt whose reply was lost. Through
+/// [`fenced`](DistributedAtomic::fenced), a write whose reply was lost and
+/// whose fence is then found gone is `ConnectionLoss`, "may or may not
+/// have run".
+///
 /// A clone is another handle on the same number (it keeps no state of its
 /// own besides its settings); with [`PromotedToLock`], clones share the
-/// promotion's mutex object.
+/// promotion's mutex object. There is nothing to close: it sets no watch
+/// and runs no thread, and an operation promoted to the lock releases the
+/// mutex before it returns.
 ///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
@@ -582,7 +596,8 @@ impl<T: AtomicNumber> DistributedAtomic<T> {
     }
 
     /// Creates the node holding `value` if it does not exist; `false` if
-    /// it does (nothing changes then).
+    /// it does (nothing changes then). A create retried after a lost reply
+    /// that meets the node its first attempt made also returns `false`.
     pub fn initialize(&self, value: T) -> Result<bool> {
         self.initialize_data(&value.to_data())
     }
@@ -635,7 +650,8 @@ impl DistributedAtomic<Vec<u8>> {
     }
 
     /// Creates the node holding `value` if it does not exist; `false` if
-    /// it does (nothing changes then).
+    /// it does (nothing changes then). A create retried after a lost reply
+    /// that meets the node its first attempt made also returns `false`.
     pub fn initialize(&self, value: &[u8]) -> Result<bool> {
         self.initialize_data(value)
     }

@@ -71,6 +71,14 @@ impl Waiter {
 /// assert!(barrier.wait_on_barrier(Duration::ZERO)?);
 /// # Ok(()) }
 /// ```
+///
+/// Both writes are retried after a lost reply and are safe to repeat: a
+/// retried [`set_barrier`](Self::set_barrier) that meets `NodeExists`, or a
+/// retried [`remove_barrier`](Self::remove_barrier) that meets `NoNode`,
+/// counts as done (so neither tells whether this call or another made the
+/// change). There is nothing to close; a
+/// [`wait_on_barrier`](Self::wait_on_barrier) that times out leaves its
+/// watch on the node until the node changes, and it then wakes nobody.
 #[derive(Clone, Debug)]
 pub struct DistributedBarrier {
     client: Client,
@@ -156,6 +164,16 @@ impl DistributedBarrier {
 /// session before leaving is no longer counted by the others' `leave`.
 /// The barrier holds nothing to close: a member that never leaves is
 /// removed with its session.
+///
+/// In-doubt writes: the member node is created without Curator's
+/// protection (the name is its own UUID), and a create retried after a
+/// lost reply meets the node its first attempt made: `enter` then fails
+/// with `NodeExists` while the node stays and counts as a member, until
+/// [`leave`](Self::leave) or the session's end. The `ready` node's create
+/// and every delete are retried and safe to repeat (`NodeExists` and
+/// `NoNode` count as done). A `leave` deletes `ready` at its end, also when
+/// it times out; the lowest member, which waits for the others to go,
+/// keeps its node when its `leave` times out.
 ///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {

@@ -196,6 +196,11 @@ const REMOVE_WITHIN: Duration = Duration::from_secs(2);
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// The cache only reads: it makes no write that a lost reply could leave in
+/// doubt. [`close`](Self::close) waits for the cache's thread, whose
+/// requests it cancels, then removes its watch, waiting at most 2 s for
+/// ZooKeeper to remove a persistent watch on the server (see `close`).
 pub struct CuratorCache {
     inner: Arc<Inner>,
 }

@@ -62,6 +62,14 @@ impl ChildData {
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// The cache only reads: it makes no write that a lost reply could leave in
+/// doubt. [`close`](Self::close) waits for the cache's thread, whose
+/// requests it cancels, so it returns within moments also while ZooKeeper
+/// cannot be reached; the cache's one-shot watch is removed in the client
+/// (on the server it fires once more, to nobody, or goes with the
+/// session). After a close, [`start`](Self::start) and
+/// [`rebuild`](Self::rebuild) fail with [`Error::IllegalState`].
 pub struct NodeCache {
     inner: Arc<Inner>,
 }

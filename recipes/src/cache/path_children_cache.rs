@@ -92,6 +92,11 @@ pub enum PathChildrenCacheStartMode {
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// Its only write is the node's create, as a container, whose retry after a
+/// lost reply takes `NodeExists` as done. [`close`](Self::close) waits for
+/// the cache's thread, whose requests it cancels, so it returns within
+/// moments also while ZooKeeper cannot be reached; it deletes nothing.
 pub struct PathChildrenCache {
     inner: Arc<Classic<PathChildrenCacheEvent>>,
 }

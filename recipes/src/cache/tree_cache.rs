@@ -193,6 +193,13 @@ impl TreeCacheBuilder {
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// Its only write is the root's create, with
+/// [`create_parent_nodes`](TreeCacheBuilder::create_parent_nodes), as a
+/// container, whose retry after a lost reply takes `NodeExists` as done.
+/// [`close`](Self::close) waits for the cache's thread, whose requests it
+/// cancels, so it returns within moments also while ZooKeeper cannot be
+/// reached; it deletes nothing.
 pub struct TreeCache {
     inner: Arc<Classic<TreeCacheEvent>>,
     create_parent_nodes: bool,

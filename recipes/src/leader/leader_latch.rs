@@ -133,6 +133,28 @@ pub enum LatchState {
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// # In-doubt writes
+///
+/// The latch node is created in Curator's protected mode: a create whose
+/// reply was lost is retried and finds the node by its `_c_<uuid>-`
+/// prefix instead of queueing a second one. A create that fails in the
+/// end leaves the client a background job that deletes any node it made,
+/// and the latch's thread tries again a second later (or at the next
+/// connection-state change). Its deletes wait at most
+/// [`HANDOVER_AFTER`](latchkey_framework::HANDOVER_AFTER) and then go on in
+/// the client's background; `NoNode` on a retry counts as done.
+///
+/// # Close
+///
+/// [`close`](Self::close) does not wait for the latch's thread, which ends
+/// at its next wake-up (a create it has under way finishes, and its node is
+/// deleted at once); the delete of the node waits at most
+/// [`HANDOVER_AFTER`](latchkey_framework::HANDOVER_AFTER). The watches are
+/// not removed: the one on its own node fires with its deletion, one on
+/// the node ahead stays until that node changes, waking nobody. After a
+/// close, [`has_leadership`](Self::has_leadership) is false, and `close`
+/// and [`start`](Self::start) fail with [`Error::IllegalState`].
 pub struct LeaderLatch {
     inner: Arc<Inner>,
 }

@@ -257,6 +257,13 @@ impl Leadership {
     /// it with `NoNode` on the check, operation 0). Add the writes and
     /// commit; the results start with the check's.
     ///
+    /// A commit whose reply was lost is retried (until the term ends, which
+    /// cancels it): if the lost attempt was applied, the retry fails (a
+    /// create with `NodeExists`, a versioned write with `BadVersion`, or the
+    /// check with `NoNode` once the lock node has gone since), so an error
+    /// after a connection loss, `Cancelled` included, does not prove that
+    /// nothing was applied.
+    ///
     /// ```no_run
     /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
     /// use latchkey_recipes::LeaderSelector;
@@ -267,7 +274,7 @@ impl Leadership {
     ///         .set_data("/services/scheduler/plan", b"v2")
     ///         .commit();
     ///     if written.is_err() {
-    ///         return; // not applied: the term ended, or the write failed
+    ///         return; // refused, or in doubt after a lost reply (see above)
     ///     }
     /// })?;
     /// selector.start()?;
@@ -343,6 +350,25 @@ impl std::fmt::Debug for Leadership {
 /// without handing leadership on, close the followers first and the
 /// leader last. Selectors of one process closed in the same moment hand
 /// nothing on.
+///
+/// # In-doubt writes
+///
+/// The selector writes only its lock node, as [`InterProcessMutex`] does:
+/// a protected create, found again after a lost reply, and a release that
+/// hands its delete to the client's background after at most
+/// [`HANDOVER_AFTER`](latchkey_framework::HANDOVER_AFTER). For the
+/// leader's own writes, see [`Leadership::transaction`].
+///
+/// # Close
+///
+/// [`close`](Self::close) does not block: it cancels a queued attempt
+/// (whose node is then deleted as a release's is), interrupts the term
+/// and returns. The selector's thread releases the lock and ends once
+/// `take_leadership` returns, so a `take_leadership` that never looks at
+/// [`Leadership::is_valid`] keeps the lock, after `close` and drop too,
+/// until it returns or the session ends. After a close,
+/// [`start`](Self::start) and [`requeue`](Self::requeue) fail with
+/// [`Error::IllegalState`].
 ///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {

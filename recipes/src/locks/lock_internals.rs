@@ -586,6 +586,13 @@ pub struct LockNode {
 pub(crate) type NodeHook = Arc<dyn Fn(&Client, &str) -> Result<()> + Send + Sync>;
 
 /// Drives one kind of lock node under one lock path.
+///
+/// Its nodes are protected creates, found again by their `_c_<uuid>-`
+/// prefix when a reply is lost (and deleted in the background if the
+/// create fails in the end), and its deletes try once for at most
+/// [`HANDOVER_AFTER`](latchkey_framework::HANDOVER_AFTER), then leave the
+/// delete to the client's background (see
+/// [`delete_node`](Self::delete_node)).
 pub struct LockInternals {
     client: Client,
     base_path: String,

@@ -76,6 +76,15 @@ impl InterProcessLock for InterProcessMutex {
 /// both.release()?;
 /// # Ok(()) }
 /// ```
+///
+/// It writes only through its locks, as each of them writes (for
+/// [`InterProcessMutex`]: protected creates, found again after a lost
+/// reply). A rollback releases with [`InterProcessLock::release_by`], so a
+/// timed acquire keeps its deadline and what ZooKeeper has not confirmed is
+/// left to the client's background. There is no `close`: a
+/// [`MultiLockGuard`] releases when dropped; dropping the multi-lock while
+/// it holds its locks through [`acquire`](Self::acquire) releases nothing,
+/// and the locks' nodes stay until their session ends.
 pub struct InterProcessMultiLock {
     locks: Vec<Box<dyn InterProcessLock>>,
 }

@@ -69,6 +69,31 @@ pub(crate) struct MutexInner {
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// # In-doubt writes
+///
+/// The lock node is created in Curator's protected mode. A create whose
+/// reply was lost is retried by the client's retry loop, which first looks
+/// for the node by its `_c_<uuid>-` prefix and takes it instead of queueing
+/// a second one (a node found of an earlier session is deleted and one
+/// made for this session). A create that fails in the end (retries spent,
+/// a timed acquire's deadline, a cancel) leaves the client a background
+/// job that deletes any node it made, so no stray node waits in the queue.
+/// A release deletes the node in one attempt that waits at most
+/// [`HANDOVER_AFTER`](latchkey_framework::HANDOVER_AFTER), then leaves the
+/// delete to the client's background, which retries until the node is
+/// gone; a retried delete that meets `NoNode` counts as done.
+///
+/// # Close
+///
+/// There is no `close`: a hold ends with its guard's drop or with
+/// [`release`](Self::release), which never block on a broken connection
+/// (see above). Dropping the mutex, every clone, while a thread holds it
+/// through [`acquire`](Self::acquire) releases nothing: the lock node
+/// stays until its session ends. A waiter that gives up (timeout, cancel,
+/// error) deletes its node the same way; the watch it set on the node
+/// ahead of it stays on the server until that node changes, and then
+/// wakes nobody.
 #[derive(Clone)]
 pub struct InterProcessMutex {
     inner: Arc<MutexInner>,

@@ -36,6 +36,10 @@ pub(crate) type RevocationListener = Arc<dyn Fn() + Send + Sync>;
 /// # drop(guard);
 /// # Ok(()) }
 /// ```
+///
+/// The request is a `set_data` without a version, retried after a lost
+/// reply: it may be written twice, and the holder's listener then run
+/// twice.
 #[derive(Debug)]
 pub struct Revoker;
 

@@ -77,6 +77,16 @@ pub const WRITE_LOCK_NAME: &str = "__WRIT__";
 /// assert!(rw.try_write_for(Duration::from_millis(100))?.is_none());
 /// # drop(read); Ok(()) }
 /// ```
+///
+/// # In-doubt writes and close
+///
+/// Each side is an [`InterProcessMutex`] and writes as one does: protected
+/// creates, found again after a lost reply (the downgrade's read node,
+/// named with the write node's sequence, too), and releases that hand
+/// their delete to the client's background after at most
+/// [`HANDOVER_AFTER`](latchkey_framework::HANDOVER_AFTER). There is no
+/// `close`; a guard releases when dropped, and a hold taken without a
+/// guard and never released stays until its session ends.
 #[derive(Clone, Debug)]
 pub struct InterProcessReadWriteLock {
     read: InterProcessMutex,

@@ -54,6 +54,27 @@ pub const LEASE_NAME: &str = "lease-";
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// # In-doubt writes
+///
+/// Each lease node, and each node of the internal lock that serializes
+/// waiters (`<path>/locks`, an [`InterProcessMutex`]), is created in
+/// Curator's protected mode: a create whose reply was lost is retried and
+/// finds its node by its `_c_<uuid>-` prefix instead of taking a second
+/// lease, and one that fails in the end leaves the client a background
+/// job that deletes any node it made. Returning a lease (dropping it, or
+/// [`return_lease`](Self::return_lease)) deletes its node in one attempt
+/// that waits at most [`HANDOVER_AFTER`](latchkey_framework::HANDOVER_AFTER),
+/// then leaves the delete to the client's background; a retried delete
+/// that meets `NoNode` counts as done.
+///
+/// # Close
+///
+/// There is no `close`: each [`Lease`] holds its own client handle and is
+/// returned when dropped, also after the semaphore is dropped. A waiter
+/// that gives up gives back its lease node; the children watch it set on
+/// `<path>/leases` stays on the server until the leases change, and then
+/// wakes nobody.
 #[derive(Clone, Debug)]
 pub struct InterProcessSemaphoreV2 {
     client: Client,
@@ -646,6 +667,11 @@ impl From<LeaseReturnError> for Error {
 /// std::thread::scope(|s| { s.spawn(|| m.release()).join().unwrap() })?;
 /// # Ok(()) }
 /// ```
+///
+/// Writes as [`InterProcessSemaphoreV2`] does (protected creates, a release
+/// that never waits on a broken connection). There is no `close`: the
+/// lease is held by the clones together, so dropping the last clone while
+/// the lock is held returns it.
 #[derive(Clone, Debug)]
 pub struct InterProcessSemaphoreMutex {
     semaphore: InterProcessSemaphoreV2,

@@ -56,6 +56,34 @@ use crate::locks::lock_internals::{
 /// node.close(); // or drop it
 /// # Ok(()) }
 /// ```
+///
+/// # In-doubt writes
+///
+/// Creates are retried after a lost reply, and what the retry meets
+/// depends on the mode. With protection it finds the node by its
+/// `_c_<uuid>-` prefix (a create that fails in the end leaves the client a
+/// background job that deletes any node it made). A plain name meets
+/// `NodeExists`: the node is then taken as one that was there already, our
+/// data written to it, and [`listen`](Self::listen) is not told of it. An
+/// unprotected sequential mode makes a second node, and the first one
+/// stays (an ephemeral one until its session ends, a persistent one for
+/// good): use protection with sequential modes. Data writes are
+/// `set_data` without a version: [`set_data`](Self::set_data) tries once
+/// and leaves a write that failed, reply lost or not, to the node's
+/// thread, which writes the latest data again, so both end with the node
+/// holding the latest data. A [fenced](Self::fenced) write that fails
+/// after its request was sent leaves [`data`](Self::data) as it was,
+/// though the node may hold the new data.
+///
+/// # Close
+///
+/// [`close`](Self::close) (or drop) waits for the node's thread, whose
+/// requests it cancels, so it returns within moments; then the delete
+/// waits at most [`HANDOVER_AFTER`] for ZooKeeper and goes on in the
+/// client's background. The watch on the node fires with its deletion.
+/// After a close, [`set_data`](Self::set_data) and [`start`](Self::start)
+/// fail with [`Error::IllegalState`]; [`actual_path`](Self::actual_path)
+/// keeps the last path.
 pub struct PersistentNode {
     inner: Arc<Inner>,
 }
@@ -764,6 +792,12 @@ fn too_large(e: &Error) -> bool {
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// The member's node is a plain ephemeral [`PersistentNode`], with its
+/// in-doubt writes: a create retried after a lost reply meets the node it
+/// made, and keeps it. [`close`](Self::close) (or drop) closes the cache,
+/// then the node, which is deleted as [`PersistentNode::close`] deletes
+/// it; neither waits more than a few seconds on a broken connection.
 pub struct GroupMember {
     group: String,
     id: String,

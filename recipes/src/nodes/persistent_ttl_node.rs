@@ -54,6 +54,18 @@ const MAX_TTL: Duration = Duration::from_millis((1 << 40) - 1);
 /// node.close(); // stops the touches; the node goes after its TTL
 /// # Ok(()) }
 /// ```
+///
+/// # In-doubt writes and close
+///
+/// The node is a plain [`PersistentNode`], with its in-doubt writes (a
+/// create retried after a lost reply meets the node it made, and keeps
+/// it). A touch is a `set_data` without a version, or a create of the
+/// child that takes `NodeExists` as done: repeating one after a lost reply
+/// changes nothing but the child's version. [`close`](Self::close) (or
+/// drop) waits for the touch thread, whose requests it cancels, and for the
+/// node's thread; it deletes neither the node nor the child, which go
+/// after their TTLs. The node's watch stays until the node changes or
+/// goes, waking nobody.
 pub struct PersistentTtlNode {
     node: PersistentNode,
     /// The touches' requests; they end at once on close.

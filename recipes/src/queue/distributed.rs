@@ -337,6 +337,12 @@ macro_rules! queue_common {
         /// (a callback that never returns blocks this); puts waiting for
         /// room end with an error. Items stay in ZooKeeper. Idempotent;
         /// dropping the queue does the same.
+        ///
+        /// The consumer's requests are cancelled, except those that finish
+        /// an item already handed over (its removal, or its requeue, and
+        /// its lock node's delete), which run to their end. The children
+        /// watch stays until the queue's children change, waking nobody.
+        /// After a close, puts and `start` fail with `IllegalState`.
         pub fn close(&self) {
             self.core.close()
         }
@@ -397,6 +403,14 @@ pub(crate) use queue_common;
 /// item is removed before it is consumed: one whose consumer fails, or
 /// whose removal's answer is lost with the connection (the retried delete
 /// finds it gone), is lost, as in Curator.
+///
+/// In lock-safe mode a consumer first creates an ephemeral lock node for
+/// the item; a create retried after a lost reply that meets `NodeExists`
+/// checks the node's owner and goes on if it is this session's. The item
+/// is then removed by a delete, or put back ([`ErrorMode::Requeue`]) in
+/// one transaction that deletes it and creates its new node: either one,
+/// retried after it was applied, meets `NoNode` and counts as done, so an
+/// item is never put back twice. For puts, see [`put`](Self::put).
 ///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {

@@ -120,6 +120,15 @@ type Allocator<Q> = Box<dyn Fn(&Client, &str) -> Result<Q> + Send + Sync>;
 /// sharder.queue()?.put(&"job-1".to_string())?;
 /// # Ok(()) }
 /// ```
+///
+/// The sharder itself writes only the container node at its path (a
+/// retried create that meets `NodeExists` counts as done) and its
+/// [`LeaderLatch`](crate::LeaderLatch)'s node; the shards write as their
+/// queues do. [`close`](Self::close) (or drop) waits for the thread that
+/// checks the shards' sizes, then closes the latch (its node deleted) and
+/// every shard (each waiting for the item its consumer is on); items stay
+/// in ZooKeeper. A size check under way when it closes is not cancelled:
+/// its reads wait for ZooKeeper as the client's retry policy allows.
 pub struct QueueSharder<Q: ShardQueue> {
     inner: Arc<Inner<Q>>,
 }

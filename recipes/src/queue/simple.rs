@@ -28,6 +28,16 @@ pub const SIMPLE_QUEUE_PREFIX: &str = "qn-";
 /// The queue node is created on first use as a container node (with
 /// container parents), and again if the server removed it while empty.
 ///
+/// In-doubt writes: an [`offer`](Self::offer) is a sequential create,
+/// retried after a lost reply, so an offer whose first attempt was applied
+/// leaves its item in the queue twice (a [fenced](Self::fenced) offer
+/// too, and one that then finds the hold gone is `ConnectionLoss`, the
+/// item maybe in the queue); an error after the request was sent leaves it
+/// unknown whether the item is there. A take's delete is retried too, with
+/// the loss described above. There is nothing to close: the queue holds
+/// no thread, and the children watch of a wait that times out stays until
+/// the children change, waking nobody.
+///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
 /// use std::time::Duration;

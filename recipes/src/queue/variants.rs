@@ -63,6 +63,11 @@ impl<T: Send + 'static> QueueBuilder<T> {
 /// queue.put(&"disk full".to_string(), -10)?; // before priority 0
 /// # Ok(()) }
 /// ```
+///
+/// Its puts, consumers and close are
+/// [`DistributedQueue`](crate::DistributedQueue)'s: a put retried after a
+/// lost reply may leave its item twice, and `close` waits for the item
+/// being consumed.
 pub struct DistributedPriorityQueue<T: Send + 'static> {
     core: Arc<Core<T>>,
 }
@@ -127,6 +132,11 @@ impl<T: Send + 'static> Fenced<'_, DistributedPriorityQueue<T>> {
 /// queue.put(&"stand up".to_string(), SystemTime::now() + Duration::from_secs(60))?;
 /// # Ok(()) }
 /// ```
+///
+/// Its puts, consumers and close are
+/// [`DistributedQueue`](crate::DistributedQueue)'s: a put retried after a
+/// lost reply may leave its item twice, and `close` waits for the item
+/// being consumed.
 pub struct DistributedDelayQueue<T: Send + 'static> {
     core: Arc<Core<T>>,
 }
@@ -210,6 +220,13 @@ impl<T: Send + 'static> Fenced<'_, DistributedDelayQueue<T>> {
 /// assert_eq!(queue.remove("order-17")?, 1); // cancelled
 /// # Ok(()) }
 /// ```
+///
+/// Its puts, consumers and close are
+/// [`DistributedQueue`](crate::DistributedQueue)'s: a put retried after a
+/// lost reply may leave its item twice, and `close` waits for the item
+/// being consumed.
+/// A [`remove`](Self::remove) whose delete was applied but whose reply
+/// was lost meets `NoNode` on its retry and does not count that item.
 pub struct DistributedIdQueue<T: Send + 'static> {
     core: Arc<Core<T>>,
 }

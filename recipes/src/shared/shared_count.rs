@@ -51,6 +51,17 @@ impl Codec for i32 {
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// # In-doubt writes and close
+///
+/// As [`SharedValue`](crate::SharedValue)'s: the seed's create, retried,
+/// takes a `NodeExists` as the node being there;
+/// [`set_count`](Self::set_count) is retried without a version and may be
+/// applied twice (the same count, two versions on);
+/// [`try_set_count`](Self::try_set_count) never reports an applied write
+/// as `false`. [`close`](Self::close) deletes nothing and
+/// does not wait; the watch on the node stays until the node next changes
+/// or the session ends, and then wakes nobody.
 #[derive(Clone)]
 pub struct SharedCount {
     shared: Shared<i32>,

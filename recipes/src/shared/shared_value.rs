@@ -181,7 +181,8 @@ impl<V: Codec> Shared<V> {
         validate_recipe_path(client, path)?;
         Ok(Shared {
             inner: Arc::new(Inner {
-                client: client.clone(),
+                // Its watches go with it on close, as Curator's do.
+                client: client.with_watcher_removal(),
                 path: path.to_owned(),
                 cache: Mutex::new(Cached {
                     mzxid: 0,
@@ -505,6 +506,10 @@ impl<V: Codec> Inner<V> {
 
     fn close(&self) {
         if self.state.swap(CLOSED, Ordering::AcqRel) != CLOSED {
+            // Here only (one-shot watches): it never waits on the server.
+            if let Err(e) = self.client.remove_watchers() {
+                log::debug!("removing the watches of {}: {e}", self.path);
+            }
             self.signal.notify();
         }
     }
@@ -614,6 +619,28 @@ pub enum SharedValueEvent {
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// # In-doubt writes
+///
+/// [`start`](Self::start) creates the node with the seed; a create
+/// retried after a lost reply that meets `NodeExists` takes the node as
+/// there. [`set_value`](Self::set_value) is a `set_data` without a version,
+/// retried after a lost reply, so it may be applied twice (the same bytes,
+/// two versions on; listeners may hear both). For
+/// [`try_set_value`](Self::try_set_value) see there: `Ok(false)` only when
+/// the write was certainly not applied, `ConnectionLoss` when it cannot be
+/// told. An error from any write after its request was sent leaves it
+/// unknown whether it was applied.
+///
+/// # Close
+///
+/// [`close`](Self::close) deletes nothing and does not wait: the watch
+/// thread ends at its next wake-up (close wakes it; a read under way
+/// finishes first). The watch on the node is not removed: it stays set on
+/// the server and in the client until the node next changes or the
+/// session ends, and then wakes nobody. After a close, setting fails with
+/// [`Error::IllegalState`], as does [`start`](Self::start);
+/// [`value`](Self::value) keeps the last value seen.
 #[derive(Clone)]
 pub struct SharedValue {
     shared: Shared<Vec<u8>>,

@@ -66,6 +66,10 @@ pub enum WatchReset {
 /// of any kind of this client is left there). Closed while disconnected,
 /// the watch is not set again when the client reconnects.
 ///
+/// The watcher writes nothing to ZooKeeper, so no write of it can be left
+/// in doubt; [`close`](Self::close) waits for its thread, whose requests it
+/// cancels, and at most 2 s for the watch's removal.
+///
 /// ```no_run
 /// # fn f(client: &latchkey_framework::Client) -> latchkey_framework::Result<()> {
 /// use latchkey_recipes::{select, PersistentWatcher};
