@@ -45,6 +45,8 @@ pub(crate) fn watch(client: &Client, opts: &Opts) -> Result<(), Exit> {
             CacheEvent::Created(n) => format!("created {}", describe(&n)),
             CacheEvent::Changed { new, .. } => format!("changed {}", describe(&new)),
             CacheEvent::Deleted(n) => format!("deleted {}", describe(&n)),
+            // A kind of event this command does not know yet: not shown.
+            _ => continue,
         };
         if initialized && !line.starts_with("initialized") {
             seen += 1;

@@ -22,6 +22,7 @@ const SORT_FIRST_READ: Duration = Duration::from_secs(30);
 
 /// A change a [`ServiceCache`] saw.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum ServiceCacheEvent<T> {
     /// An instance appeared (also each instance there when the cache
     /// started, for a channel taken before).
@@ -268,6 +269,9 @@ impl<T: Payload> Shared<T> {
                     drop(state);
                     self.changed.notify_all();
                 }
+                // A kind of event added to `CacheEvent` later: nothing to
+                // sort until this cache learns what it means.
+                _ => {}
             }
         }
         self.end();

@@ -11,6 +11,7 @@ use crate::uri_spec::UriSpec;
 
 /// How an instance's node is kept (Curator's `ServiceType`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ServiceType {
     /// An ephemeral node, kept through lost sessions while registered
     /// (`DYNAMIC`, the default).
@@ -80,6 +81,7 @@ impl fmt::Display for ServiceType {
 /// assert_eq!(instance.build_uri_spec(), "http://10.0.0.7:8080/v1");
 /// ```
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ServiceInstance<T> {
     /// The service's name (the parent node's name).
     pub name: String,

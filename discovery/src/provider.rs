@@ -19,6 +19,7 @@ use crate::Payload;
 /// `error_threshold` errors noted within `timeout` of the first, until
 /// `timeout` after the first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DownInstancePolicy {
     /// How long an instance's errors are remembered.
     pub timeout: Duration,

@@ -11,6 +11,7 @@ use crate::lazy_thread::LazyThread;
 
 /// The state of a client's connection, as Curator's `ConnectionState`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ConnectionState {
     /// First connection of the client.
     Connected,

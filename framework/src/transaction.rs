@@ -40,6 +40,7 @@ impl OperationType {
 /// What one operation of a committed transaction did; Curator's
 /// `CuratorTransactionResult`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TransactionResult {
     /// The operation.
     pub op: OperationType,

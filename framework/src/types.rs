@@ -32,6 +32,7 @@ pub struct Stat {
 
 /// How a node is created.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CreateMode {
     /// Lives until deleted.
     #[default]
@@ -144,9 +145,20 @@ impl EventType {
 
 /// A watch notification: what happened, and to which (namespace-relative) path.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WatchedEvent {
     /// What happened.
     pub event_type: EventType,
     /// The node it happened to.
     pub path: String,
+}
+
+impl WatchedEvent {
+    /// An event from its parts.
+    pub fn new(event_type: EventType, path: impl Into<String>) -> WatchedEvent {
+        WatchedEvent {
+            event_type,
+            path: path.into(),
+        }
+    }
 }

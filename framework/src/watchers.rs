@@ -30,6 +30,7 @@ pub enum AddWatchMode {
 
 /// Which watches [`Client::remove_watches`] removes; ZooKeeper's `WatcherType`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum WatcherType {
     /// Children watches (`get_children_watch`).
     Children,

@@ -211,10 +211,7 @@ mod tests {
         );
         got.unwrap();
         assert!(arms.is_armed(&(), 8), "recorded as session 8's meanwhile");
-        (callback.take().expect("a watcher"))(WatchedEvent {
-            event_type: EventType::SessionExpired,
-            path: "/a".into(),
-        });
+        (callback.take().expect("a watcher"))(WatchedEvent::new(EventType::SessionExpired, "/a"));
         assert!(woken.load(Ordering::SeqCst), "the recipe was not woken");
         assert!(!arms.is_armed(&(), 8), "the expired watch still counts");
         let mut set_again = false;

@@ -15,6 +15,7 @@ use latchkey_framework::{Client, ConnectionState, ListenerHandle};
 /// hold never comes back. The channel disconnects when the hold ends
 /// (released, returned or dropped).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum HoldEvent {
     /// The connection is suspended: the hold may be gone and someone else
     /// may get the lock soon. Pause work that needs exclusion.

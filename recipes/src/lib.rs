@@ -77,14 +77,15 @@
 //!                     loop {
 //!                         match standing.recv() {
 //!                             Ok(HoldEvent::Restored) => break,
-//!                             Ok(HoldEvent::InDoubt) => {}
 //!                             Ok(HoldEvent::Lost) | Err(_) => continue 'acquire,
+//!                             Ok(_) => {} // still in doubt
 //!                         }
 //!                     }
 //!                     continue; // redo the step from its start
 //!                 }
 //!                 Ok(HoldEvent::Restored) => continue,
 //!                 Ok(HoldEvent::Lost) | Err(_) => continue 'acquire, // drops the guard
+//!                 Ok(_) => continue, // the enum is non-exhaustive
 //!             },
 //!             default(Duration::from_millis(100)) => {}
 //!         }

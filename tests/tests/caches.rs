@@ -392,6 +392,7 @@ fn short(event: &CacheEvent) -> String {
         CacheEvent::Changed { new, .. } => format!("~{}", new.path.rsplit('/').next().unwrap()),
         CacheEvent::Deleted(n) => format!("-{}", n.path.rsplit('/').next().unwrap()),
         CacheEvent::Initialized => "initialized".into(),
+        other => format!("{other:?}"),
     }
 }
 
@@ -1082,7 +1083,7 @@ fn a_curator_cache_without_data_keeps_stats_only() {
         .filter(|e| match e {
             CacheEvent::Created(n) | CacheEvent::Deleted(n) => n.path == a,
             CacheEvent::Changed { new, .. } => new.path == a,
-            CacheEvent::Initialized => false,
+            _ => false,
         })
         .collect();
     match a_events[..] {

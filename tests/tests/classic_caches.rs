@@ -130,6 +130,7 @@ fn pshort(root: &str, e: &P) -> String {
         P::ConnectionSuspended => "suspended".into(),
         P::ConnectionReconnected => "reconnected".into(),
         P::ConnectionLost => "lost".into(),
+        other => format!("{other:?}"),
     }
 }
 
@@ -148,6 +149,7 @@ fn tshort(root: &str, e: &T) -> String {
         T::ConnectionSuspended => "suspended".into(),
         T::ConnectionReconnected => "reconnected".into(),
         T::ConnectionLost => "lost".into(),
+        other => format!("{other:?}"),
     }
 }
 
@@ -1738,6 +1740,7 @@ fn a_curator_cache_of_the_root_keeps_its_root() {
             CacheEvent::Changed { new, .. } => format!("~{}", new.path),
             CacheEvent::Deleted(n) => format!("-{}", n.path),
             CacheEvent::Initialized => "init".into(),
+            other => format!("{other:?}"),
         })
         .collect();
     assert_eq!(told, ["+/", "+/a", "init", "+/b"]);

@@ -665,6 +665,7 @@ fn latch_callbacks(silent: usize) -> (usize, usize) {
                         LatchEvent::NotLeader => {
                             not_leader_told.fetch_add(1, Ordering::SeqCst);
                         }
+                        other => panic!("a latch told {other:?}"),
                     }
                 }
                 assert_eq!(latch.state(), LatchState::Closed, "the latch never closed");

@@ -71,13 +71,7 @@ fn one_of_three_latches_leads_and_the_next_takes_over_on_close() {
     }
     let participants = latches[1].participants().unwrap();
     assert_eq!(participants.len(), 3, "{participants:?}");
-    assert_eq!(
-        participants[0],
-        Participant {
-            id: format!("p{first}"),
-            is_leader: true
-        }
-    );
+    assert_eq!(participants[0], Participant::new(format!("p{first}"), true));
     assert!(participants[1..].iter().all(|p| !p.is_leader));
     assert_eq!(latches[2].leader().unwrap().id, format!("p{first}"));
 
@@ -442,10 +436,7 @@ fn leader_of_tells_a_latch_s_leader_to_a_client_that_does_not_take_part() {
         .unwrap();
     assert_eq!(
         leader_of(asker, &path).unwrap(),
-        Some(Participant {
-            id: "a".into(),
-            is_leader: true
-        })
+        Some(Participant::new("a", true))
     );
     a.close().unwrap();
     assert!(b.await_leadership(NEW_LEADER_WITHIN).unwrap());
@@ -969,10 +960,7 @@ mod selector {
         );
         assert_eq!(
             leader_of(asker, &path).unwrap(),
-            Some(Participant {
-                id: "s0".into(),
-                is_leader: true
-            })
+            Some(Participant::new("s0", true))
         );
         sel[0].close();
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(1));

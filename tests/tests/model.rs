@@ -305,9 +305,11 @@ impl LockModel {
             return Box::new(StandardDriver);
         }
         let write = client.holds.iter().find(|h| h.kind == Kind::Write);
-        let view = ModelWrite(write.map(|h| WriteHold {
-            path: format!("{}/{}", DIR_PATHS[LOCKS], h.name),
-            lost: h.session != client.session,
+        let view = ModelWrite(write.map(|h| {
+            WriteHold::new(
+                format!("{}/{}", DIR_PATHS[LOCKS], h.name),
+                h.session != client.session,
+            )
         }));
         let driver = ReadDriver::new(view);
         match self.rules {

@@ -262,18 +262,12 @@ fn extreme_arguments_never_panic_or_abort() {
         let seen = count.versioned_value();
         assert!(count.try_set_count(&seen, v).unwrap());
     }
-    let any = VersionedValue {
-        version: -1,
-        ..count.versioned_value()
-    };
+    let mut any = count.versioned_value();
+    any.version = -1;
     assert_refused("try_set_count version -1", count.try_set_count(&any, 1));
     // Another negative version is a wrapped one: compared, not refused.
     for (zxid, version) in [(0, i32::MIN), (i64::MIN, 0), (i64::MAX, i32::MAX)] {
-        let stale = VersionedValue {
-            zxid,
-            version,
-            value: 0,
-        };
+        let stale = VersionedValue::new(zxid, version, 0);
         assert!(matches!(count.try_set_count(&stale, 1), Ok(false)));
     }
 }
@@ -394,11 +388,7 @@ fn shared_count_simple_versioned() {
         current = count.versioned_value();
         assert_eq!((current.version, count.count()), (want_version, value));
     }
-    let with = |zxid: i64, version: i32, value: i32| VersionedValue {
-        zxid,
-        version,
-        value,
-    };
+    let with = VersionedValue::<i32>::new;
     // Wrong value, wrong version, wrong zxid.
     assert!(!count.try_set_count(&with(current.zxid, 3, 20), 7).unwrap());
     assert!(!count.try_set_count(&with(current.zxid, 10, 10), 7).unwrap());

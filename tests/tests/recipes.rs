@@ -13,7 +13,7 @@ use latchkey_framework::{Client, ConnectionState, Error};
 use latchkey_recipes::{
     CancelToken, InterProcessLock, InterProcessMultiLock, InterProcessMutex,
     InterProcessReadWriteLock, InterProcessSemaphoreMutex, InterProcessSemaphoreV2, Lease,
-    SharedCount, VersionedValue,
+    SharedCount,
 };
 
 const SESSION: Duration = Duration::from_secs(10);
@@ -666,10 +666,8 @@ fn shared_count_seed_set_and_compare_and_set_across_sessions() {
     assert_eq!(cs[1].get_data(&path).unwrap().0, 41i32.to_be_bytes());
 
     // A version never read from the node (ZooKeeper's "any") is refused.
-    let any = VersionedValue {
-        version: -1,
-        ..a.versioned_value()
-    };
+    let mut any = a.versioned_value();
+    any.version = -1;
     assert!(matches!(
         a.try_set_count(&any, 1),
         Err(Error::InvalidArgument(_))

@@ -45,6 +45,8 @@ fn run(connect: &str) -> Result<(), String> {
                 TreeCacheEvent::ConnectionSuspended => ("CONNECTION_SUSPENDED", None),
                 TreeCacheEvent::ConnectionReconnected => ("CONNECTION_RECONNECTED", None),
                 TreeCacheEvent::ConnectionLost => ("CONNECTION_LOST", None),
+                // The enum is non-exhaustive: a later version may tell more.
+                _ => continue,
             };
             match node {
                 Some(n) => println!("type={kind} path={}", n.path),

@@ -118,6 +118,7 @@ atomic_number!(i32);
 /// What an operation did (Curator's `AtomicValue`): whether it
 /// succeeded, the value before and after, and how hard it tried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AtomicValue<T> {
     /// Whether the change was made. When false, nothing was written and
     /// `post_value` is meaningless (as in Curator).
@@ -132,6 +133,7 @@ pub struct AtomicValue<T> {
 
 /// Attempts and time spent by one operation (Curator's `AtomicStats`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AtomicStats {
     /// Optimistic compare-and-set attempts.
     pub optimistic_tries: u32,

@@ -23,6 +23,7 @@ use crate::locks::lock_internals::validate_any_path;
 /// A change a [`CuratorCache`] saw (Curator's `CuratorCacheListener`
 /// events).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CacheEvent {
     /// A node appeared.
     Created(ChildData),
@@ -190,6 +191,7 @@ const REMOVE_WITHIN: Duration = Duration::from_secs(2);
 ///         CacheEvent::Changed { new, .. } => println!("~ {}", new.path),
 ///         CacheEvent::Deleted(n) => println!("- {}", n.path),
 ///         CacheEvent::Initialized => println!("(the first read is done)"),
+///         _ => {} // more kinds of event may be added
 ///     }
 /// }
 /// # Ok(()) }

@@ -15,6 +15,7 @@ use crate::locks::lock_internals::validate_any_path;
 
 /// A node as a cache saw it (Curator's `ChildData`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ChildData {
     /// The node's path (relative to the client's namespace).
     pub path: String,
@@ -22,6 +23,17 @@ pub struct ChildData {
     pub stat: Stat,
     /// Its data when read.
     pub data: Vec<u8>,
+}
+
+impl ChildData {
+    /// A node from its parts (Curator's `new ChildData(path, stat, data)`).
+    pub fn new(path: impl Into<String>, stat: Stat, data: Vec<u8>) -> ChildData {
+        ChildData {
+            path: path.into(),
+            stat,
+            data,
+        }
+    }
 }
 
 /// A local copy of one node, kept current in the background (Curator's

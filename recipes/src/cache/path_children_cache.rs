@@ -14,6 +14,7 @@ use crate::Receiver;
 /// What a [`PathChildrenCache`] tells (Curator's
 /// `PathChildrenCacheEvent.Type`, each with its data).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PathChildrenCacheEvent {
     /// A child appeared (`CHILD_ADDED`).
     ChildAdded(ChildData),
@@ -41,6 +42,7 @@ pub enum PathChildrenCacheEvent {
 
 /// How a [`PathChildrenCache`] starts (Curator's `PathChildrenCacheStartMode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PathChildrenCacheStartMode {
     /// In the background: every child there is told as
     /// [`ChildAdded`](PathChildrenCacheEvent::ChildAdded).
@@ -126,7 +128,8 @@ impl PathChildrenCache {
                 ConnectionState::Connected | ConnectionState::Reconnected => {
                     Some(PathChildrenCacheEvent::ConnectionReconnected)
                 }
-                ConnectionState::ReadOnly => None,
+                // `ReadOnly`, and any state a later client may add.
+                _ => None,
             },
         };
         Ok(PathChildrenCache {

@@ -15,6 +15,7 @@ use crate::Receiver;
 /// What a [`TreeCache`] tells (Curator's `TreeCacheEvent.Type`, each with
 /// its data).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TreeCacheEvent {
     /// A node appeared (`NODE_ADDED`), with its data as read (also when the
     /// cache does not keep data).
@@ -145,7 +146,8 @@ impl TreeCacheBuilder {
                 ConnectionState::Suspended => Some(TreeCacheEvent::ConnectionSuspended),
                 ConnectionState::Lost => Some(TreeCacheEvent::ConnectionLost),
                 ConnectionState::Reconnected => Some(TreeCacheEvent::ConnectionReconnected),
-                ConnectionState::Connected | ConnectionState::ReadOnly => None,
+                // `Connected`, `ReadOnly`, and any state a later client may add.
+                _ => None,
             },
         };
         Ok(TreeCache {

@@ -42,6 +42,7 @@ pub enum CloseMode {
 /// A change of leadership, from [`LeaderLatch::listen`] (Curator's
 /// `LeaderLatchListener.isLeader` / `notLeader`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LatchEvent {
     /// This latch leads now.
     IsLeader,
@@ -53,6 +54,7 @@ pub enum LatchEvent {
 
 /// Where a latch is in its life (Curator's `LeaderLatch.State`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LatchState {
     /// Made, not started.
     Latent,

@@ -11,12 +11,23 @@ use crate::locks::mutex::LOCK_NAME;
 /// One participant of an election: its id (the data of its node, as
 /// UTF-8) and whether it leads (its node is first in the queue).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub struct Participant {
     /// The participant's id; empty for [`Participant::default`], which
     /// [`crate::LeaderLatch::leader`] returns when nobody takes part.
     pub id: String,
     /// Whether this participant is the leader.
     pub is_leader: bool,
+}
+
+impl Participant {
+    /// A participant (Curator's `new Participant(id, isLeader)`).
+    pub fn new(id: impl Into<String>, is_leader: bool) -> Participant {
+        Participant {
+            id: id.into(),
+            is_leader,
+        }
+    }
 }
 
 /// The children of `path` in Curator's queue order for `lock_names`, as

@@ -568,6 +568,7 @@ pub(crate) fn validate_recipe_path(client: &Client, path: &str) -> Result<()> {
 
 /// The acquired node: its path and its creation zxid (a fencing token).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LockNode {
     /// Full (namespace-relative) path of the lock node.
     pub path: String,

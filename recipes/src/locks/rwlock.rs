@@ -275,11 +275,22 @@ impl WriteGuard<'_> {
 
 /// The calling thread's write lock, as the read side sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WriteHold {
     /// The write node's path.
     pub path: String,
     /// Whether the hold was lost with its session.
     pub lost: bool,
+}
+
+impl WriteHold {
+    /// A hold of the write node at `path`.
+    pub fn new(path: impl Into<String>, lost: bool) -> WriteHold {
+        WriteHold {
+            path: path.into(),
+            lost,
+        }
+    }
 }
 
 /// Where the read side learns whether the calling thread holds the write

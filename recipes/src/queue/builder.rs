@@ -29,6 +29,7 @@ use crate::locks::lock_internals::validate_recipe_path;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ErrorMode {
     /// Put the item back at the tail of the queue (the default).
     #[default]

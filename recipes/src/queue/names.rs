@@ -15,6 +15,7 @@ pub(crate) const SEPARATOR: char = '|';
 /// Which kind of Curator queue reads the item names (exported as
 /// `QueueKind`), for [`sort_queue_items`](crate::sort_queue_items).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Kind {
     /// `DistributedQueue`: `queue-<sequence>`.
     Plain,

@@ -27,6 +27,7 @@ const RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// Curator's `VersionedValue`. Without a type, the count of a
 /// [`SharedCount`](crate::SharedCount).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct VersionedValue<T = i32> {
     /// The zxid of the change that wrote this value (the node's mzxid); it
     /// tells a value from an equal one written later or to a re-created node.
@@ -35,6 +36,18 @@ pub struct VersionedValue<T = i32> {
     pub version: i32,
     /// The value.
     pub value: T,
+}
+
+impl<T> VersionedValue<T> {
+    /// A value with the change and version it was read at (Curator's
+    /// `new VersionedValue(version, value)`, with the zxid too).
+    pub fn new(zxid: i64, version: i32, value: T) -> Self {
+        VersionedValue {
+            zxid,
+            version,
+            value,
+        }
+    }
 }
 
 /// How a shared node's bytes are read and written.
@@ -562,6 +575,7 @@ fn watch_loop<V: Codec>(
 /// What a [`SharedValue`] tells its listeners (Curator's
 /// `SharedValueListener`: `valueHasChanged` and `stateChanged`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SharedValueEvent {
     /// A new value was seen (set here or by anyone else), with the node
     /// version and change it was read at.
@@ -600,6 +614,7 @@ pub enum SharedValueEvent {
 ///     match event {
 ///         SharedValueEvent::Changed(v) => println!("now {:?}", v.value),
 ///         SharedValueEvent::StateChanged(state) => println!("connection {state:?}"),
+///         _ => {} // more kinds of event may be added
 ///     }
 /// }
 /// # Ok(()) }

@@ -21,6 +21,7 @@ const REMOVE_WITHIN: Duration = Duration::from_secs(2);
 /// before it may have been missed, so read again what matters (Curator's
 /// `getResetListenable()`, told on each of these).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum WatchReset {
     /// The watch was set for the first time after [`PersistentWatcher::start`].
     Started,

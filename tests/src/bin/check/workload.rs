@@ -475,15 +475,17 @@ impl Worker<'_> {
     /// each other.
     fn unchecked_increment(&mut self) -> Result<AtomicValue<i64>> {
         let atomic = &self.locks.atomic;
-        let pre = atomic.get()?.post_value;
+        let mut got = atomic.get()?;
+        let pre = got.post_value;
         self.work();
         atomic.force_set(pre + 1)?;
-        Ok(AtomicValue {
-            succeeded: true,
-            pre_value: pre,
-            post_value: pre + 1,
-            stats: Default::default(),
-        })
+        // Told as an increment from `pre` (the read's record, rewritten:
+        // the record is non-exhaustive).
+        got.succeeded = true;
+        got.pre_value = pre;
+        got.post_value = pre + 1;
+        got.stats = Default::default();
+        Ok(got)
     }
 
     /// Takes 1..=`most` leases of `sem` at once; the oracle allows `max`.
