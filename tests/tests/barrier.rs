@@ -838,3 +838,56 @@ fn an_enter_whose_session_changes_before_its_node_is_made_watches_again() {
     waiter.join().unwrap();
     assert!(matches!(got, Ok(true)), "got {got:?}: {}", dump());
 }
+
+/// A member's create that the server applied, whose reply the cut
+/// connection lost: the client's retry meets the member's own node
+/// (`NodeExists`). The node is this session's, so `enter` must go on with
+/// it and pass once the second member comes, not fail while its node
+/// stays and counts as a member.
+#[test]
+fn an_enter_whose_create_reply_is_lost_goes_on_with_its_own_node() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr()).expect("start the proxy");
+    let c = patient_client(&proxy);
+    let other = connect(&server.connect_string(), SESSION);
+    let ctx = Ctx::new(server, &c);
+    let path = unique("/double-barrier-lost-create");
+    // The parent first, so that the member's first create is applied.
+    other
+        .create()
+        .creating_parents_if_needed()
+        .for_path(&path, b"")
+        .unwrap();
+    let first = DistributedDoubleBarrier::new(&c.with_timeout(BOUND * 2), &path, 2).unwrap();
+    // The member's create2: op 15, then its path (`<path>/<uuid>`).
+    let mut create = 15i32.to_be_bytes().to_vec();
+    create.extend(i32::try_from(path.len() + 37).unwrap().to_be_bytes());
+    create.extend(format!("{path}/").as_bytes());
+    proxy.pause_requests_at(&create);
+    let (entered, second) = thread::scope(|scope| {
+        let entering = scope.spawn(|| first.enter(BOUND));
+        wait_until(
+            BOUND,
+            || proxy.requests_paused(),
+            || "the member's create never reached the proxy".into(),
+        );
+        proxy.pause_replies();
+        proxy.resume_requests();
+        wait_until(
+            BOUND,
+            || other.get_children(&path).is_ok_and(|c| c.len() == 1),
+            || "the held create was not applied".into(),
+        );
+        proxy.cut();
+        proxy.resume();
+        let second = DistributedDoubleBarrier::new(&other, &path, 2).unwrap();
+        let joined = second.enter(BOUND);
+        (entering.join().expect("enter panicked"), joined)
+    });
+    assert!(
+        matches!(entered, Ok(true)),
+        "the member whose create reply was lost: {entered:?}\n{}",
+        ctx.dump()
+    );
+    assert!(matches!(second, Ok(true)), "the second member: {second:?}");
+}

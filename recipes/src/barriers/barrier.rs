@@ -165,11 +165,10 @@ impl DistributedBarrier {
 /// The barrier holds nothing to close: a member that never leaves is
 /// removed with its session.
 ///
-/// In-doubt writes: the member node is created without Curator's
-/// protection (the name is its own UUID), and a create retried after a
-/// lost reply meets the node its first attempt made: `enter` then fails
-/// with `NodeExists` while the node stays and counts as a member, until
-/// [`leave`](Self::leave) or the session's end. The `ready` node's create
+/// In-doubt writes: the member node's name is this object's own UUID, so
+/// a create retried after a lost reply that meets a node there finds its
+/// own: one of this session is kept and `enter` goes on with it, one of an
+/// ended session is deleted and made again. The `ready` node's create
 /// and every delete are retried and safe to repeat (`NodeExists` and
 /// `NoNode` count as done). A `leave` deletes `ready` at its end, also when
 /// it times out; the lowest member, which waits for the others to go,
@@ -243,13 +242,7 @@ impl DistributedDoubleBarrier {
             .client
             .exists_watch_waker(&self.ready_path, waiter.wake())?
             .is_some();
-        let (_, stat) = self
-            .client
-            .create()
-            .creating_parent_containers_if_needed()
-            .mode(CreateMode::Ephemeral)
-            .for_path_with_stat(&self.our_path, &[])?;
-        let owner = stat.ephemeral_owner;
+        let owner = self.create_member_node()?;
         // Should the session be declared lost, the node goes from the next
         // session, instead of holding the others in `leave` until the
         // server expires the old one.
@@ -294,6 +287,38 @@ impl DistributedDoubleBarrier {
                 return Ok(false);
             }
         }
+    }
+
+    /// Creates this member's node; returns its session. The name is this
+    /// object's own, so a node already there is ours: this session's (a
+    /// create retried after a lost reply meets the node its first attempt
+    /// made), kept; an ended session's (an `enter` before a lost session),
+    /// deleted and made again.
+    fn create_member_node(&self) -> Result<i64> {
+        for _ in 0..3 {
+            let created = self
+                .client
+                .create()
+                .creating_parent_containers_if_needed()
+                .mode(CreateMode::Ephemeral)
+                .for_path_with_stat(&self.our_path, &[]);
+            match created {
+                Ok((_, stat)) => return Ok(stat.ephemeral_owner),
+                Err(e) if e.is(ErrorCode::NodeExists) => {}
+                Err(e) => return Err(e),
+            }
+            match self.client.exists(&self.our_path)? {
+                Some(stat) if stat.ephemeral_owner == self.client.session_id() => {
+                    return Ok(stat.ephemeral_owner)
+                }
+                Some(_) => self.delete(&self.our_path)?,
+                None => {} // gone meanwhile: create it again
+            }
+        }
+        Err(Error::Zk {
+            code: ErrorCode::NodeExists,
+            path: Some(self.our_path.clone()),
+        })
     }
 
     /// Whether session `owner`, which made our node, has ended here: the
