@@ -499,6 +499,9 @@ impl<T: Payload> ServiceDiscovery<T> {
     /// [`Error::FenceGone`](latchkey_framework::Error::FenceGone)) once
     /// the hold has ended, and with `NoNode` while the instance's node is
     /// missing (being registered again after a lost session: try again).
+    /// After an error that it may or may not have run (`ConnectionLoss`),
+    /// the node may hold the new contents while the registration keeps the
+    /// old: call it again until it answers, or the hold ends.
     ///
     /// ```no_run
     /// # fn f(discovery: &latchkey_discovery::ServiceDiscovery<()>,

@@ -474,7 +474,10 @@ impl Fenced<'_, PersistentNode> {
     /// it fails, keeping the data the node had, with
     /// [`Error::FenceGone`] once the hold has ended, with `NoNode` while
     /// the node does not exist (it is being created or re-created; try
-    /// again), and on a closed node.
+    /// again), and on a closed node. After an error that it may or may not
+    /// have run (`ConnectionLoss`), the node may hold `data` while the data
+    /// kept for re-creates is still the old: call it again until it
+    /// answers, or the hold ends.
     pub fn set_data(&self, data: &[u8]) -> Result<()> {
         let inner = &self.recipe.inner;
         if inner.keeper.is_closed() {
