@@ -276,8 +276,10 @@ fn the_linearizability_check_fails_a_correct_history_against_a_wrong_model() {
     );
 }
 
-/// The fixed code under the nemesis that loses replies: every answer of
-/// the shared count and the counter is explained by some order.
+/// The fixed code under the same nemesis and workload as the
+/// `--broken-cas` control: compare-and-sets whose replies were lost answer
+/// "may or may not have run" (`count_unknown`), and every answer of the
+/// shared count and the counter is explained by some order.
 #[test]
 fn lost_replies_leave_the_shared_count_and_counter_linearizable() {
     let seed = seed(5);
@@ -286,6 +288,7 @@ fn lost_replies_leave_the_shared_count_and_counter_linearizable() {
             "--seed",
             &seed,
             "--single",
+            "--cas-workload",
             "--lost-replies",
             "--clients",
             "1",
@@ -298,6 +301,11 @@ fn lost_replies_leave_the_shared_count_and_counter_linearizable() {
     );
     assert_eq!(run.code, Some(0), "the checker failed:\n{}", run.output);
     assert_linearizable(&run);
+    assert!(
+        figure(&run.output, "count_unknown").is_some_and(|n| n > 0),
+        "no compare-and-set was in doubt:\n{}",
+        run.output
+    );
 }
 
 /// The summary's `name=word` value.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 pub const USAGE: &str =
     "usage: check [--seed N] [--seconds S] [--single|--ensemble] [--no-lock] [--broken-lock] \
-[--broken-leader] [--broken-counter] [--broken-cas] [--wrong-model] [--broken-queue] [--no-faults] [--lost-replies] [--clients N] [--curator N] [--threads N] [--latches N] [--session-timeout-ms MS] [--progress-bound-s S] \
+[--broken-leader] [--broken-counter] [--broken-cas] [--cas-workload] [--wrong-model] [--broken-queue] [--no-faults] [--lost-replies] [--clients N] [--curator N] [--threads N] [--latches N] [--session-timeout-ms MS] [--progress-bound-s S] \
 [--strict-deadlines] [--history FILE]";
 
 #[derive(Clone, Debug)]
@@ -20,6 +20,9 @@ pub struct Args {
     /// Issue 38's bug 1 put back: an applied compare-and-set whose reply
     /// was lost answered as refused.
     pub broken_cas: bool,
+    /// Most operations compare-and-sets of the shared count, and no sets
+    /// (on with `--broken-cas`).
+    pub cas_workload: bool,
     /// The linearizability check's model deliberately wrong.
     pub wrong_model: bool,
     /// Queue consumers that take items without lock nodes.
@@ -51,6 +54,7 @@ impl Args {
             broken_leader: false,
             broken_counter: false,
             broken_cas: false,
+            cas_workload: false,
             wrong_model: false,
             broken_queue: false,
             faults: true,
@@ -81,7 +85,11 @@ impl Args {
                 "--broken-lock" => a.broken_lock = true,
                 "--broken-leader" => a.broken_leader = true,
                 "--broken-counter" => a.broken_counter = true,
-                "--broken-cas" => a.broken_cas = true,
+                "--broken-cas" => {
+                    a.broken_cas = true;
+                    a.cas_workload = true;
+                }
+                "--cas-workload" => a.cas_workload = true,
                 "--wrong-model" => a.wrong_model = true,
                 "--broken-queue" => a.broken_queue = true,
                 "--no-faults" => a.faults = false,
@@ -132,6 +140,7 @@ impl Args {
             (self.broken_leader, " --broken-leader"),
             (self.broken_counter, " --broken-counter"),
             (self.broken_cas, " --broken-cas"),
+            (self.cas_workload && !self.broken_cas, " --cas-workload"),
             (self.wrong_model, " --wrong-model"),
             (self.broken_queue, " --broken-queue"),
             (!self.faults, " --no-faults"),

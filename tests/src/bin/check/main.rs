@@ -21,7 +21,11 @@
 //! compare-and-set whose reply was lost as refused (issue 38's bug 1 put
 //! back), `--wrong-model` checks the shared count's history against a
 //! deliberately wrong model, and `--broken-queue` takes queue items
-//! without lock nodes; each must report violations.
+//! without lock nodes; each must report violations. `--cas-workload`
+//! (most operations compare-and-sets, written as `try_set_count` writes)
+//! and `--lost-replies` (a nemesis that holds one session's replies past
+//! its read timeout) run the fixed code under the `--broken-cas`
+//! control's conditions.
 
 mod args;
 mod counter;
@@ -119,6 +123,7 @@ fn run(args: &Args) -> Result<bool, String> {
         broken_leader: args.broken_leader,
         broken_counter: args.broken_counter,
         broken_cas: args.broken_cas,
+        cas_workload: args.cas_workload,
         linear: Default::default(),
         counter: Default::default(),
         last_leader_ms: Default::default(),

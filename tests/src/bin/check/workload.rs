@@ -111,6 +111,9 @@ pub struct World {
     /// issue 38's bug 1 did (`set_data` at the version through the retry
     /// loop, `BadVersion` taken for a refusal).
     pub broken_cas: bool,
+    /// Most operations are compare-and-sets of the shared count, and none
+    /// sets (`--cas-workload`; on in the `--broken-cas` control).
+    pub cas_workload: bool,
     /// The histories checked for linearizability.
     pub linear: Histories,
     /// Milliseconds since the run started when a counted leader was last
@@ -240,9 +243,9 @@ pub struct Worker<'a> {
 impl Worker<'_> {
     pub fn run(mut self, until: Instant) {
         while !self.world.stop.load(Ordering::SeqCst) && Instant::now() < until {
-            // The `--broken-cas` control makes most operations
-            // compare-and-sets, so that a lost reply finds one in flight.
-            let op = match self.world.broken_cas && self.rng.percent(90) {
+            // Most operations compare-and-sets, so that a lost reply finds
+            // one in flight.
+            let op = match self.world.cas_workload && self.rng.percent(90) {
                 true => Op::CompareAndSet,
                 false => self.rng.weighted(OPS),
             };
@@ -428,10 +431,10 @@ impl Worker<'_> {
         let w = self.world;
         let (count, path) = (&self.locks.cas, &w.paths.cas);
         let call = w.linear.count.now(&w.history);
-        // Not in the `--broken-cas` control: a set retried after a lost
+        // Not in the compare-and-set workload: a set retried after a lost
         // reply may be applied twice, and the version it leaves unknown
         // could explain a lost compare-and-set's write.
-        if !w.broken_cas && self.rng.below(10) == 0 {
+        if !w.cas_workload && self.rng.below(10) == 0 {
             let to = self.rng.below(100) as i32;
             let got = count.set_count(to);
             self.record(format!("set {path} to {to}: {got:?}"));
@@ -443,9 +446,10 @@ impl Worker<'_> {
         }
         let seen = count.versioned_value();
         let (previous, value) = ((seen.value, seen.version), seen.value.wrapping_add(1));
-        let got = match w.broken_cas {
-            false => count.try_set_count(&seen, value),
-            true => self.unresolved_compare_and_set(previous, value),
+        let got = match (w.cas_workload, w.broken_cas) {
+            (false, _) => count.try_set_count(&seen, value),
+            (true, false) => self.compare_and_set_write(previous, value),
+            (true, true) => self.unresolved_compare_and_set(previous, value),
         };
         self.record(format!(
             "compare-and-set {path} from {previous:?} to {value}: {got:?}"
@@ -453,6 +457,19 @@ impl Worker<'_> {
         let answer = got.ok().map(CountAnswer::Applied);
         let op = CountOp::CompareAndSet { previous, value };
         w.linear.count.record(&w.history, call, op, answer);
+    }
+
+    /// The write `try_set_count` makes (`Client::compare_and_set_data`),
+    /// without the recipe's read first, so that under `--cas-workload` the
+    /// write is the call's first request, as in the `--broken-cas` control
+    /// below: a lost reply then finds one in flight.
+    fn compare_and_set_write(&self, previous: (i32, i32), value: i32) -> Result<bool> {
+        let (client, path) = (&self.session.client, &self.world.paths.cas);
+        match client.compare_and_set_data(path, &value.to_be_bytes(), previous.1) {
+            Ok(_) => Ok(true),
+            Err(e) if e.is(latchkey_framework::ErrorCode::BadVersion) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// The `--broken-cas` control, issue 38's bug 1 put back: `set_data` at
