@@ -1979,3 +1979,36 @@ fn the_curator_queue_bench_command_answers() {
     assert!(n[2] <= n[3], "p50 above p99: {reply}");
     java.quit(Duration::from_secs(10)).unwrap();
 }
+
+/// Finding 3: a size check whose read waits for a ZooKeeper that does not
+/// answer (its listing of the shards held at the proxy, the client retrying
+/// for ever) when the sharder closes: the close cancels the check and
+/// returns within seconds (it used to wait for the check, as long as the
+/// retry policy allows).
+#[test]
+fn sharder_close_during_a_size_check_returns_within_seconds() {
+    let proxy = latchkey_test::FaultProxy::start(server().addr()).expect("start the proxy");
+    let c = patient_client(&proxy);
+    let ctx = Ctx::new(server(), &c);
+    let path = unique("sharder-close-check");
+    let (gate_tx, gate) = crossbeam_channel::bounded::<()>(0);
+    let (tx, _rx) = crossbeam_channel::unbounded();
+    let sharder = string_sharder(&c, &path, 100, gate, tx);
+    let gate_tx = gate_tx; // dropped first: a failed test opens the gate
+    sharder.start().unwrap();
+    // The next check's listing of the shards reaches the proxy and stays.
+    proxy.pause_requests_at(&request_path(&path));
+    wait_until(
+        WAIT,
+        || proxy.requests_paused(),
+        || format!("no size check reached the proxy\n{}", ctx.dump()),
+    );
+    call_within(
+        "closing the sharder during a size check",
+        Duration::from_secs(5),
+        move || sharder.close(),
+    );
+    proxy.resume();
+    drop(gate_tx);
+    c.close();
+}
