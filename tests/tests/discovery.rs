@@ -1290,7 +1290,7 @@ fn close_while_zookeeper_is_unreachable_returns_within_seconds() {
     let mut server = TestingServer::start().expect("start ZooKeeper");
     let client = start_connected(
         Client::builder()
-            .connect_string(&server.connect_string())
+            .connect_string(server.connect_string())
             .session_timeout(Duration::from_secs(30))
             .connection_timeout(Duration::from_secs(2))
             .retry_policy(latchkey_framework::RetryForever::new(
