@@ -29,6 +29,10 @@ use crate::Payload;
 const DEFAULT_REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the work after a reconnection may take.
 const RECONNECT_WORK: Duration = Duration::from_secs(10);
+/// How long [`ServiceDiscovery::close`] waits for ZooKeeper, for all its
+/// instances together, before it leaves the deletes not done yet to the
+/// client's background.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// How often a registration deletes a node in its way before leaving it
 /// (Curator's `MAX_TRIES` is 2: one delete).
 const MAX_TRIES: usize = 3;
@@ -168,9 +172,11 @@ enum State {
 /// the instance's watch and its node keeper (a delete that waits at most
 /// [`HANDOVER_AFTER`](latchkey_framework::HANDOVER_AFTER) and then goes on
 /// in the client's background), then deletes the node again with a
-/// guaranteed delete that waits for ZooKeeper as the client's retry policy
-/// allows before it too is left to the background: while ZooKeeper cannot
-/// be reached, `close` takes that long for each instance. After a close,
+/// guaranteed delete. The close waits for ZooKeeper 2 s at most in all,
+/// whatever the client's retry policy; the deletes not done by then go on
+/// in the client's background until the nodes are gone (or the client
+/// closes). [`unregister_service`](Self::unregister_service) waits as the
+/// retry policy allows, and returns the delete's error. After a close,
 /// registering, updating and [`start`](Self::start) fail with
 /// [`Error::IllegalState`]; queries still work.
 pub struct ServiceDiscovery<T> {
@@ -332,7 +338,7 @@ impl<T: Payload> ServiceDiscovery<T> {
             {
                 let old = services.remove(&instance.id);
                 if let Some(old) = old {
-                    self.inner.remove_node(old)?;
+                    self.inner.remove_node(&self.inner.client, old)?;
                 }
             }
         }
@@ -555,7 +561,7 @@ impl<T: Payload> ServiceDiscovery<T> {
     pub fn unregister_service(&self, instance: &ServiceInstance<T>) -> Result<()> {
         let entry = self.inner.services.lock().remove(&instance.id);
         match entry {
-            Some(entry) => self.inner.remove_node(entry),
+            Some(entry) => self.inner.remove_node(&self.inner.client, entry),
             None => Ok(()),
         }
     }
@@ -646,39 +652,13 @@ impl<T: Payload> ServiceDiscovery<T> {
     /// ones too, as Curator does) and stops. Idempotent; dropping the
     /// discovery does the same.
     pub fn close(&self) {
-        {
-            let mut state = self.inner.state.lock();
-            if *state == State::Closed {
-                return;
-            }
-            *state = State::Closed;
-        }
-        self.inner.listener.lock().take();
-        let entries = std::mem::take(&mut *self.inner.services.lock());
-        for (_, entry) in entries {
-            let what = format!("{}/{}", entry.instance.name, entry.instance.id);
-            if let Err(e) = self.inner.remove_node(entry) {
-                log::warn!("closing the service discovery: unregistering {what}: {e}");
-            }
-        }
+        self.inner.close();
     }
 }
 
 impl<T> Drop for ServiceDiscovery<T> {
     fn drop(&mut self) {
-        // `close` without the `Payload` bound: the same steps.
-        {
-            let mut state = self.inner.state.lock();
-            if *state == State::Closed {
-                return;
-            }
-            *state = State::Closed;
-        }
-        self.inner.listener.lock().take();
-        let entries = std::mem::take(&mut *self.inner.services.lock());
-        for (_, entry) in entries {
-            let _ = self.inner.remove_node(entry);
-        }
+        self.inner.close();
     }
 }
 
@@ -692,6 +672,38 @@ impl<T> std::fmt::Debug for ServiceDiscovery<T> {
 }
 
 impl<T> Inner<T> {
+    /// [`ServiceDiscovery::close`] (without the `Payload` bound, for drop
+    /// too): every instance unregistered, waiting for ZooKeeper at most
+    /// [`CLOSE_WAIT`] in all.
+    fn close(&self) {
+        {
+            let mut state = self.state.lock();
+            if *state == State::Closed {
+                return;
+            }
+            *state = State::Closed;
+        }
+        self.listener.lock().take();
+        let deadline = Instant::now() + CLOSE_WAIT;
+        let client = self.client.with_deadline(Some(
+            self.client.deadline().map_or(deadline, |d| d.min(deadline)),
+        ));
+        let entries = std::mem::take(&mut *self.services.lock());
+        for (_, entry) in entries {
+            let what = format!("{}/{}", entry.instance.name, entry.instance.id);
+            match self.remove_node(&client, entry) {
+                Ok(()) => {}
+                // Out of time, or no connection: the guaranteed delete
+                // goes on in the background.
+                Err(Error::ZooKeeper(e)) if e.is_retryable() => log::info!(
+                    "closing the service discovery: unregistering {what}: {e}; \
+                     left to the client's background"
+                ),
+                Err(e) => log::warn!("closing the service discovery: unregistering {what}: {e}"),
+            }
+        }
+    }
+
     fn closed(&self) -> Error {
         Error::IllegalState(format!(
             "the service discovery on {} is closed",
@@ -880,8 +892,9 @@ impl<T> Inner<T> {
         Ok(())
     }
 
-    /// Deletes an unregistered instance's node.
-    fn remove_node(&self, entry: Entry<T>) -> Result<()> {
+    /// Deletes an unregistered instance's node (a guaranteed delete through
+    /// `client`, which may bound it).
+    fn remove_node(&self, client: &Client, entry: Entry<T>) -> Result<()> {
         let path = match &entry.node {
             Some(node) => node.actual_path(),
             None => Some(self.path_for(&entry.instance.name, &entry.instance.id)?),
@@ -896,7 +909,7 @@ impl<T> Inner<T> {
         }
         if let Some(path) = path {
             // Also now, so that a query right after no longer lists it.
-            match self.client.delete().guaranteed().for_path(&path) {
+            match client.delete().guaranteed().for_path(&path) {
                 Err(e) if e.is(ErrorCode::NoNode) => {}
                 other => other?,
             }

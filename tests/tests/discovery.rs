@@ -1279,3 +1279,67 @@ impl<T> Drop for DeadWorker<T> {
         self.0.take();
     }
 }
+
+/// `close` while ZooKeeper cannot be reached, on a client that retries
+/// for ever, returns within seconds (it used to wait, instance by
+/// instance, as long as the retry policy allows: here for ever); the
+/// deletes go on in the client's background and take the nodes, static
+/// and dynamic, once ZooKeeper is back.
+#[test]
+fn close_while_zookeeper_is_unreachable_returns_within_seconds() {
+    let mut server = TestingServer::start().expect("start ZooKeeper");
+    let client = start_connected(
+        Client::builder()
+            .connect_string(server.connect_string())
+            .session_timeout(Duration::from_secs(30))
+            .connection_timeout(Duration::from_secs(2))
+            .retry_policy(latchkey_framework::RetryForever::new(
+                Duration::from_millis(100),
+            )),
+    );
+    let ctx = Ctx::new(&server, &client);
+    let base = unique("/discovery/close-unreachable");
+    let dynamic = thing("svc", 1);
+    let fixed = ServiceInstance::builder("svc")
+        .payload("static".to_string())
+        .service_type(ServiceType::Static)
+        .build();
+    let d = discovery::<String>(&client, &base);
+    d.register_service(&dynamic).unwrap();
+    d.register_service(&fixed).unwrap();
+    let paths = [
+        d.registered_path(&dynamic.id).expect("the dynamic node"),
+        d.registered_path(&fixed.id).expect("the static node"),
+    ];
+    server.stop().unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        || !client.state().is_some_and(|s| s.is_connected()),
+        || format!("still connected\n{}", ctx.dump()),
+    );
+    let started = Instant::now();
+    call_within(
+        "close while ZooKeeper is unreachable",
+        Duration::from_secs(6),
+        move || d.close(),
+    );
+    let took = started.elapsed();
+    server.restart().unwrap();
+    let observer = connect(&server.connect_string(), Duration::from_secs(30));
+    wait_until(
+        Duration::from_secs(20),
+        || {
+            paths
+                .iter()
+                .all(|p| observer.exists(p).is_ok_and(|s| s.is_none()))
+        },
+        || {
+            let left: Vec<_> = paths.iter().map(|p| (p, observer.exists(p))).collect();
+            format!(
+                "not deleted in the background (close took {took:?}): {left:?}\n{}",
+                ctx.dump()
+            )
+        },
+    );
+    client.close();
+}

@@ -873,6 +873,109 @@ fn id_queue_requeues_under_the_same_id() {
     assert!(names[0].starts_with("queue-|id|"), "{names:?}");
 }
 
+/// A delete request's op code (`request_on`).
+const DELETE: i32 = 2;
+
+/// What `remove("id")` on a lock-safe id queue holding one item of `id`
+/// returned when the first request matching `request(item, lock node)`
+/// reached the server and its reply was lost (the connection cut, the
+/// request retried on the next); then whether the item and its lock node
+/// are still there, and what to print on failure. `applied(observer,
+/// item, lock)` tells when the held request has been applied.
+fn id_remove_across_a_lost_reply(
+    prefix: &str,
+    request: impl Fn(&str, &str) -> Vec<u8>,
+    applied: impl Fn(&Client, &str, &str) -> bool,
+) -> (latchkey_framework::Result<usize>, bool, bool, String) {
+    let proxy = latchkey_test::FaultProxy::start(server().addr()).expect("start the proxy");
+    let c = patient_client(&proxy);
+    let observer = client();
+    let ctx = Ctx::new(server(), &c);
+    let path = unique(prefix);
+    let locks = format!("{path}-locks");
+    // Every call bounded, so that a broken one fails instead of hanging.
+    let q = QueueBuilder::new(&c.with_timeout(WAIT * 2), StringSerializer, &path)
+        .lock_path(&locks)
+        .build_id_queue()
+        .unwrap();
+    q.start().unwrap();
+    q.put(&"a".to_string(), "id").unwrap();
+    let names = sorted_children(&observer, &path);
+    assert_eq!(names.len(), 1, "{names:?}");
+    let item = format!("{path}/{}", names[0]);
+    let lock = format!("{locks}/{}", names[0]);
+    proxy.pause_requests_at(&request(&item, &lock));
+    let removed = thread::scope(|scope| {
+        let remove = scope.spawn(|| q.remove("id"));
+        wait_until(
+            WAIT,
+            || proxy.requests_paused(),
+            || format!("the request never reached the proxy\n{}", ctx.dump()),
+        );
+        // It reaches the server; its reply does not.
+        proxy.pause_replies();
+        proxy.resume_requests();
+        wait_until(
+            WAIT,
+            || applied(&observer, &item, &lock),
+            || format!("the held request was not applied\n{}", ctx.dump()),
+        );
+        proxy.cut();
+        proxy.resume();
+        remove.join().expect("remove panicked")
+    });
+    let item_left = observer.exists(&item).unwrap().is_some();
+    let lock_left = observer.exists(&lock).unwrap().is_some();
+    let dump = format!(
+        "lock node: {:?} (this session {:#x})\n{}",
+        observer.exists(&lock),
+        c.session_id(),
+        ctx.dump()
+    );
+    q.close();
+    c.close();
+    (removed, item_left, lock_left, dump)
+}
+
+/// Finding 1(a): the lock node's create applied, its reply lost: the retry
+/// meets the node this call made. That node is this call's, so the item is
+/// removed and the lock node with it (it was left, holding the item from
+/// every other session's consumers while this session lived).
+#[test]
+fn id_remove_whose_lock_create_reply_is_lost_removes_the_item() {
+    let (removed, item_left, lock_left, dump) = id_remove_across_a_lost_reply(
+        "id-remove-lost-lock",
+        |_, lock| request_path(lock),
+        |observer, _, lock| observer.exists(lock).is_ok_and(|s| s.is_some()),
+    );
+    assert_eq!(
+        removed.as_ref().ok(),
+        Some(&1),
+        "removed: {removed:?}\n{dump}"
+    );
+    assert!(!item_left, "the item is still queued\n{dump}");
+    assert!(!lock_left, "the lock node was left\n{dump}");
+}
+
+/// Finding 1(b): the item's delete applied, its reply lost: the retry meets
+/// `NoNode`. The lock node, made with the item there and this session's
+/// throughout, proves no other lock-safe party took it: counted.
+#[test]
+fn id_remove_whose_delete_reply_is_lost_counts_the_item() {
+    let (removed, item_left, lock_left, dump) = id_remove_across_a_lost_reply(
+        "id-remove-lost-delete",
+        |item, _| request_on(DELETE, item),
+        |observer, item, _| observer.exists(item).is_ok_and(|s| s.is_none()),
+    );
+    assert_eq!(
+        removed.as_ref().ok(),
+        Some(&1),
+        "removed: {removed:?}\n{dump}"
+    );
+    assert!(!item_left, "the item is still queued\n{dump}");
+    assert!(!lock_left, "the lock node was left\n{dump}");
+}
+
 // ---- DistributedPriorityQueue ----
 
 /// Curator's TestDistributedPriorityQueue.testMinItemsBeforeRefresh. The
@@ -1875,4 +1978,37 @@ fn the_curator_queue_bench_command_answers() {
     assert_eq!(n[0], 50, "{reply}");
     assert!(n[2] <= n[3], "p50 above p99: {reply}");
     java.quit(Duration::from_secs(10)).unwrap();
+}
+
+/// Finding 3: a size check whose read waits for a ZooKeeper that does not
+/// answer (its listing of the shards held at the proxy, the client retrying
+/// for ever) when the sharder closes: the close cancels the check and
+/// returns within seconds (it used to wait for the check, as long as the
+/// retry policy allows).
+#[test]
+fn sharder_close_during_a_size_check_returns_within_seconds() {
+    let proxy = latchkey_test::FaultProxy::start(server().addr()).expect("start the proxy");
+    let c = patient_client(&proxy);
+    let ctx = Ctx::new(server(), &c);
+    let path = unique("sharder-close-check");
+    let (gate_tx, gate) = crossbeam_channel::bounded::<()>(0);
+    let (tx, _rx) = crossbeam_channel::unbounded();
+    let sharder = string_sharder(&c, &path, 100, gate, tx);
+    let gate_tx = gate_tx; // dropped first: a failed test opens the gate
+    sharder.start().unwrap();
+    // The next check's listing of the shards reaches the proxy and stays.
+    proxy.pause_requests_at(&request_path(&path));
+    wait_until(
+        WAIT,
+        || proxy.requests_paused(),
+        || format!("no size check reached the proxy\n{}", ctx.dump()),
+    );
+    call_within(
+        "closing the sharder during a size check",
+        Duration::from_secs(5),
+        move || sharder.close(),
+    );
+    proxy.resume();
+    drop(gate_tx);
+    c.close();
 }

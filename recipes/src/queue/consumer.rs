@@ -4,6 +4,7 @@
 //! lock node per item, removing the item only once it was consumed.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::SendTimeoutError;
@@ -14,7 +15,7 @@ use super::distributed::Core;
 use super::names::{self, Kind, QUEUE_ITEM_PREFIX};
 use super::serializer::{ItemSerializer, QueueError};
 use crate::armed::waking;
-use crate::locks::lock_internals::delete_if_lost;
+use crate::locks::lock_internals::{delete_if_lost, who_holds};
 
 /// How long the consumer thread waits before it looks again after a
 /// failed request (unless something wakes it sooner).
@@ -177,16 +178,17 @@ impl<T: Send + 'static> Core<T> {
     /// remove it (or put it back), then the lock node.
     fn take_locked(&self, name: &str, lock_path: &str) -> Result<Outcome> {
         let lock = format!("{lock_path}/{name}");
+        let mark = lock_mark();
         match self
             .client
             .create()
             .mode(CreateMode::Ephemeral)
-            .for_path(&lock, &[])
+            .for_path(&lock, &mark)
         {
             Ok(_) => {}
             // Ours if a create retried after a connection loss had been
             // applied: then the item is ours to take.
-            Err(e) if e.is(ErrorCode::NodeExists) && self.owns(&self.client, &lock) => {}
+            Err(e) if e.is(ErrorCode::NodeExists) && self.owns(&self.client, &lock, &mark) => {}
             Err(e) if e.is(ErrorCode::NodeExists) => {
                 self.watch_lock(&lock);
                 return Ok(Outcome::Locked);
@@ -198,7 +200,7 @@ impl<T: Send + 'static> Core<T> {
                 return Ok(Outcome::Locked);
             }
             Err(e) => {
-                self.forget_lock_in_doubt(&lock);
+                self.forget_lock_in_doubt(&lock, &mark);
                 return Err(e);
             }
         }
@@ -228,21 +230,27 @@ impl<T: Send + 'static> Core<T> {
         result
     }
 
-    /// Whether the node at `path` is an ephemeral of this client's session.
-    fn owns(&self, client: &Client, path: &str) -> bool {
+    /// Whether the node at `path` is the lock node this call made with
+    /// `mark` ([`lock_mark`]): an ephemeral of this client's session
+    /// holding `mark`. The session alone does not tell: another queue on
+    /// the same client, or this queue's `remove` beside its consumer, may
+    /// hold the lock node of the same item in the same session.
+    pub(super) fn owns(&self, client: &Client, path: &str, mark: &[u8]) -> bool {
         matches!(
-            client.exists(path),
-            Ok(Some(stat)) if stat.ephemeral_owner != 0 && stat.ephemeral_owner == client.session_id()
+            client.get_data(path),
+            Ok((data, stat)) if stat.ephemeral_owner != 0
+                && stat.ephemeral_owner == client.session_id()
+                && data == mark
         )
     }
 
-    /// After a lock node's create failed without an answer (cut short by
-    /// a close, or out of retries), the server may have made it: if it is
-    /// ours, remove it, or it would hold the item for as long as this
-    /// session lives. (A consumer that goes on finds it again and takes
-    /// the item; see `take_locked`.)
-    pub(super) fn forget_lock_in_doubt(&self, lock: &str) {
-        if self.owns(&self.finishing, lock) {
+    /// After a lock node's create (made with `mark`) failed without an
+    /// answer (cut short by a close, or out of retries), the server may
+    /// have made it: if it is ours, remove it, or it would hold the item
+    /// for as long as this session lives. (A consumer that goes on finds
+    /// it again and takes the item; see `take_locked`.)
+    pub(super) fn forget_lock_in_doubt(&self, lock: &str, mark: &[u8]) {
+        if self.owns(&self.finishing, lock, mark) {
             if let Err(e) = self.finishing.delete().guaranteed().for_path(lock) {
                 log::debug!(
                     "the queue {}: removing the lock node {lock}: {e}",
@@ -361,6 +369,16 @@ impl<T: Send + 'static> Core<T> {
             }
         }
     }
+}
+
+/// The data of a lock node, different for every lock node this process
+/// makes: who holds it (as lock nodes tell), and a count, so that a create
+/// retried after a lost reply knows the node it meets for its own.
+pub(super) fn lock_mark() -> Vec<u8> {
+    static MADE: AtomicU64 = AtomicU64::new(0);
+    let mut mark = who_holds();
+    mark.extend_from_slice(format!(" lock={}", MADE.fetch_add(1, Ordering::Relaxed)).as_bytes());
+    mark
 }
 
 /// The errors that mean another consumer took the item first.

@@ -20,7 +20,7 @@ use latchkey_framework::{
 use parking_lot::{Condvar, Mutex};
 
 use super::builder::{Consumer, ErrorMode, QueueBuilder};
-use super::consumer::taken_by_another;
+use super::consumer::{lock_mark, taken_by_another};
 use super::names::{Kind, QUEUE_ITEM_PREFIX};
 use super::serializer::{ItemSerializer, QueueSerializer};
 use crate::armed::{read_watched, waking, WatchArms};
@@ -277,39 +277,61 @@ impl<T: Send + 'static> Core<T> {
     /// Curator's `tryRemove`: removes the item node `name` without
     /// consuming it (through its lock node in lock-safe mode); false if
     /// another got it first.
+    ///
+    /// In lock-safe mode the lock node is made in one transaction with a
+    /// check that the item is there, so that while it stands (this
+    /// session's throughout) no other lock-safe party takes the item: a
+    /// delete that then meets `NoNode` is this call's own, applied before
+    /// its reply was lost, and counts. Without a lock path such a delete
+    /// cannot be told from another consumer's and does not count.
     pub(crate) fn try_remove(&self, name: &str) -> Result<bool> {
         self.check_started()?;
         let item = format!("{}/{name}", self.path);
-        let lock = self.lock_path.as_ref().map(|l| format!("{l}/{name}"));
-        if let Some(lock) = &lock {
-            match self
-                .client
-                .create()
-                .mode(CreateMode::Ephemeral)
-                .for_path(lock, &[])
-            {
-                Ok(_) => {}
-                Err(e) if e.is(ErrorCode::NodeExists) || e.is(ErrorCode::NoNode) => {
-                    return Ok(false)
-                }
-                Err(e) => {
-                    self.forget_lock_in_doubt(lock);
-                    return Err(e);
-                }
+        let Some(lock_path) = &self.lock_path else {
+            return match self.client.delete().for_path(&item) {
+                Ok(()) => Ok(true),
+                Err(e) if taken_by_another(&e) => Ok(false),
+                Err(e) => Err(e),
+            };
+        };
+        let lock = format!("{lock_path}/{name}");
+        let mark = lock_mark();
+        let locked = self
+            .client
+            .transaction()
+            .create_with_mode(&lock, &mark, CreateMode::Ephemeral)
+            .check_exists(&item)
+            .commit();
+        match locked {
+            Ok(_) => {}
+            // Ours if a commit retried after a connection loss had been
+            // applied (the item was there then).
+            Err(e) if e.is(ErrorCode::NodeExists) && self.owns(&self.client, &lock, &mark) => {}
+            Err(e) if e.is(ErrorCode::NodeExists) || e.is(ErrorCode::NoNode) => return Ok(false),
+            Err(e) => {
+                self.forget_lock_in_doubt(&lock, &mark);
+                return Err(e);
             }
         }
-        if let Some(lock) = &lock {
-            delete_if_lost(&self.client, lock, self.client.session_id());
-        }
+        let owner = self.client.session_id();
+        delete_if_lost(&self.client, &lock, owner);
         let removed = match self.client.delete().for_path(&item) {
             Ok(()) => Ok(true),
+            // Gone while our lock node stood: by this call's own delete.
+            Err(e)
+                if e.is(ErrorCode::NoNode) && owner != 0 && self.client.session_id() == owner =>
+            {
+                Ok(true)
+            }
             Err(e) if taken_by_another(&e) => Ok(false),
             Err(e) => Err(e),
         };
-        if let Some(lock) = &lock {
-            self.client.keep_when_session_lost(lock);
-            let _ = self.finishing.delete().guaranteed().for_path(lock);
+        self.client.keep_when_session_lost(&lock);
+        if owner != 0 && self.finishing.session_id() == owner {
+            let _ = self.finishing.delete().guaranteed().for_path(&lock);
         }
+        // Else our lock node went with our session; a node at its path now
+        // is another's.
         removed
     }
 }

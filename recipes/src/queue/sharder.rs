@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use latchkey_framework::{Client, CreateMode, Error, ErrorCode, Result};
+use latchkey_framework::{CancelToken, Client, CreateMode, Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
 use super::distributed::DistributedQueue;
@@ -127,14 +127,19 @@ type Allocator<Q> = Box<dyn Fn(&Client, &str) -> Result<Q> + Send + Sync>;
 /// queues do. [`close`](Self::close) (or drop) waits for the thread that
 /// checks the shards' sizes, then closes the latch (its node deleted) and
 /// every shard (each waiting for the item its consumer is on); items stay
-/// in ZooKeeper. A size check under way when it closes is not cancelled:
-/// its reads wait for ZooKeeper as the client's retry policy allows.
+/// in ZooKeeper. A size check under way when it closes is cancelled: its
+/// reads end at once, whatever the client's retry policy. (A shard that
+/// another sharder added, being started by the check, is started to the
+/// end.)
 pub struct QueueSharder<Q: ShardQueue> {
     inner: Arc<Inner<Q>>,
 }
 
 struct Inner<Q> {
     client: Client,
+    /// `client`, cancelled on close: the size checks' reads.
+    checking: Client,
+    cancel: CancelToken,
     allocate: Allocator<Q>,
     path: String,
     policies: QueueSharderPolicies,
@@ -166,9 +171,12 @@ impl<Q: ShardQueue> QueueSharder<Q> {
                 "the queue sharder of {path}: max_queues must be at least 1"
             )));
         }
+        let cancel = CancelToken::new();
         Ok(QueueSharder {
             inner: Arc::new(Inner {
                 client: client.clone(),
+                checking: client.with_cancel(Some(&cancel)),
+                cancel,
                 allocate: Box::new(allocate),
                 path: path.to_owned(),
                 policies,
@@ -230,8 +238,10 @@ impl<Q: ShardQueue> QueueSharder<Q> {
                 if inner.state.load(Ordering::Acquire) != STARTED {
                     return;
                 }
-                if let Err(e) = inner.check_threshold() {
-                    log::warn!("the queue sharder of {}: {e}", inner.path);
+                match inner.check_threshold() {
+                    Err(_) if inner.state.load(Ordering::Acquire) != STARTED => return,
+                    Err(e) => log::warn!("the queue sharder of {}: {e}", inner.path),
+                    Ok(()) => {}
                 }
             })?;
         *inner.worker.lock() = Some(thread);
@@ -284,6 +294,8 @@ impl<Q: ShardQueue> QueueSharder<Q> {
         if inner.state.swap(CLOSED, Ordering::AcqRel) != STARTED {
             return;
         }
+        // A check under way ends at once.
+        inner.cancel.cancel();
         inner.signal.notify();
         if let Some(worker) = inner.worker.lock().take() {
             if worker.thread().id() != std::thread::current().id() {
@@ -336,10 +348,13 @@ impl<Q: ShardQueue> Inner<Q> {
     fn check_threshold(&self) -> Result<()> {
         let threshold = self.policies.new_queue_threshold;
         let mut over = None;
-        for child in self.client.get_children(&self.path)? {
+        for child in self.checking.get_children(&self.path)? {
+            if self.state.load(Ordering::Acquire) != STARTED {
+                return Ok(());
+            }
             let path = format!("{}/{child}", self.path);
             self.add_if_needed(Some(path.clone()))?;
-            let Some(stat) = self.client.exists(&path)? else {
+            let Some(stat) = self.checking.exists(&path)? else {
                 continue;
             };
             let items = usize::try_from(stat.num_children).unwrap_or(0);

@@ -226,7 +226,13 @@ impl<T: Send + 'static> Fenced<'_, DistributedDelayQueue<T>> {
 /// lost reply may leave its item twice, and `close` waits for the item
 /// being consumed.
 /// A [`remove`](Self::remove) whose delete was applied but whose reply
-/// was lost meets `NoNode` on its retry and does not count that item.
+/// was lost meets `NoNode` on its retry: in lock-safe mode it counts that
+/// item (its lock node, made with the item there and this session's
+/// throughout, shows that no other lock-safe party took it; a party that
+/// deletes items without the lock path is not seen); without a lock path
+/// it cannot tell its own delete from another consumer's and does not
+/// count it. A lock node's create retried after a lost reply knows the
+/// node it meets for its own and goes on.
 pub struct DistributedIdQueue<T: Send + 'static> {
     core: Arc<Core<T>>,
 }
