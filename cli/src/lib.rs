@@ -226,7 +226,7 @@ struct Opts {
 /// What the command line of `inspect` or `watch` asks for.
 #[derive(Debug, PartialEq, Eq)]
 enum Parsed {
-    Run(Opts),
+    Run(Box<Opts>),
     /// `--help`, after the command it asks about, if any.
     Help(Option<String>),
     Version,
@@ -319,7 +319,7 @@ fn parse(args: &[String], env: &Env) -> Result<Parsed, Exit> {
     if count.is_some() && command != "watch" {
         return Err(Exit::usage("--count applies to watch only"));
     }
-    Ok(Parsed::Run(Opts {
+    Ok(Parsed::Run(Box::new(Opts {
         command,
         path,
         conn: conn.finish(env)?,
@@ -327,7 +327,7 @@ fn parse(args: &[String], env: &Env) -> Result<Parsed, Exit> {
         count,
         leases,
         limit,
-    }))
+    })))
 }
 
 fn run(args: &[OsString]) -> Result<i32, Exit> {
@@ -385,7 +385,7 @@ mod tests {
 
     fn run_opts(a: &[&str]) -> Opts {
         match parse(a) {
-            Ok(Parsed::Run(o)) => o,
+            Ok(Parsed::Run(o)) => *o,
             other => panic!("{a:?}: {other:?}"),
         }
     }

@@ -116,7 +116,7 @@ pub(super) struct Opts {
 /// What the command line asks for.
 #[derive(Debug)]
 pub(super) enum Parsed {
-    Run(Opts),
+    Run(Box<Opts>),
     Help,
     Version,
 }
@@ -331,7 +331,7 @@ pub(super) fn parse_args(args: Vec<OsString>, env: &Env) -> Result<Parsed, Exit>
     }
     // A malformed host list or certificate file fails before any network work.
     let conn = conn.finish(env)?;
-    Ok(Parsed::Run(Opts {
+    Ok(Parsed::Run(Box::new(Opts {
         conn,
         timeout,
         kind: kind.unwrap_or(Kind::Mutex),
@@ -341,7 +341,7 @@ pub(super) fn parse_args(args: Vec<OsString>, env: &Env) -> Result<Parsed, Exit>
         data,
         path,
         command: rest,
-    }))
+    })))
 }
 
 /// The short options that take a value (`-w5`, `-c CMD`).
