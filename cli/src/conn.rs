@@ -50,6 +50,9 @@ const DEFAULT_CONNECT: &str = "127.0.0.1:2181";
 /// are taken as this (for `--timeout`: no timeout at all).
 pub(crate) const FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// The environment variable that holds the SASL password.
+pub(crate) const SASL_PASSWORD_ENV: &str = "LATCHKEY_SASL_PASSWORD";
+
 /// The environment the connection options fall back on.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Env {
@@ -64,7 +67,7 @@ impl Env {
     pub(crate) fn from_process() -> Env {
         Env {
             connect: std::env::var("LATCHKEY_CONNECT").ok(),
-            sasl_password: std::env::var("LATCHKEY_SASL_PASSWORD").ok(),
+            sasl_password: std::env::var(SASL_PASSWORD_ENV).ok(),
         }
     }
 }
@@ -117,6 +120,17 @@ impl ConnArgs {
                 | "--sasl-user"
                 | "--sasl-password-file"
         )
+    }
+
+    /// What the value of the connection option `name` is, for messages.
+    pub(crate) fn value_name(name: &str) -> &'static str {
+        match name {
+            "--connect" => "HOSTS",
+            "--session-timeout" | "--connection-timeout" => "SECS",
+            "--tls-server-name" => "NAME",
+            "--sasl-user" => "USER",
+            _ => "FILE",
+        }
     }
 
     /// Takes the connection option `name` with its `value`; `name` must be

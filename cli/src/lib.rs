@@ -264,7 +264,7 @@ fn parse(args: &[String], env: &Env) -> Result<Parsed, Exit> {
             "-V" | "--version" => return Ok(Parsed::Version),
             "--json" => json = true,
             n if ConnArgs::is_option(n) => {
-                let v = value(if n == "--connect" { "HOSTS" } else { "a value" })?;
+                let v = value(ConnArgs::value_name(n))?;
                 conn.take(n, v)?;
             }
             "--count" => {

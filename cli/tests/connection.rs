@@ -192,6 +192,22 @@ fn every_command_logs_in_with_tls_and_sasl() {
         Duration::from_secs(60),
     );
     assert!(out.status.success(), "{}", text(&out));
+    // lock keeps the password from its command.
+    let mut lock = vec!["lock"];
+    lock.extend_from_slice(&from_env);
+    lock.extend([
+        "/cli-conn/env",
+        "--",
+        "sh",
+        "-c",
+        "test -z \"${LATCHKEY_SASL_PASSWORD+set}\"",
+    ]);
+    let out = latchkey_env(
+        &lock,
+        &[("LATCHKEY_SASL_PASSWORD", "bobsecret")],
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "{}", text(&out));
     let out = latchkey_env(
         &args,
         &[("LATCHKEY_SASL_PASSWORD", "wrong")],

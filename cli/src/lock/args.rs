@@ -229,7 +229,7 @@ pub(super) fn parse_args(args: Vec<OsString>, env: &Env) -> Result<Parsed, Exit>
                 }
             }
             n if ConnArgs::is_option(n) => {
-                let v = value(if n == "--connect" { "HOSTS" } else { "a value" })?;
+                let v = value(ConnArgs::value_name(n))?;
                 conn.take(n, v)?;
             }
             "--data" => data = Some(value("TEXT")?),

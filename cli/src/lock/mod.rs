@@ -482,7 +482,9 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
         .process_group(0)
         .env("LATCHKEY_LOCK_PATH", &opts.path)
         .env("LATCHKEY_LOCK_NODE", &node)
-        .env("LATCHKEY_FENCING_TOKEN", stat.czxid.to_string());
+        .env("LATCHKEY_FENCING_TOKEN", stat.czxid.to_string())
+        // The ZooKeeper password is lock's, not the command's.
+        .env_remove(crate::conn::SASL_PASSWORD_ENV);
     let child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
