@@ -3,9 +3,15 @@
 //!
 //! ```text
 //! latchkey lock [OPTIONS] PATH [OPTIONS] [--] CMD [ARGS...]
-//! latchkey inspect PATH [--connect HOSTS] [--json] [--leases N] [--limit N]
-//! latchkey watch PATH [--connect HOSTS] [--count N]
+//! latchkey inspect PATH [--json] [--leases N] [--limit N] [CONNECTION OPTIONS]
+//! latchkey watch PATH [--count N] [CONNECTION OPTIONS]
 //! ```
+//!
+//! The three commands take the same connection options, parsed in one
+//! place (`conn`): `--connect`, `--connection-timeout`, `--session-timeout`,
+//! TLS (`--tls-ca`, `--tls-cert`, `--tls-key`, `--tls-server-name`) and SASL
+//! DIGEST-MD5 (`--sasl-user`, `--sasl-password-file` or
+//! `$LATCHKEY_SASL_PASSWORD`).
 //!
 //! `lock` runs a command while holding a Curator-compatible lock, in the
 //! manner of `flock(1)`. `inspect` reads the lock, lease and latch nodes
@@ -26,10 +32,12 @@
 //! [`latchkey`] and [`lock`] are their `main`s.
 
 use std::ffi::OsString;
-use std::time::Duration;
 
-use latchkey_framework::{Client, Error, ExponentialBackoffRetry};
+use latchkey_framework::Error;
 
+use conn::{ConnArgs, ConnOpts, Env};
+
+mod conn;
 mod discovery_view;
 mod format;
 mod inspect;
@@ -44,10 +52,36 @@ const EX_UNAVAILABLE: i32 = 69;
 /// ZooKeeper refused an operation (EX_SOFTWARE).
 const EX_SOFTWARE: i32 = 70;
 
-const USAGE: &str = "\
+/// The options of `inspect` alone (for its help and the overview).
+macro_rules! inspect_help {
+    () => {
+        "  --json            (inspect) print one JSON object instead of a table
+  --leases N        (inspect) PATH is a semaphore of N leases: the first N
+                    leases are holders, the others waiters
+  --limit N         (inspect) queue items shown, first in queue order
+                    (default 10; the depth counts them all)
+"
+    };
+}
+
+/// The exit codes of `inspect` and `watch`.
+macro_rules! exit_help {
+    () => {
+        "
+Exit codes:
+  0    done
+  64   bad usage
+  69   ZooKeeper could not be reached within --connection-timeout
+  70   ZooKeeper refused an operation or the SASL login
+"
+    };
+}
+
+const USAGE: &str = concat!(
+    "\
 Usage: latchkey lock [OPTIONS] PATH [OPTIONS] [--] CMD [ARGS...]
-       latchkey inspect PATH [--connect HOSTS] [--json] [--leases N] [--limit N]
-       latchkey watch PATH [--connect HOSTS] [--count N]
+       latchkey inspect PATH [OPTIONS]
+       latchkey watch PATH [OPTIONS]
 
 Commands:
   lock      run CMD while holding a ZooKeeper lock on PATH (Curator's
@@ -56,24 +90,58 @@ Commands:
   inspect   print the lock, lease and latch nodes under PATH in queue order
             (holders first), with owner session, age and data; a queue's
             kind, depth and first items; a service discovery path's
-            services and instances; read-only
+            services and instances; read-only ('latchkey inspect --help')
   watch     print each change under PATH as it happens, until Ctrl-C or
             N changes (--count N); nodes there at the start are shown
             as `exists`, then `initialized`; a change undone before the
-            cache reads it may not show
+            cache reads it may not show ('latchkey watch --help')
 
 Options:
-  --connect HOSTS   ZooKeeper hosts, host:port[,host:port...][/chroot]
-                    (default: $LATCHKEY_CONNECT, else 127.0.0.1:2181)
-  --json            (inspect) print one JSON object instead of a table
-  --leases N        (inspect) PATH is a semaphore of N leases: the first N
-                    leases are holders, the others waiters
-  --limit N         (inspect) queue items shown, first in queue order
-                    (default 10; the depth counts them all)
-  --count N         (watch) exit after N changes
+",
+    inspect_help!(),
+    "  --count N         (watch) exit after N changes
   -h, --help        print this help
   -V, --version     print the version
-";
+
+",
+    conn::connection_help!(),
+    exit_help!(),
+);
+
+const INSPECT_USAGE: &str = concat!(
+    "\
+Usage: latchkey inspect PATH [OPTIONS]
+
+Prints the lock, lease and latch nodes under PATH in queue order (holders
+first), with owner session, age and data; a queue's kind, depth and first
+items; a service discovery path's services and instances. Only reads.
+
+Options:
+",
+    inspect_help!(),
+    "  -h, --help        print this help
+
+",
+    conn::connection_help!(),
+    exit_help!(),
+);
+
+const WATCH_USAGE: &str = concat!(
+    "\
+Usage: latchkey watch PATH [OPTIONS]
+
+Prints each change under PATH as it happens, one line per change, until
+Ctrl-C or N changes. Nodes there at the start are shown as `exists`, then
+`initialized`; a change undone before the cache reads it may not show.
+
+Options:
+  --count N         exit after N changes
+  -h, --help        print this help
+
+",
+    conn::connection_help!(),
+    exit_help!(),
+);
 
 /// A reason to stop early, with its exit code.
 #[derive(Debug)]
@@ -114,7 +182,16 @@ pub fn latchkey(args: Vec<OsString>) -> i32 {
         Err(Exit { code, message }) => {
             eprintln!("latchkey: {message}");
             if code == EX_USAGE {
-                eprintln!("Try 'latchkey --help'.");
+                // The help of the command given, if any.
+                let command = args
+                    .iter()
+                    .filter_map(|a| a.to_str())
+                    .find(|a| !a.starts_with('-'))
+                    .filter(|a| matches!(*a, "inspect" | "watch"));
+                match command {
+                    Some(c) => eprintln!("Try 'latchkey {c} --help'."),
+                    None => eprintln!("Try 'latchkey --help'."),
+                }
             }
             code
         }
@@ -137,7 +214,7 @@ pub fn lock(args: Vec<OsString>) -> i32 {
 struct Opts {
     command: String,
     path: String,
-    connect: String,
+    conn: ConnOpts,
     json: bool,
     count: Option<u64>,
     /// `--leases N`: the semaphore's number of leases.
@@ -146,39 +223,59 @@ struct Opts {
     limit: Option<u32>,
 }
 
-/// Parses the command line; `None` for `--help` or `--version`.
-fn parse(args: &[String]) -> Result<Option<Opts>, Exit> {
-    let mut command = None;
+/// What the command line of `inspect` or `watch` asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Parsed {
+    Run(Box<Opts>),
+    /// `--help`, after the command it asks about, if any.
+    Help(Option<String>),
+    Version,
+}
+
+/// Parses the command line (without the program name).
+fn parse(args: &[String], env: &Env) -> Result<Parsed, Exit> {
+    let mut command: Option<String> = None;
     let mut path = None;
-    let mut connect = None;
+    let mut conn = ConnArgs::default();
     let mut json = false;
     let mut count = None;
     let mut leases = None;
     let mut limit = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "-h" | "--help" => return Ok(None),
-            "-V" | "--version" => {
-                println!("latchkey {}", env!("CARGO_PKG_VERSION"));
-                return Ok(None);
+        // `--name=value` as well as `--name value`.
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_owned())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = |what: &str| -> Result<String, Exit> {
+            match inline.clone().or_else(|| it.next().cloned()) {
+                Some(v) => Ok(v),
+                None => Err(Exit::usage(format!("{name} needs a value ({what})"))),
             }
+        };
+        let takes_value =
+            ConnArgs::is_option(name) || matches!(name, "--count" | "--leases" | "--limit");
+        if inline.is_some() && !takes_value {
+            return Err(Exit::usage(format!("{name} takes no value")));
+        }
+        match name {
+            "-h" | "--help" => return Ok(Parsed::Help(command)),
+            "-V" | "--version" => return Ok(Parsed::Version),
             "--json" => json = true,
-            "--connect" => {
-                connect = Some(
-                    it.next()
-                        .ok_or_else(|| Exit::usage("--connect needs HOSTS"))?,
-                )
+            n if ConnArgs::is_option(n) => {
+                let v = value(ConnArgs::value_name(n))?;
+                conn.take(n, v)?;
             }
             "--count" => {
-                let n = it.next().ok_or_else(|| Exit::usage("--count needs N"))?;
+                let n = value("N")?;
                 count = Some(
                     n.parse::<u64>()
                         .map_err(|_| Exit::usage(format!("--count {n:?}: not a number")))?,
                 );
             }
             "--leases" => {
-                let n = it.next().ok_or_else(|| Exit::usage("--leases needs N"))?;
+                let n = value("N")?;
                 leases = Some(n.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
                     Exit::usage(format!(
                         "--leases needs a number of leases of at least 1, not {n:?}"
@@ -186,7 +283,7 @@ fn parse(args: &[String]) -> Result<Option<Opts>, Exit> {
                 })?);
             }
             "--limit" => {
-                let n = it.next().ok_or_else(|| Exit::usage("--limit needs N"))?;
+                let n = value("N")?;
                 limit = Some(n.parse::<u32>().map_err(|_| {
                     Exit::usage(format!("--limit needs a number of items, not {n:?}"))
                 })?);
@@ -222,19 +319,15 @@ fn parse(args: &[String]) -> Result<Option<Opts>, Exit> {
     if count.is_some() && command != "watch" {
         return Err(Exit::usage("--count applies to watch only"));
     }
-    let connect = connect
-        .cloned()
-        .or_else(|| std::env::var("LATCHKEY_CONNECT").ok())
-        .unwrap_or_else(|| "127.0.0.1:2181".into());
-    Ok(Some(Opts {
+    Ok(Parsed::Run(Box::new(Opts {
         command,
         path,
-        connect,
+        conn: conn.finish(env)?,
         json,
         count,
         leases,
         limit,
-    }))
+    })))
 }
 
 fn run(args: &[OsString]) -> Result<i32, Exit> {
@@ -246,41 +339,31 @@ fn run(args: &[OsString]) -> Result<i32, Exit> {
                 .map_err(|a| Exit::usage(format!("argument {a:?} is not valid UTF-8")))
         })
         .collect::<Result<Vec<String>, Exit>>()?;
-    let Some(opts) = parse(&args)? else {
-        if !args.iter().any(|a| a == "-V" || a == "--version") {
-            print!("{USAGE}");
+    let opts = match parse(&args, &Env::from_process())? {
+        Parsed::Run(opts) => opts,
+        Parsed::Help(command) => {
+            print!(
+                "{}",
+                match command.as_deref() {
+                    Some("inspect") => INSPECT_USAGE,
+                    Some("watch") => WATCH_USAGE,
+                    _ => USAGE,
+                }
+            );
+            return Ok(0);
         }
-        return Ok(0);
+        Parsed::Version => {
+            println!("latchkey {}", env!("CARGO_PKG_VERSION"));
+            return Ok(0);
+        }
     };
-    let client = connect(&opts.connect)?;
+    let client = opts.conn.connect(|_| {})?;
     let result = match opts.command.as_str() {
         "inspect" => inspect::inspect(&client, &opts),
         _ => watch::watch(&client, &opts),
     };
     client.close();
     result.map(|()| 0)
-}
-
-fn connect(hosts: &str) -> Result<Client, Exit> {
-    let timeout = Duration::from_secs(15);
-    let client = Client::builder()
-        .connect_string(hosts)
-        .session_timeout(timeout)
-        .connection_timeout(timeout)
-        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(100), 3))
-        .build()
-        .map_err(|e| Exit::usage(format!("--connect {hosts:?}: {e}")))?;
-    client
-        .start()
-        .map_err(|e| Exit::new(EX_UNAVAILABLE, format!("cannot start a client: {e}")))?;
-    if !client.block_until_connected(timeout).unwrap_or(false) {
-        client.close();
-        return Err(Exit::new(
-            EX_UNAVAILABLE,
-            format!("cannot reach ZooKeeper at {hosts} within {timeout:?}"),
-        ));
-    }
-    Ok(client)
 }
 
 fn zk_failure(e: &Error, what: &str) -> Exit {
@@ -290,28 +373,33 @@ fn zk_failure(e: &Error, what: &str) -> Exit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
     }
 
+    fn parse(a: &[&str]) -> Result<Parsed, Exit> {
+        super::parse(&args(a), &Env::default())
+    }
+
+    fn run_opts(a: &[&str]) -> Opts {
+        match parse(a) {
+            Ok(Parsed::Run(o)) => *o,
+            other => panic!("{a:?}: {other:?}"),
+        }
+    }
+
     #[test]
     fn parses_and_refuses() {
-        let o = parse(&args(&["inspect", "/a", "--json", "--connect", "h:1"]))
-            .ok()
-            .flatten()
-            .unwrap();
-        assert!(o.json && o.path == "/a" && o.connect == "h:1");
-        let o = parse(&args(&["inspect", "/s", "--leases", "3"]))
-            .ok()
-            .flatten()
-            .unwrap();
+        let o = run_opts(&["inspect", "/a", "--json", "--connect", "h:1"]);
+        assert!(o.json && o.path == "/a" && o.conn.connect == "h:1");
+        let o = run_opts(&["inspect", "/s", "--leases", "3"]);
         assert_eq!(o.leases, Some(3));
-        let o = parse(&args(&["inspect", "/q", "--limit", "0"]))
-            .ok()
-            .flatten()
-            .unwrap();
+        let o = run_opts(&["inspect", "/q", "--limit", "0"]);
         assert_eq!(o.limit, Some(0));
+        let o = run_opts(&["watch", "/q", "--count=2", "--connect=h:2"]);
+        assert_eq!((o.count, o.conn.connect.as_str()), (Some(2), "h:2"));
         for bad in [
             &["watch", "/a", "--json"][..],
             &["inspect", "a"],
@@ -324,10 +412,63 @@ mod tests {
             &["inspect", "/a", "--limit", "-1"],
             &["inspect", "/a", "--limit", "x"],
             &["watch", "/a", "--limit", "2"],
+            &["inspect", "/a", "--json=yes"],
             &["frobnicate", "/a"],
             &["--connect", "h:1", "lock", "/a"],
         ] {
-            assert!(parse(&args(bad)).is_err(), "{bad:?}");
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn inspect_and_watch_take_the_connection_options() {
+        for command in ["inspect", "watch"] {
+            let o = run_opts(&[
+                command,
+                "/a",
+                "--connection-timeout",
+                "1s",
+                "--session-timeout=4",
+            ]);
+            assert_eq!(o.conn.connection_timeout, Duration::from_secs(1));
+            assert_eq!(o.conn.session_timeout, Duration::from_secs(4));
+            let o = run_opts(&[command, "/a"]);
+            assert_eq!(o.conn.connection_timeout, Duration::from_secs(15));
+            for bad in [
+                &[command, "/a", "--connection-timeout", "soon"][..],
+                &[command, "/a", "--connection-timeout"],
+                &[command, "/a", "--session-timeout", "0"],
+                &[command, "/a", "--tls-cert", "c.pem"],
+                &[command, "/a", "--sasl-user", "bob"],
+            ] {
+                let e = parse(bad).unwrap_err();
+                assert_eq!(e.code, EX_USAGE, "{bad:?}");
+                assert!(e.message.contains(bad[2]), "{bad:?}: {}", e.message);
+            }
+        }
+    }
+
+    #[test]
+    fn help_is_per_command() {
+        assert_eq!(parse(&["--help"]).unwrap(), Parsed::Help(None));
+        assert_eq!(
+            parse(&["inspect", "--help"]).unwrap(),
+            Parsed::Help(Some("inspect".into()))
+        );
+        for usage in [USAGE, INSPECT_USAGE, WATCH_USAGE] {
+            for option in [
+                "--connect",
+                "--connection-timeout",
+                "--session-timeout",
+                "--tls-ca",
+                "--tls-cert",
+                "--tls-key",
+                "--tls-server-name",
+                "--sasl-user",
+                "--sasl-password-file",
+            ] {
+                assert!(usage.contains(option), "{option}: {usage}");
+            }
         }
     }
 }

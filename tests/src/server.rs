@@ -300,18 +300,7 @@ impl TestingServer {
     /// Starts a server with `config` and waits until it serves. Retries on a
     /// fresh port, up to 3 times, when another process takes the port first.
     pub fn start_with(config: ServerConfig) -> io::Result<TestingServer> {
-        jvm::launcher()?;
-        let dir = tempfile::Builder::new().prefix("latchkey-zk-").tempdir()?;
-        let root = dir.path().to_path_buf();
-        std::fs::create_dir_all(root.join("data"))?;
-        let mut server = TestingServer {
-            config,
-            port: 0,
-            secure_port: None,
-            process: Mutex::new(None),
-            dir: Some(dir),
-            root,
-        };
+        let mut server = Self::unstarted(config)?;
         let mut last_err = None;
         for attempt in 1..=START_ATTEMPTS {
             let ports = jvm::free_ports(1 + usize::from(server.config.tls.is_some()))?;
@@ -328,6 +317,50 @@ impl TestingServer {
             }
         }
         Err(last_err.unwrap_or_else(|| io::Error::other("ZooKeeper did not start")))
+    }
+
+    /// Starts a server with `config` on 127.0.0.1:`port` (the client port;
+    /// a TLS server takes a free port for its secure one) and waits until it
+    /// serves: for a program whose users must know the port in advance.
+    /// Unlike [`start_with`](Self::start_with) it does not move to another
+    /// port: when another process holds `port`, it fails with
+    /// [`io::ErrorKind::AddrInUse`]. Port 0 is refused
+    /// ([`io::ErrorKind::InvalidInput`]); `start_with` picks a free port.
+    pub fn start_on_port(port: u16, config: ServerConfig) -> io::Result<TestingServer> {
+        if port == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "port 0 is no port: use TestingServer::start_with for a free one",
+            ));
+        }
+        // Another server on the port would answer the wait for this one.
+        std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot listen on 127.0.0.1:{port}: {e}"))
+        })?;
+        let mut server = Self::unstarted(config)?;
+        server.port = port;
+        if server.config.tls.is_some() {
+            server.secure_port = Some(jvm::free_ports(1)?[0]);
+        }
+        server.write_cfg()?;
+        server.launch("start").map_err(|(e, _)| e)?;
+        Ok(server)
+    }
+
+    /// A server in its own temp dir, not started, on no port yet.
+    fn unstarted(config: ServerConfig) -> io::Result<TestingServer> {
+        jvm::launcher()?;
+        let dir = tempfile::Builder::new().prefix("latchkey-zk-").tempdir()?;
+        let root = dir.path().to_path_buf();
+        std::fs::create_dir_all(root.join("data"))?;
+        Ok(TestingServer {
+            config,
+            port: 0,
+            secure_port: None,
+            process: Mutex::new(None),
+            dir: Some(dir),
+            root,
+        })
     }
 
     fn write_cfg(&self) -> io::Result<()> {

@@ -4,8 +4,9 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use latchkey_framework::{paths, Client};
+use latchkey_framework::paths;
 
+use crate::conn::{seconds, ConnArgs, ConnOpts, Env, FOREVER};
 use crate::Exit;
 
 /// The help, with `PROG` for the program's name.
@@ -13,7 +14,8 @@ pub(super) fn usage(prog: &str) -> String {
     USAGE.replace("PROG", prog)
 }
 
-pub(super) const USAGE: &str = "\
+pub(super) const USAGE: &str = concat!(
+    "\
 Usage: PROG [OPTIONS] PATH [OPTIONS] [--] CMD [ARGS...]
        PROG [OPTIONS] PATH [OPTIONS] -c CMD
        PROG --list [--semaphore N] PATH   (latchkey inspect PATH [--leases N])
@@ -23,15 +25,11 @@ releases it when CMD ends or on Ctrl-C. Options may come before or after
 PATH; after PATH, '--' or the first word that is not an option starts CMD.
 
 Options:
-  --connect HOSTS           ZooKeeper hosts, host:port[,host:port...][/chroot]
-                            (default: $LATCHKEY_CONNECT, else 127.0.0.1:2181)
   --timeout SECS            give up (exit 75) if the lock is not taken within
                             SECS; 0 tries once; a year or more, or inf, waits as
                             long as it takes (the default); also -w, --wait
   -n, --nonblock            don't wait: the same as --timeout 0
   -c, --command CMD         run CMD with sh -c, instead of CMD [ARGS...]
-  --session-timeout SECS    ZooKeeper session timeout (default 15)
-  --connection-timeout SECS how long to wait for ZooKeeper (default 15)
   -s, --read                take the read side of a read-write lock (shared)
   -x, --write               take the write side of a read-write lock
                             (exclusive; also -e, --exclusive, --shared for -s)
@@ -51,6 +49,9 @@ Options:
   -h, --help                print this help
   -V, --version             print the version
 
+",
+    crate::conn::connection_help!(),
+    "
 As with flock, -n, -w SECS, -c CMD, -s and -x may be bundled (-xn, -w5).
 Unlike flock, plain lock (no -s/-x) takes a mutex, which does not exclude
 -s or -x holders of the same PATH: processes that share a PATH use -s and -x
@@ -70,13 +71,15 @@ watchdog that is killed itself (e.g. kill -9 of lock and the watchdog at once).
 Exit codes:
   CMD's own    CMD ran; 128+N if it died of signal N
   64           bad usage
-  69           ZooKeeper could not be reached (or failed before the lock was taken)
-  70           ZooKeeper refused an operation (e.g. NoAuth)
+  69           ZooKeeper could not be reached within --connection-timeout (or
+               failed before the lock was taken)
+  70           ZooKeeper refused an operation (e.g. NoAuth) or the SASL login
   75           the lock was not taken within --timeout
   78           the lock was lost while CMD ran and CMD was killed (--on-lost kill)
   126, 127     CMD could not be started, or was not found
   130          interrupted (Ctrl-C; SIGTERM and SIGHUP alike)
-";
+"
+);
 
 /// Which lock to take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,10 +100,9 @@ pub(super) enum OnLost {
 /// The parsed command line.
 #[derive(Debug)]
 pub(super) struct Opts {
-    pub(super) connect: String,
+    /// Where ZooKeeper is and how to connect (shared with inspect and watch).
+    pub(super) conn: ConnOpts,
     pub(super) timeout: Option<Duration>,
-    pub(super) session_timeout: Duration,
-    pub(super) connection_timeout: Duration,
     pub(super) kind: Kind,
     pub(super) on_lost: OnLost,
     pub(super) list: bool,
@@ -114,18 +116,16 @@ pub(super) struct Opts {
 /// What the command line asks for.
 #[derive(Debug)]
 pub(super) enum Parsed {
-    Run(Opts),
+    Run(Box<Opts>),
     Help,
     Version,
 }
 
-/// Parses the arguments after the program name. `env_connect` is the value
-/// of `LATCHKEY_CONNECT`, if set.
-pub(super) fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Result<Parsed, Exit> {
-    let mut connect: Option<String> = None;
+/// Parses the arguments after the program name; the connection options
+/// fall back on `env`.
+pub(super) fn parse_args(args: Vec<OsString>, env: &Env) -> Result<Parsed, Exit> {
+    let mut conn = ConnArgs::default();
     let mut timeout = None;
-    let mut session_timeout = Duration::from_secs(15);
-    let mut connection_timeout = Duration::from_secs(15);
     let mut kind: Option<Kind> = None;
     let mut on_lost: Option<OnLost> = None;
     let mut list = false;
@@ -228,12 +228,9 @@ pub(super) fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Resu
                     return Err(Exit::usage("give -c CMD once"));
                 }
             }
-            "--connect" => {
-                let v = value("HOSTS")?;
-                if v.trim().is_empty() {
-                    return Err(Exit::usage("--connect needs host:port[,host:port...]"));
-                }
-                connect = Some(v);
+            n if ConnArgs::is_option(n) => {
+                let v = value(ConnArgs::value_name(n))?;
+                conn.take(n, v)?;
             }
             "--data" => data = Some(value("TEXT")?),
             "--timeout" | "-w" | "--wait" => {
@@ -241,8 +238,6 @@ pub(super) fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Resu
                 timeout = Some(seconds(&name, &value("SECS")?, true)?).filter(|t| *t < FOREVER);
                 timeout_given = true;
             }
-            "--session-timeout" => session_timeout = seconds(&name, &value("SECS")?, false)?,
-            "--connection-timeout" => connection_timeout = seconds(&name, &value("SECS")?, false)?,
             "--semaphore" | "--leases" => {
                 let v = value("N")?;
                 let n = v.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
@@ -263,15 +258,13 @@ pub(super) fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Resu
             _ => return Err(Exit::usage(format!("unknown option {arg:?}"))),
         }
         if inline.is_some()
+            && !ConnArgs::is_option(&name)
             && !matches!(
                 name.as_str(),
-                "--connect"
-                    | "--data"
+                "--data"
                     | "--timeout"
                     | "--wait"
                     | "--command"
-                    | "--session-timeout"
-                    | "--connection-timeout"
                     | "--semaphore"
                     | "--leases"
                     | "--on-lost"
@@ -336,22 +329,11 @@ pub(super) fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Resu
             "missing the command to run: lock PATH -- CMD [ARGS...]",
         ));
     }
-    let connect = connect
-        .or_else(|| {
-            env_connect
-                .map(str::to_owned)
-                .filter(|s| !s.trim().is_empty())
-        })
-        .unwrap_or_else(|| "127.0.0.1:2181".to_owned());
-    // Catch a malformed host list before any network work.
-    if let Err(e) = Client::builder().connect_string(&connect).build() {
-        return Err(Exit::usage(format!("--connect {connect:?}: {e}")));
-    }
-    Ok(Parsed::Run(Opts {
-        connect,
+    // A malformed host list or certificate file fails before any network work.
+    let conn = conn.finish(env)?;
+    Ok(Parsed::Run(Box::new(Opts {
+        conn,
         timeout,
-        session_timeout,
-        connection_timeout,
         kind: kind.unwrap_or(Kind::Mutex),
         on_lost: on_lost.unwrap_or(OnLost::Kill),
         list,
@@ -359,30 +341,8 @@ pub(super) fn parse_args(args: Vec<OsString>, env_connect: Option<&str>) -> Resu
         data,
         path,
         command: rest,
-    }))
+    })))
 }
 
 /// The short options that take a value (`-w5`, `-c CMD`).
 const SHORT_WITH_VALUE: [char; 2] = ['w', 'c'];
-
-/// A year: as long as `lock` ever waits. Longer durations, `inf` among them,
-/// are taken as this (for `--timeout`: no timeout at all).
-pub(super) const FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// Parses seconds (`3`, `0.5`, `1e9`); zero is allowed only where `zero_ok`.
-/// Durations of a year or more come back as [`FOREVER`].
-fn seconds(option: &str, v: &str, zero_ok: bool) -> Result<Duration, Exit> {
-    let bad = || {
-        Exit::usage(format!(
-            "{option} needs seconds such as 5 or 0.5, not {v:?}"
-        ))
-    };
-    let secs: f64 = v.trim().parse().map_err(|_| bad())?;
-    if secs.is_nan() || secs < 0.0 || (!zero_ok && secs == 0.0) {
-        return Err(bad());
-    }
-    if secs >= FOREVER.as_secs_f64() {
-        return Ok(FOREVER);
-    }
-    Duration::try_from_secs_f64(secs).map_err(|_| bad())
-}

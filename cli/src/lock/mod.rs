@@ -73,12 +73,13 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use latchkey_framework::{Client, ConnectionState, Error, ExponentialBackoffRetry, ListenerHandle};
+use latchkey_framework::{Client, ConnectionState, Error, ListenerHandle};
 use latchkey_recipes::{
     InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2, Lease,
 };
 use nix::sys::signal::Signal;
 
+use crate::conn::Env;
 use crate::{Exit, EX_SOFTWARE, EX_UNAVAILABLE, EX_USAGE};
 use args::{parse_args, Kind, OnLost, Opts, Parsed};
 use group::{signal_group, supervise, Outcome, Terminal};
@@ -122,8 +123,7 @@ pub(crate) fn main(prog: &str, args: Vec<OsString>) -> i32 {
     if args.first().is_some_and(|a| a == WATCHDOG_ARG) {
         return watchdog();
     }
-    let env_connect = std::env::var("LATCHKEY_CONNECT").ok();
-    match parse_args(args, env_connect.as_deref()) {
+    match parse_args(args, &Env::from_process()) {
         Ok(Parsed::Help) => {
             print!("{}", args::usage(prog));
             0
@@ -165,7 +165,7 @@ fn list(opts: &Opts) -> Result<i32, Exit> {
     let inspect = crate::Opts {
         command: "inspect".into(),
         path: opts.path.clone(),
-        connect: opts.connect.clone(),
+        conn: opts.conn.clone(),
         json: false,
         count: None,
         leases: match opts.kind {
@@ -213,41 +213,20 @@ const PHASE_WAITING: usize = 0;
 const PHASE_HOLDING: usize = 1;
 
 fn connect(opts: &Opts, phase: &Arc<AtomicUsize>) -> Result<Client, Exit> {
-    let client = Client::builder()
-        .connect_string(&opts.connect)
-        .session_timeout(opts.session_timeout)
-        .connection_timeout(opts.connection_timeout)
-        .retry_policy(ExponentialBackoffRetry::new(Duration::from_millis(100), 3))
-        .build()
-        .map_err(|e| Exit::usage(format!("--connect {:?}: {e}", opts.connect)))?;
-    spawn_interrupt_watch(client.clone(), Arc::clone(phase));
-    client.start().map_err(|e| {
-        Exit::new(
-            EX_UNAVAILABLE,
-            format!("cannot start a ZooKeeper client: {e}"),
-        )
-    })?;
-    let connected = client
-        .block_until_connected(opts.connection_timeout)
-        .unwrap_or(false);
+    let connected = opts
+        .conn
+        .connect(|client| spawn_interrupt_watch(client.clone(), Arc::clone(phase)));
     if interrupted() {
-        client.close();
+        if let Ok(client) = &connected {
+            client.close();
+        }
         return Err(Exit::new(EX_INTERRUPTED, "interrupted"));
     }
-    if !connected {
-        client.close();
-        return Err(Exit::new(
-            EX_UNAVAILABLE,
-            format!(
-                "cannot reach ZooKeeper at {} within {:?}",
-                opts.connect, opts.connection_timeout
-            ),
-        ));
-    }
+    let client = connected?;
     if opts.verbose {
         eprintln!(
             "lock: connected to {} (session 0x{:x}, timeout {:?})",
-            opts.connect,
+            opts.conn.connect,
             client.session_id(),
             client.negotiated_session_timeout()
         );
@@ -503,7 +482,9 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
         .process_group(0)
         .env("LATCHKEY_LOCK_PATH", &opts.path)
         .env("LATCHKEY_LOCK_NODE", &node)
-        .env("LATCHKEY_FENCING_TOKEN", stat.czxid.to_string());
+        .env("LATCHKEY_FENCING_TOKEN", stat.czxid.to_string())
+        // The ZooKeeper password is lock's, not the command's.
+        .env_remove(crate::conn::SASL_PASSWORD_ENV);
     let child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -555,8 +536,8 @@ fn run(opts: &Opts) -> Result<i32, Exit> {
 
 #[cfg(test)]
 mod tests {
-    use super::args::FOREVER;
     use super::*;
+    use crate::conn::FOREVER;
     use std::os::unix::process::ExitStatusExt;
     use std::process::ExitStatus;
 
@@ -565,7 +546,7 @@ mod tests {
     }
 
     fn parse(a: &[&str]) -> Result<Parsed, Exit> {
-        parse_args(args(a), None)
+        parse_args(args(a), &Env::default())
     }
 
     #[test]
@@ -577,7 +558,7 @@ mod tests {
         assert_eq!(o.command, args(&["echo", "--help"]));
         assert_eq!(o.kind, Kind::Mutex);
         assert_eq!(o.on_lost, OnLost::Kill);
-        assert_eq!(o.connect, "127.0.0.1:2181");
+        assert_eq!(o.conn.connect, "127.0.0.1:2181");
         assert!(o.timeout.is_none());
     }
 
@@ -595,15 +576,18 @@ mod tests {
                 "/s",
                 "true",
             ]),
-            Some("10.0.0.1:2181"),
+            &Env {
+                connect: Some("10.0.0.1:2181".into()),
+                sasl_password: None,
+            },
         ) else {
             panic!("should parse");
         };
         assert_eq!(o.timeout, Some(Duration::from_millis(500)));
-        assert_eq!(o.session_timeout, Duration::from_secs(4));
+        assert_eq!(o.conn.session_timeout, Duration::from_secs(4));
         assert_eq!(o.kind, Kind::Semaphore(3));
         assert_eq!(o.on_lost, OnLost::Warn);
-        assert_eq!(o.connect, "10.0.0.1:2181");
+        assert_eq!(o.conn.connect, "10.0.0.1:2181");
         assert_eq!(o.command, args(&["true"]));
     }
 
@@ -695,7 +679,7 @@ mod tests {
                 panic!("{huge} should parse");
             };
             assert_eq!(o.timeout, None, "{huge}");
-            assert_eq!(o.session_timeout, FOREVER, "{huge}");
+            assert_eq!(o.conn.session_timeout, FOREVER, "{huge}");
         }
         assert!(parse(&["--timeout", "nan", "/a", "x"]).is_err());
     }

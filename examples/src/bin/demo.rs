@@ -5,41 +5,146 @@
 //! own session, takes `/demo/lock` three times and says when it holds it.
 //! A shared file counts holders: it must never see two at once.
 //!
-//! `demo --connect HOST:PORT[,HOST:PORT...]` runs the workers against an
-//! existing ensemble instead.
+//! `demo --port N` makes the embedded ZooKeeper listen on 127.0.0.1:N, so
+//! that other programs (`latchkey watch /demo --connect 127.0.0.1:N`) can
+//! follow along; `demo --connect HOST:PORT[,HOST:PORT...]` runs the workers
+//! against an existing ensemble instead.
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use latchkey_framework::{Client, ExponentialBackoffRetry};
 use latchkey_recipes::InterProcessMutex;
+use latchkey_test::{ServerConfig, TestingServer};
 
 const WORKERS: usize = 4;
 const ROUNDS: usize = 3;
 const LOCK_PATH: &str = "/demo/lock";
 
+const USAGE: &str = "\
+Usage: demo [--port N | --connect HOST:PORT[,HOST:PORT...]]
+
+The quick-start demo: four processes take one ZooKeeper lock (/demo/lock)
+in turn, three times each, and a file they share checks that no two ever
+hold it at once. Without --connect it starts an embedded ZooKeeper.
+
+Options:
+  --port N          the embedded ZooKeeper listens on 127.0.0.1:N (default:
+                    a free port, printed when it serves)
+  --connect HOSTS   run against this ensemble instead of an embedded ZooKeeper
+  -h, --help        print this help
+";
+
+/// Where the demo finds ZooKeeper.
+enum Target {
+    /// An embedded server, on this port or a free one.
+    Embedded(Option<u16>),
+    /// An existing ensemble.
+    Connect(String),
+}
+
+/// Bad usage: the message, then the usage's first line; exit 2.
+fn usage_error(message: &str) -> ! {
+    eprintln!(
+        "demo: {message}\n{}",
+        USAGE.lines().next().unwrap_or_default()
+    );
+    std::process::exit(2);
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let result = match args.get(1).map(String::as_str) {
-        Some("worker") => worker(&args[2], &args[3]),
-        Some("--connect") => match args.get(2) {
-            Some(connect) => run_workers(connect),
-            None => Err("--connect needs HOST:PORT".into()),
-        },
-        Some(other) => Err(format!(
-            "unknown argument {other:?}; try --connect HOST:PORT"
-        )),
-        None => embedded(),
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("worker") {
+        if args.len() != 3 {
+            usage_error("worker takes CONNECT and ID");
+        }
+        return finish(worker(&args[1], &args[2]));
+    }
+    let target = match parse(&args) {
+        Ok(Some(target)) => target,
+        Ok(None) => {
+            print!("{USAGE}");
+            return;
+        }
+        Err(e) => usage_error(&e),
     };
+    finish(match target {
+        Target::Embedded(port) => embedded(port),
+        Target::Connect(connect) => run_workers(&connect),
+    });
+}
+
+fn finish(result: Result<(), String>) {
     if let Err(e) = result {
         eprintln!("demo: {e}");
         std::process::exit(1);
     }
 }
 
-fn embedded() -> Result<(), String> {
+/// Reads the command line; `None` for `--help`.
+fn parse(args: &[String]) -> Result<Option<Target>, String> {
+    let mut port = None;
+    let mut connect = None;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_owned())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = |what: &str| {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| format!("{name} needs {what}"))
+        };
+        match name {
+            "-h" | "--help" => return Ok(None),
+            "--port" => {
+                let v = value("a port number")?;
+                port = Some(match v.parse::<u16>() {
+                    Ok(0) => {
+                        return Err("--port 0: give a port from 1 to 65535 \
+                                    (without --port the embedded ZooKeeper takes a free one)"
+                            .into())
+                    }
+                    Ok(p) => p,
+                    Err(_) => {
+                        return Err(format!("--port needs a port from 1 to 65535, not {v:?}"))
+                    }
+                });
+            }
+            "--connect" => connect = Some(value("HOST:PORT[,HOST:PORT...]")?),
+            other => return Err(format!("unknown argument {other:?}; try --help")),
+        }
+    }
+    match (port, connect) {
+        (Some(_), Some(_)) => Err(
+            "--port sets the embedded ZooKeeper's port, --connect replaces it: give one of them"
+                .into(),
+        ),
+        (_, Some(connect)) => Ok(Some(Target::Connect(connect))),
+        (port, None) => Ok(Some(Target::Embedded(port))),
+    }
+}
+
+fn embedded(port: Option<u16>) -> Result<(), String> {
     println!("starting an embedded ZooKeeper ...");
-    let server = latchkey_test::TestingServer::start().map_err(|e| e.to_string())?;
+    let server = match port {
+        None => TestingServer::start().map_err(|e| format!("cannot start ZooKeeper: {e}"))?,
+        Some(port) => TestingServer::start_on_port(port, ServerConfig::default()).map_err(|e| {
+            match e.kind() {
+                std::io::ErrorKind::AddrInUse => format!(
+                    "--port {port}: 127.0.0.1:{port} is already in use by another program; \
+                     choose another port, or leave out --port for a free one"
+                ),
+                std::io::ErrorKind::PermissionDenied => format!(
+                    "--port {port}: not allowed to listen on 127.0.0.1:{port} \
+                     (ports below 1024 need privileges); choose a port above 1023"
+                ),
+                _ => format!("cannot start ZooKeeper on port {port}: {e}"),
+            }
+        })?,
+    };
     println!("ZooKeeper is serving at {}", server.connect_string());
     let outcome = run_workers(&server.connect_string());
     if outcome.is_err() {
