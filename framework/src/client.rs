@@ -111,7 +111,11 @@ impl ClientBuilder {
     /// answers them, then holds the client up for about a wait rather than
     /// the whole timeout, while a slow server is still reached once the
     /// wait covers its reply. A handshake answered starts the wait over at
-    /// 250 ms; refused or reset connections leave it as it is.
+    /// 250 ms; refused or reset connections leave it as it is. After a
+    /// connection that went silent (a partition, a stalled server) every
+    /// attempt waits the whole share instead: short waits there would only
+    /// send handshakes that arrive once the network heals and move the
+    /// session away from the connection the client is back on.
     ///
     /// A request sent on a live connection waits for its reply until the
     /// operation's deadline ([`Client::with_timeout`]), or, without one,

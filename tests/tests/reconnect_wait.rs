@@ -230,3 +230,53 @@ fn measure_reconnects_over_real_server_restarts() {
         c.close();
     }
 }
+
+/// A connection that went silent (a partition, a blackhole: the proxy
+/// still takes connections but forwards nothing) is not a server restart:
+/// short handshake waits there only send ConnectRequests that the network
+/// delivers once it heals, and each of those, processed after the client
+/// is back, moves the session to a dead connection and closes the live
+/// one (a second disconnect, and a leader interrupted twice). After a
+/// silent connection the client waits its whole connection timeout per
+/// attempt, as before the short waits.
+#[test]
+fn after_a_silent_connection_attempts_wait_their_whole_timeout() {
+    let server = TestingServer::start().unwrap();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let c = start_connected(
+        Client::builder()
+            .connect_string(proxy.connect_string())
+            .session_timeout(Duration::from_secs(12))
+            .connection_timeout(Duration::from_secs(5)),
+    );
+    let states = c.listen();
+    proxy.pause();
+    let paused = Instant::now();
+    let accepted = proxy.accepted_count();
+    wait_until(
+        Duration::from_secs(20),
+        || states.try_iter().any(|s| s == ConnectionState::Suspended),
+        || format!("never suspended: {:?}", c.state_history()),
+    );
+    // The read timeout is 8 s; the first attempt after it waits the 5 s
+    // connection timeout, so at most two attempts fit in 4 s past it.
+    wait_until(
+        Duration::from_secs(20),
+        || paused.elapsed() >= Duration::from_secs(12),
+        || "time does not pass".into(),
+    );
+    let attempts = proxy.accepted_count() - accepted;
+    proxy.resume();
+    wait_until(
+        Duration::from_secs(20),
+        || c.state() == Some(ConnectionState::Reconnected),
+        || format!("never reconnected: {:?}", c.state_history()),
+    );
+    assert!(
+        attempts <= 2,
+        "{attempts} connection attempts within 4 s of a silent connection's end (each a \
+         ConnectRequest delivered late once the network heals): {:?}",
+        c.state_history()
+    );
+    c.close();
+}

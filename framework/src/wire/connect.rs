@@ -176,7 +176,9 @@ pub(crate) fn resolve_one(host: &str) -> Result<SocketAddr, ConnectFailure> {
 /// again (250, 375, 562 ms, ...), never longer than the connection
 /// timeout's share of one host: a slow but healthy server is reached after
 /// a few attempts, not dropped in a loop. A handshake reply starts it over;
-/// a refused or reset connection leaves it as it is.
+/// a refused or reset connection leaves it as it is; a connection that
+/// ended silent makes every attempt wait the whole share (see
+/// [`HandshakeWait::patient`]).
 pub(crate) struct HandshakeWait {
     next: Duration,
 }
@@ -197,6 +199,12 @@ impl HandshakeWait {
     /// up to `limit`.
     pub(crate) fn ran_out(&mut self, limit: Duration) {
         self.next = self.next.saturating_add(self.next / 2).min(limit);
+    }
+
+    /// The connection went silent (not closed): each attempt waits its
+    /// whole limit, until a server answers.
+    pub(crate) fn patient(&mut self) {
+        self.next = Duration::MAX;
     }
 
     /// The server answered: the next outage starts at the first wait.

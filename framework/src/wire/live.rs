@@ -48,8 +48,11 @@ const MAX_BATCHES: usize = 16;
 
 /// Why a connection ended.
 pub(super) enum Ended {
-    /// Lost or silent: reconnect to the same session.
+    /// Lost (closed, reset, failed): reconnect to the same session.
     Dropped,
+    /// Silent past the read timeout: reconnect to the same session, each
+    /// attempt waiting its whole connection timeout.
+    Silent,
     /// Connected read-only, a read-write server was found: connect there.
     /// Its host as in the connect string (the name TLS verifies) and address.
     ReadWriteFound(String, SocketAddr),
@@ -140,7 +143,7 @@ impl Live {
                 "no reply from server for {:?}, reconnecting",
                 self.clocks.read_timeout
             );
-            return Some(Ended::Dropped);
+            return Some(Ended::Silent);
         }
         if let Some((host, addr)) = self.search.as_ref().and_then(RwSearch::found) {
             log::info!("read-write server found at {host} ({addr}), moving there");
@@ -450,7 +453,15 @@ impl Driven for Live {
                 dialer.prefer = Some((host, addr));
                 redial(inner, dialer);
             }
-            Ended::Dropped => {
+            Ended::Dropped | Ended::Silent => {
+                // Short handshake waits find a restarted server soon; after
+                // silence (a partition, a stalled server) they would only
+                // send ConnectRequests that arrive once the network heals,
+                // each of which, processed after the client is back, moves
+                // the session to a dead connection and closes the live one.
+                if matches!(ended, Ended::Silent) {
+                    dialer.wait.patient();
+                }
                 // A server that accepts the handshake and then fails at
                 // once (garbage, oversize frames) gets a growing, jittered
                 // pause, not a reconnect per request.
