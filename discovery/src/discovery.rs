@@ -472,6 +472,20 @@ impl<T: Payload> ServiceDiscovery<T> {
     /// Writes an instance registered here with new contents (Curator's
     /// `updateService`); [`Error::NotRegistered`] if its id is not.
     pub fn update_service(&self, instance: &ServiceInstance<T>) -> Result<()> {
+        self.updating(instance, |inner, entry, bytes| {
+            entry.instance = instance.clone();
+            inner.write(entry, bytes)
+        })
+    }
+
+    /// Runs `write` with the registration of `instance`'s id and the
+    /// instance's bytes, once the update is allowed: the discovery open,
+    /// the id registered here, its name and type unchanged.
+    fn updating(
+        &self,
+        instance: &ServiceInstance<T>,
+        write: impl FnOnce(&Inner<T>, &mut Entry<T>, &[u8]) -> Result<()>,
+    ) -> Result<()> {
         if *self.inner.state.lock() == State::Closed {
             return Err(self.inner.closed());
         }
@@ -491,8 +505,7 @@ impl<T: Payload> ServiceDiscovery<T> {
             )));
         }
         let bytes = self.inner.serializer.serialize(instance)?;
-        entry.instance = instance.clone();
-        self.inner.write(entry, &bytes)
+        write(&self.inner, entry, &bytes)
     }
 
     /// [`update_service`](Self::update_service) fenced by `fence`, a hold
@@ -521,38 +534,21 @@ impl<T: Payload> ServiceDiscovery<T> {
         instance: &ServiceInstance<T>,
         fence: &dyn Fence,
     ) -> Result<()> {
-        if *self.inner.state.lock() == State::Closed {
-            return Err(self.inner.closed());
-        }
-        let mut services = self.inner.services.lock();
-        let Some(entry) = services.get_mut(&instance.id) else {
-            return Err(Error::NotRegistered {
-                name: instance.name.clone(),
-                id: instance.id.clone(),
-            });
-        };
-        if entry.instance.name != instance.name
-            || entry.instance.service_type != instance.service_type
-        {
-            return Err(Error::InvalidArgument(format!(
-                "an update of {}/{} cannot change its name or service type; register it again",
-                entry.instance.name, instance.id
-            )));
-        }
-        let bytes = self.inner.serializer.serialize(instance)?;
-        match &entry.node {
-            Some(node) => node.fenced(fence).set_data(&bytes)?,
-            None => {
-                let client = &self.inner.client;
-                let path = self.inner.path_for(&instance.name, &instance.id)?;
-                let fence = fence.path_in(client)?;
-                client.set_data_fenced(&fence, &path, &bytes, None)?;
+        self.updating(instance, |inner, entry, bytes| {
+            match &entry.node {
+                Some(node) => node.fenced(fence).set_data(bytes)?,
+                None => {
+                    let client = &inner.client;
+                    let path = inner.path_for(&instance.name, &instance.id)?;
+                    let fence = fence.path_in(client)?;
+                    client.set_data_fenced(&fence, &path, bytes, None)?;
+                }
             }
-        }
-        entry.instance = instance.clone();
-        entry.bytes = bytes;
-        entry.pending = false;
-        Ok(())
+            entry.instance = instance.clone();
+            entry.bytes = bytes.to_vec();
+            entry.pending = false;
+            Ok(())
+        })
     }
 
     /// Unregisters the instance with `instance`'s id and deletes its node
