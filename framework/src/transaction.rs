@@ -247,6 +247,16 @@ impl Transaction<'_> {
     }
 }
 
+/// What a fenced write's `multi` answered (see `Client::fenced_exchange`).
+enum FencedReply {
+    /// The check passed; the write's reply.
+    Done(SubReply),
+    /// The fence node was missing.
+    FenceMissing,
+    /// The check passed and the write was refused with this code.
+    Refused(ErrorCode),
+}
+
 /// A sub-reply's error code, if it failed.
 fn failed(reply: &SubReply) -> Option<ErrorCode> {
     match reply {
@@ -599,12 +609,12 @@ impl Client {
                 version: version.unwrap_or(-1),
             },
         ];
-        let (replies, in_doubt) = self.fenced_exchange("set_data", path, &sp, &subs)?;
+        let (reply, in_doubt) = self.fenced_exchange("set_data", fence, path, &sp, &subs)?;
         let in_doubt_error =
             || Error::from_code(ErrorCode::ConnectionLoss).for_op("set_data", path);
-        match replies.as_slice() {
-            [SubReply::Checked, SubReply::DataSet(stat)] => Ok(*stat),
-            [check, _] if failed(check) == Some(ErrorCode::NoNode) => {
+        match reply {
+            FencedReply::Done(SubReply::DataSet(stat)) => Ok(stat),
+            FencedReply::FenceMissing => {
                 // Gone now; an earlier attempt may have landed before it went.
                 let unchanged = match (in_doubt, version) {
                     (false, _) => true,
@@ -620,13 +630,7 @@ impl Client {
                     false => in_doubt_error(),
                 })
             }
-            [check, _] if failed(check).is_some() => Err(Error::Zk {
-                code: failed(check).unwrap_or(ErrorCode::SystemError),
-                path: Some(fence.to_owned()),
-            }
-            .for_op("set_data", path)),
-            [_, write] if failed(write).is_some() => {
-                let code = failed(write).unwrap_or(ErrorCode::SystemError);
+            FencedReply::Refused(code) => {
                 let refused = Error::Zk {
                     code,
                     path: Some(sp.clone()),
@@ -642,8 +646,10 @@ impl Client {
                     _ => Err(refused),
                 }
             }
-            _ => Err(Error::Marshalling("multi reply does not match its request")
-                .for_op("set_data", path)),
+            FencedReply::Done(_) => {
+                Err(Error::Marshalling("multi reply does not match its request")
+                    .for_op("set_data", path))
+            }
         }
     }
 
@@ -680,12 +686,12 @@ impl Client {
             },
             sub_request(&sp, &op, &acl),
         ];
-        let (replies, in_doubt) = self.fenced_exchange("create", path, &sp, &subs)?;
-        match replies.as_slice() {
-            [SubReply::Checked, SubReply::Created { path: made, .. }] => {
-                Ok(self.shared.user_path(made))
+        let (reply, in_doubt) = self.fenced_exchange("create", fence, path, &sp, &subs)?;
+        match reply {
+            FencedReply::Done(SubReply::Created { path: made, .. }) => {
+                Ok(self.shared.user_path(&made))
             }
-            [check, _] if failed(check) == Some(ErrorCode::NoNode) => Err(match in_doubt {
+            FencedReply::FenceMissing => Err(match in_doubt {
                 false => Error::FenceGone {
                     op: "create",
                     path: path.to_owned(),
@@ -693,32 +699,30 @@ impl Client {
                 },
                 true => Error::from_code(ErrorCode::ConnectionLoss).for_op("create", path),
             }),
-            [check, _] if failed(check).is_some() => Err(Error::Zk {
-                code: failed(check).unwrap_or(ErrorCode::SystemError),
-                path: Some(fence.to_owned()),
-            }
-            .for_op("create", path)),
-            [_, made] if failed(made).is_some() => Err(Error::Zk {
-                code: failed(made).unwrap_or(ErrorCode::SystemError),
+            FencedReply::Refused(code) => Err(Error::Zk {
+                code,
                 path: Some(sp.clone()),
             }
             .for_op("create", path)),
-            _ => {
+            FencedReply::Done(_) => {
                 Err(Error::Marshalling("multi reply does not match its request")
                     .for_op("create", path))
             }
         }
     }
 
-    /// Sends a fenced write's `multi` in the retry loop; its replies, and
-    /// whether an attempt was sent and its outcome lost.
+    /// Sends a fenced write's `multi` (the check of `fence`, then the
+    /// write on `path`) in the retry loop; what it answered, and whether an
+    /// attempt was sent and its outcome lost. A check that fails for
+    /// another reason than a missing fence is an error naming the fence.
     fn fenced_exchange(
         &self,
         operation: &'static str,
+        fence: &str,
         path: &str,
         server_path: &str,
-        subs: &[SubRequest<'_>],
-    ) -> Result<(Vec<SubReply>, bool)> {
+        subs: &[SubRequest<'_>; 2],
+    ) -> Result<(FencedReply, bool)> {
         let body = encode(&self.shared, subs, op::MULTI, server_path)?;
         let mut in_doubt = false;
         let replies = self.retrying(operation, path, |s, deadline| {
@@ -738,12 +742,29 @@ impl Client {
             }
             attempt
         })?;
-        if replies.len() != subs.len() {
-            return Err(
-                Error::Marshalling("multi reply has the wrong number of results")
-                    .for_op(operation, path),
-            );
-        }
-        Ok((replies, in_doubt))
+        let reply = match <[SubReply; 2]>::try_from(replies) {
+            Ok([check, _]) if failed(&check) == Some(ErrorCode::NoNode) => {
+                FencedReply::FenceMissing
+            }
+            Ok([check, _]) if failed(&check).is_some() => {
+                let code = failed(&check).unwrap_or(ErrorCode::SystemError);
+                return Err(Error::Zk {
+                    code,
+                    path: Some(fence.to_owned()),
+                }
+                .for_op(operation, path));
+            }
+            Ok([_, write]) => match failed(&write) {
+                Some(code) => FencedReply::Refused(code),
+                None => FencedReply::Done(write),
+            },
+            Err(_) => {
+                return Err(
+                    Error::Marshalling("multi reply has the wrong number of results")
+                        .for_op(operation, path),
+                )
+            }
+        };
+        Ok((reply, in_doubt))
     }
 }
