@@ -6,33 +6,20 @@
 mod common;
 
 use std::net::TcpListener;
-use std::process::{Command, Output, Stdio};
-use std::thread;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::LATCHKEY;
+use common::{output_within, LATCHKEY};
 use latchkey_test::{ClientAuth, ServerConfig, TestCerts, TestingServer};
 
 /// Runs `latchkey ARGS` to the end (with `env` added to its environment);
 /// kills it and panics if it has not ended `within`.
 fn latchkey_env(args: &[&str], env: &[(&str, &str)], within: Duration) -> Output {
-    let mut child = Command::new(LATCHKEY)
-        .args(args)
+    let mut cmd = Command::new(LATCHKEY);
+    cmd.args(args)
         .envs(env.iter().copied())
-        .env_remove("LATCHKEY_CONNECT")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start latchkey");
-    let deadline = Instant::now() + within;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("latchkey {args:?} did not end within {within:?}");
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+        .env_remove("LATCHKEY_CONNECT");
+    output_within(cmd, args, within)
 }
 
 fn latchkey(args: &[&str]) -> Output {

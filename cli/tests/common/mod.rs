@@ -69,9 +69,16 @@ pub fn eventually(what: &str, cond: impl FnMut() -> bool) {
 /// Runs `latchkey ARGS --connect <server>` to the end; kills it and
 /// panics if it has not ended `within`.
 pub fn run_latchkey(args: &[&str], within: Duration) -> Output {
-    let mut child = Command::new(LATCHKEY)
-        .args(args)
-        .args(["--connect", &server().connect_string()])
+    let mut cmd = Command::new(LATCHKEY);
+    cmd.args(args)
+        .args(["--connect", &server().connect_string()]);
+    output_within(cmd, args, within)
+}
+
+/// Runs `cmd` (latchkey with `args`) to the end and returns its output;
+/// kills it and panics if it has not ended `within`.
+pub fn output_within(mut cmd: Command, args: &[&str], within: Duration) -> Output {
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
